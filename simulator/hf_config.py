@@ -82,6 +82,12 @@ class _Cfg:
         return value
 
 
+def _fraction(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise _ConfigProblem(f"field {key!r} must be a number in (0, 1], got {value!r}")
+    return float(value)
+
+
 def _num_labels(data: Mapping[str, Any]) -> int | None:
     if isinstance(data.get("id2label"), Mapping) and data["id2label"]:
         return len(data["id2label"])
@@ -104,7 +110,7 @@ def _gpt_neox(c: _Cfg, name: str) -> dict[str, Any]:
         default_seq_len=min(max_pos, _MAX_DEFAULT_SEQ),
         tied_embeddings=c.bool("tie_word_embeddings", False),
         pos_embedding="rotary",
-        rotary_pct=float(c.data.get("rotary_pct", 0.25)),
+        rotary_pct=_fraction(c.data.get("rotary_pct", 0.25), "rotary_pct"),
         norm="layernorm",
         linear_bias=True,
         norm_bias=True,

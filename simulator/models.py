@@ -346,9 +346,11 @@ def get_model(name: str) -> ModelSpec:
 
 
 def resolve_model(arg: str | os.PathLike[str]) -> ModelSpec:
-    """A preset name, or a path to a Hugging Face ``config.json`` (existing file or ``*.json``)."""
+    """A preset name, or a Hugging Face ``config.json``: an existing file, any ``*.json`` path, or
+    a folder holding ``config.json``."""
     text = os.fspath(arg)
-    if text.lower().endswith(".json") or Path(text).is_file():
+    path = Path(text)
+    if text.lower().endswith(".json") or path.is_file() or (path / "config.json").is_file():
         from simulator.hf_config import model_from_hf_config
 
         return model_from_hf_config(text)

@@ -408,3 +408,13 @@ def test_recipe_model_validation() -> None:
         Recipe(seq_len=1, global_batch=1, steps=1, optimizer="adagrad")
     with pytest.raises(ValidationError):
         Recipe(seq_len=1, global_batch=1, steps=1, extra=1)
+
+
+def test_hf_bad_rotary_pct() -> None:
+    cfg = json.loads((FIXTURES / "pythia-160m.json").read_text())
+    assert "'rotary_pct'" in _one_line_error(dict(cfg, rotary_pct="quarter"))
+
+
+def test_resolve_model_folder(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text((FIXTURES / "mistral-7b.json").read_text())
+    assert resolve_model(str(tmp_path)).n_params() == EXACT["mistral-7b"]

@@ -1,0 +1,355 @@
+"""The public Python API: ``simulate`` (one plan) and ``search`` (all feasible, ranked).
+
+The CLI, the Streamlit app and the notebooks all come through here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import communication as comm
+from . import hardware, uncertainty
+from .device import GIB, Device, device_from_profile, device_from_spec
+from .errors import UsageError
+from .estimate import Problem, Space, Table, evaluate, model_flops_per_token
+from .models import ModelSpec, resolve_model
+from .plan import SECONDS_PER_DAY, Plan
+from .profile import Profile, load_profile
+from .recipes import Recipe, make_recipe
+from .strategy import (ATTENTIONS, CHECKPOINTINGS, COMPILES, OFFLOADS, SHARDINGS, check_choice,
+                       check_pins)
+
+#: Default host RAM per node when offloading (GiB): twice the node's GPU memory, at least 64.
+#: Assumption (common server sizing rule for offload-capable training boxes); --host-memory.
+HOST_RAM_FACTOR, HOST_RAM_MIN_GIB = 2.0, 64.0
+_LOCAL_RE = re.compile(r"^(?:(\d+)\s*x\s*)?local$", re.IGNORECASE)
+
+
+@dataclass
+class Setup:
+    """Model, recipe, hardware and device resolved from user input."""
+
+    model: ModelSpec
+    recipe: Recipe
+    problem: Problem
+    hardware: dict
+    profile: Profile
+    notes: list[str]
+
+
+def _as_profile(profile) -> Profile | None:
+    if profile is None or isinstance(profile, Profile):
+        return profile
+    return load_profile(profile)
+
+
+def _local_setup(text: str, profile: Profile | None):
+    m = _LOCAL_RE.match(text.strip())
+    if not m:
+        return None
+    if profile is None:
+        raise UsageError(f"--gpus {text!r} simulates a calibrated device: pass --profile FILE "
+                         "(written by `calibrate`)")
+    n = int(m.group(1) or 1)
+    if n <= 0:
+        raise UsageError(f"GPU count in --gpus {text!r} must be a positive integer")
+    dev = device_from_profile(profile)
+    fit = profile.collectives.get("local")
+    if n > 1 and fit is None:
+        raise UsageError(f"--gpus {text!r}: the profile {profile.name!r} has no 'local' collective "
+                         "fit; run `calibrate --nproc N` to measure one, or use 1xlocal")
+    fab = comm.Fabric(1, n, fit.busbw_gbs * 1e9 if fit else 1.0, fit.alpha_us * 1e-6 if fit else 0.0, 0.0, 0.0)
+    hw = {"description": f"{n} × {profile.device.name} (calibrated device)", "gpu": profile.device.name,
+          "gpu_id": "local", "n_gpus": n, "nodes": 1, "gpus_per_node": n,
+          "intra_node": "local (calibrated)" if n > 1 else None, "inter_node": None,
+          "board_power_w": profile.device.board_power_w, "price_usd": None, "cloud_usd_per_gpu_hr": None}
+    host = (profile.device.host_memory_gib or HOST_RAM_MIN_GIB) * GIB
+    return dev, fab, hw, host
+
+
+def _catalog_setup(text, profile, intra_node, inter_node):
+    cl = hardware.parse_cluster(text, intra_node=intra_node, inter_node_gbits=inter_node)
+    prof = profile or hardware.default_profile(cl.gpu)
+    if profile is not None and profile.device.gpu_id not in (None, cl.gpu.id):
+        raise UsageError(f"profile {profile.name!r} measured {profile.device.name!r} "
+                         f"(gpu_id {profile.device.gpu_id}), not {cl.gpu.short_name}: field device.gpu_id "
+                         f"does not match --gpus {text!r}")
+    dev = device_from_spec(cl.gpu, prof)
+
+    def link_fit(link):
+        f = prof.collectives.get(link.id)
+        return (f.busbw_gbs * 1e9, f.alpha_us * 1e-6) if f else (link.busbw_bytes_per_s, link.latency_s)
+
+    ib, ia = link_fit(cl.intra)
+    eb, ea = link_fit(cl.inter) if cl.inter is not None else (0.0, 0.0)
+    fab = comm.Fabric(cl.nodes, cl.gpus_per_node, ib, ia, eb, ea)
+    g = cl.gpu
+    hw = {"description": cl.describe(), "gpu": g.short_name, "gpu_id": g.id, "n_gpus": cl.n_gpus,
+          "nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node,
+          "intra_node": cl.intra.name if cl.gpus_per_node > 1 else None,
+          "inter_node": cl.inter.name if cl.inter is not None else None,
+          "board_power_w": g.board_power_w.value,
+          "price_usd": g.price_usd.value if g.price_usd else None,
+          "cloud_usd_per_gpu_hr": g.cloud_usd_per_gpu_hr.value if g.cloud_usd_per_gpu_hr else None}
+    host = max(HOST_RAM_MIN_GIB, HOST_RAM_FACTOR * cl.gpus_per_node * g.memory_gib.value) * GIB
+    return dev, fab, hw, host
+
+
+def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=None, seq_len=None,
+          optimizer=None, intra_node=None, inter_node=None, host_memory=None) -> Setup:
+    """Resolve user-level inputs into a Problem (no strategy yet)."""
+    spec = model if isinstance(model, ModelSpec) else resolve_model(str(model))
+    recipe = make_recipe(spec, tokens=tokens, steps=steps, global_batch=global_batch,
+                         seq_len=seq_len, optimizer=optimizer)
+    prof = _as_profile(profile)
+    if isinstance(gpus, str) and _LOCAL_RE.match(gpus.strip()):
+        dev, fab, hw, host = _local_setup(gpus, prof)
+    else:
+        dev, fab, hw, host = _catalog_setup(str(gpus), prof, intra_node, inter_node)
+        prof = dev.profile
+    if host_memory is not None:
+        if not (isinstance(host_memory, (int, float)) and math.isfinite(host_memory) and host_memory > 0):
+            raise UsageError(f"--host-memory must be a positive number of GiB, got {host_memory!r}")
+        host = float(host_memory) * GIB
+    notes = []
+    if recipe.global_batch < fab.n:
+        raise UsageError(f"--global-batch {recipe.global_batch} is smaller than the {fab.n} GPUs; "
+                         "each GPU needs at least one sample per step")
+    if recipe.global_batch % fab.n:
+        notes.append(f"global batch {recipe.global_batch} is not divisible by {fab.n} GPUs; "
+                     f"the busiest GPU processes {math.ceil(recipe.global_batch / fab.n)} samples")
+    pb = Problem(model=spec, seq_len=recipe.seq_len, global_batch=recipe.global_batch,
+                 optimizer=recipe.optimizer, device=dev, fabric=fab, host_memory=host,
+                 gpu_label=hw["gpu"])
+    return Setup(spec, recipe, pb, hw, prof, notes)
+
+
+def _space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
+    check_pins(pins)
+    notes: list[str] = []
+    if pins.get("precision"):
+        precs = [pins["precision"]]
+    else:
+        base = s.recipe.precision
+        if s.problem.device.gemm_peak(base) is None and base == "bf16":
+            notes.append(f"{s.hardware['gpu']} has no bf16: the recipe's bf16 runs as fp16 mixed precision")
+            base = "fp16"
+        precs = [base] + (["tf32"] if base == "fp32" and "tf32" in s.problem.device.peak_flops else [])
+    mb = pins.get("micro_batch")
+    if mb is not None and mb > s.problem.per_gpu_batch:
+        raise UsageError(f"--micro-batch {mb} exceeds the per-GPU batch of {s.problem.per_gpu_batch} "
+                         f"(global batch {s.recipe.global_batch} over {s.problem.n_gpus} GPUs)")
+    if pins.get("compile") is not None:
+        check_choice("--compile", pins["compile"], COMPILES)
+
+    def pick(key, choices):
+        return [pins[key]] if pins.get(key) is not None else list(choices)
+
+    return Space(
+        precisions=precs,
+        attentions=pick("attention", ATTENTIONS),
+        compiles=pick("compile", COMPILES),
+        checkpointings=pick("checkpointing", CHECKPOINTINGS),
+        shardings=pick("sharding", SHARDINGS) if s.problem.n_gpus > 1 or pins.get("sharding") else ["ddp", "zero1", "zero2", "zero3"],
+        offloads=pick("offload", OFFLOADS),
+        micro_batches=np.array([mb]) if mb is not None else None,
+    ), notes
+
+
+def _gib(x: float) -> float:
+    return float(x) / GIB
+
+
+def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> Plan:
+    a = tab.a
+    model, recipe, pb = s.model, s.recipe, s.problem
+    st = tab.strategy(i)
+    step = float(a["step_time"][i])
+    tokens_step = recipe.global_batch * recipe.seq_len
+    tps = tokens_step / step
+    peak = pb.device.gemm_peak(st.precision) or float("nan")
+    n = pb.n_gpus
+    mfu = tps * model_flops_per_token(model, recipe.seq_len) / (n * peak)
+    # executed FLOPs: the busiest GPU's per-step FLOPs, times GPUs, over the step time
+    hfu = float(a["hw_flops"][i]) / step / peak
+    days = recipe.steps * step / SECONDS_PER_DAY
+    days_at_peak = recipe.tokens * model_flops_per_token(model, recipe.seq_len) / (n * peak) / SECONDS_PER_DAY
+    mem = {k: _gib(a["mem_" + k][i]) for k in ("weights", "gradients", "optimizer", "activations", "logits", "other")}
+    mem["total"] = _gib(a["mem_total"][i])
+    mem["capacity"] = _gib(pb.device.usable_memory)
+    mem["host_offload_per_node"] = _gib(a["host_need"][i])
+    reasons = _reasons(s, tab, i)
+    prof = s.profile
+    iv = uncertainty.interval(days, prof.validation)
+    return Plan(
+        model={"name": model.display_name, "params": int(model.n_params()), "family": model.family},
+        recipe={"tokens": int(recipe.tokens), "steps": int(recipe.steps), "global_batch": recipe.global_batch,
+                "seq_len": recipe.seq_len, "optimizer": recipe.optimizer, "precision": recipe.precision,
+                "source": recipe.source, "description": recipe.describe()},
+        hardware=s.hardware,
+        profile={"name": prof.name, "method": prof.provenance.method, "date": prof.provenance.date},
+        strategy=st.model_dump(),
+        feasible=bool(a["feasible"][i]),
+        reasons=reasons,
+        step_time_s=step,
+        breakdown_s={"compute": float(a["compute"][i]), "forward": float(a["forward"][i]),
+                     "backward": float(a["backward"][i]), "recompute": float(a["recompute"][i]),
+                     "exposed_comm": float(a["exposed_comm"][i]), "optimizer": float(a["optimizer"][i]),
+                     "offload": float(a["offload_time"][i])},
+        tokens_per_s=tps, mfu=float(mfu), hfu=float(hfu), memory_gib=mem, days=float(days),
+        days_at_peak=float(days_at_peak), interval_days=iv,
+        interval_source=(f"80% interval from {prof.validation.n} validation residuals: {prof.validation.source}"
+                         if iv else None),
+        notes=s.notes + notes, n_strategies=n_evaluated,
+    )
+
+
+def _reasons(s: Setup, tab: Table, i: int) -> list[str]:
+    a = tab.a
+    out = []
+    st = tab.strategy(i)
+    cap = _gib(s.problem.device.usable_memory)
+    label = s.hardware["gpu"]
+    if s.problem.device.gemm_peak(st.precision) is None:
+        out.append(f"{label} does not support {st.precision}")
+    if not a["valid"][i]:
+        out.append(f"--offload {st.offload} does not work with --sharding {st.sharding}")
+    if not a["fits"][i]:
+        states = _gib(a["mem_weights"][i] + a["mem_gradients"][i] + a["mem_optimizer"][i])
+        tot = _gib(a["mem_total"][i])
+        if states > cap:
+            out.append(f"weights + gradients + optimizer states need {states:.1f} GiB per GPU; "
+                       f"one {label} has {cap:.1f} GiB usable")
+        else:
+            out.append(f"needs {tot:.1f} GiB per GPU (states {states:.1f} + activations "
+                       f"{_gib(a['mem_activations'][i]):.1f} + logits {_gib(a['mem_logits'][i]):.1f} + other "
+                       f"{_gib(a['mem_other'][i]):.1f}); one {label} has {cap:.1f} GiB usable")
+    if not a["host_ok"][i]:
+        out.append(f"offloaded states need {_gib(a['host_need'][i]):.0f} GiB of host RAM per node; "
+                   f"assumed {_gib(s.problem.host_memory):.0f} GiB (set --host-memory)")
+    return out
+
+
+@dataclass
+class SearchResult:
+    """All evaluated strategies of one search; ``plans`` are the best first."""
+
+    setup: Setup
+    table: Table
+    order: np.ndarray  # indices of feasible strategies, fastest first
+    n_evaluated: int
+    elapsed_ms: float
+    notes: list[str]
+
+    def plans(self, top: int | None = None) -> list[Plan]:
+        idx = self.order if top is None else self.order[:top]
+        return [_plan(self.setup, self.table, int(i), self.notes, self.n_evaluated) for i in idx]
+
+    @property
+    def best(self) -> Plan:
+        """Fastest feasible plan; if none fits, the least-memory valid one (feasible=False)."""
+        if self.order.size:
+            return _plan(self.setup, self.table, int(self.order[0]), self.notes, self.n_evaluated)
+        a = self.table.a
+        key = np.where(a["valid"], a["mem_total"], np.inf)
+        if not np.isfinite(key).any():
+            key = a["mem_total"]
+        p = _plan(self.setup, self.table, int(np.argmin(key)), self.notes, self.n_evaluated)
+        return p
+
+
+_PIN_KEYS = ("precision", "attention", "compile", "checkpointing", "sharding", "offload", "micro_batch")
+
+
+def _split(knobs: dict) -> tuple[dict, dict]:
+    setup_keys = ("profile", "tokens", "steps", "global_batch", "seq_len", "optimizer", "intra_node",
+                  "inter_node", "host_memory")
+    bad = set(knobs) - set(setup_keys) - set(_PIN_KEYS)
+    if bad:
+        raise UsageError(f"unknown option(s) {', '.join(sorted(bad))}; valid: "
+                         f"{', '.join(setup_keys + _PIN_KEYS)}")
+    return ({k: v for k, v in knobs.items() if k in setup_keys},
+            {k: v for k, v in knobs.items() if k in _PIN_KEYS})
+
+
+def run_search(model, gpus, **knobs) -> SearchResult:
+    """Evaluate every strategy allowed by the pinned knobs; see :func:`search`."""
+    t0 = time.perf_counter()
+    sk, pins = _split(knobs)
+    s = setup(model, gpus, **sk)
+    space, notes = _space(s, pins)
+    tab = evaluate(s.problem, space)
+    key = tab.a["rank_key"]
+    feas = np.nonzero(np.isfinite(key))[0]
+    order = feas[np.argsort(key[feas], kind="stable")]
+    return SearchResult(s, tab, order, len(tab), (time.perf_counter() - t0) * 1e3, notes)
+
+
+def search(model, gpus, top: int | None = None, **knobs) -> list[Plan]:
+    """All feasible strategies (knobs left free are searched), fastest first.
+
+    ``model``: preset name, path to a Hugging Face config.json, or a ModelSpec.
+    ``gpus``: '8x3090', '2x8xa100-80gb', '1xlocal' (with ``profile``).
+    Knobs: precision, attention, compile, checkpointing, sharding, offload, micro_batch (pins);
+    tokens, steps, global_batch, seq_len, optimizer (recipe); profile, intra_node, inter_node,
+    host_memory (hardware).
+    """
+    return run_search(model, gpus, **knobs).plans(top)
+
+
+def simulate(model, gpus, **knobs) -> Plan:
+    """The fastest feasible plan (or, if nothing fits, the closest one with reasons and fixes)."""
+    res = run_search(model, gpus, **knobs)
+    plan = res.best
+    plan.search_ms = res.elapsed_ms
+    if not plan.feasible:
+        plan.suggestions = suggest_fixes(model, gpus, knobs, res)
+    return plan
+
+
+def suggest_fixes(model, gpus, knobs: dict, res: SearchResult) -> list[str]:
+    """Smallest changes that would fit: unpin memory knobs, more GPUs, a larger card."""
+    out: list[str] = []
+    sk, pins = _split(knobs)
+    hw = res.setup.hardware
+    memory_pins = {k: v for k, v in pins.items() if k in ("sharding", "offload", "checkpointing", "micro_batch", "precision")}
+    if memory_pins:
+        free = run_search(model, gpus, **sk, **{k: v for k, v in pins.items() if k not in memory_pins})
+        if free.order.size:
+            b = free.best
+            out.append("unpin " + ", ".join("--" + k.replace("_", "-") for k in memory_pins)
+                       + f": {b.strategy_line()} fits ({b.memory_gib['total']:.1f} GiB)")
+    if hw["gpu_id"] == "local":
+        return out
+    gid = hw["gpu_id"]
+    for nodes, per in ((1, 2), (1, 4), (1, 8), (2, 8), (4, 8), (8, 8)):
+        if nodes * per <= hw["n_gpus"]:
+            continue
+        text = f"{per}x{gid}" if nodes == 1 else f"{nodes}x{per}x{gid}"
+        try:
+            r = run_search(model, text, **{k: v for k, v in sk.items() if k != "profile"}, **pins)
+        except UsageError:
+            continue
+        if r.order.size:
+            b = r.best
+            out.append(f"more GPUs: --gpus {text} fits ({b.strategy_line()}; {b.days:,.0f} days)")
+            break
+    cur = hardware.get_gpu(gid)
+    bigger = sorted((g for g in hardware.list_gpus() if g.usable_memory_gib.value > cur.usable_memory_gib.value),
+                    key=lambda g: g.usable_memory_gib.value)
+    for g in bigger:
+        text = f"{hw['n_gpus']}x{g.id}" if hw["nodes"] == 1 else f"{hw['nodes']}x{hw['gpus_per_node']}x{g.id}"
+        try:
+            r = run_search(model, text, **{k: v for k, v in sk.items() if k not in ("profile", "intra_node")}, **pins)
+        except UsageError:
+            continue
+        if r.order.size:
+            out.append(f"a larger card: --gpus {text} ({g.usable_memory_gib.value:.1f} GiB usable) fits; "
+                       f"{r.best.days:,.0f} days")
+            break
+    return out

@@ -1,0 +1,128 @@
+"""The `simulate` command: one model on one cluster, plus subcommands.
+
+Exit status: 0 = a feasible plan, 1 = nothing fits, 2 = usage error (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+
+from .errors import UsageError
+
+SUBCOMMANDS = {"validate-published": "simulator.published:main"}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        raise UsageError(message)
+
+
+def _positive_int(flag):
+    def conv(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a positive integer, got {text!r}") from None
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"{flag} must be a positive integer, got {text!r}")
+        return v
+    return conv
+
+
+def _positive_float(flag):
+    def conv(text):
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a positive number, got {text!r}") from None
+        if not v > 0 or v == float("inf"):
+            raise argparse.ArgumentTypeError(f"{flag} must be a positive number, got {text!r}")
+        return v
+    return conv
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="simulate", description="How long and how much to pre-train a model on given GPUs. "
+                f"Subcommands: {', '.join(SUBCOMMANDS)} (run `simulate SUBCOMMAND --help`).")
+    p.add_argument("--model", required=True, help="preset (e.g. pythia-1b) or path to a Hugging Face config.json")
+    p.add_argument("--gpus", required=True, help="8x3090, 2x8xa100-80gb, h100 or Nxlocal with --profile")
+    p.add_argument("--profile", help="efficiency profile JSON written by `calibrate` (default: catalog profile)")
+    p.add_argument("--intra-node", help="intra-node link id (e.g. pcie4-p2p, nvlink-bridge-3, nvswitch-3)")
+    p.add_argument("--inter-node", type=_positive_float("--inter-node"), help="inter-node bandwidth per node, Gbit/s")
+    p.add_argument("--host-memory", type=_positive_float("--host-memory"), help="host RAM per node, GiB (offload check)")
+    g = p.add_argument_group("recipe")
+    g.add_argument("--tokens", help="total training tokens (e.g. 300B, 2.5e11)")
+    g.add_argument("--steps", help="optimizer steps")
+    g.add_argument("--global-batch", help="sequences per optimizer step")
+    g.add_argument("--seq-len", help="tokens per sequence")
+    g.add_argument("--optimizer", help="adamw | adam | lion | sgd")
+    k = p.add_argument_group("strategy (omit to search)")
+    k.add_argument("--precision", help="fp32 | tf32 | bf16 | fp16")
+    k.add_argument("--attention", help="eager | sdpa")
+    k.add_argument("--compile", dest="compile", action="store_true", default=None, help="torch.compile")
+    k.add_argument("--no-compile", dest="compile", action="store_false")
+    k.add_argument("--checkpointing", help="none | selective | full")
+    k.add_argument("--sharding", help="ddp | zero1 | zero2 | zero3 | fsdp-grad-op | fsdp-full")
+    k.add_argument("--offload", help="none | optimizer | all")
+    k.add_argument("--micro-batch", type=_positive_int("--micro-batch"), help="samples per micro-batch per GPU")
+    o = p.add_argument_group("output")
+    o.add_argument("--top", type=_positive_int("--top"), help="also list the N best strategies")
+    o.add_argument("--json", action="store_true", help="print one JSON object (see README)")
+    return p
+
+
+def _knobs(a: argparse.Namespace) -> dict:
+    keys = ("profile", "intra_node", "inter_node", "host_memory", "tokens", "steps", "global_batch",
+            "seq_len", "optimizer", "precision", "attention", "compile", "checkpointing", "sharding",
+            "offload", "micro_batch")
+    out = {k: getattr(a, k) for k in keys if getattr(a, k) is not None}
+    for k in ("precision", "attention", "checkpointing", "sharding", "offload", "optimizer"):
+        if k in out:
+            out[k] = str(out[k]).strip().lower()
+    return out
+
+
+def run(argv: list[str]) -> int:
+    from . import api
+    from .report import render_plan
+
+    args = build_parser().parse_args(argv)
+    knobs = _knobs(args)
+    res = api.run_search(args.model, args.gpus, **knobs)
+    plan = res.best
+    plan.search_ms = res.elapsed_ms
+    if not plan.feasible:
+        plan.suggestions = api.suggest_fixes(args.model, args.gpus, knobs, res)
+    top = res.plans(args.top) if args.top else None
+    if args.json:
+        d = plan.to_dict()
+        if top:
+            d["top"] = [t.to_dict() for t in top]
+        print(json.dumps(d, indent=2, default=str))
+    else:
+        render_plan(plan, Console(), top)
+    return 0 if plan.feasible else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            mod, fn = SUBCOMMANDS[argv[0]].split(":")
+            import importlib
+
+            return int(getattr(importlib.import_module(mod), fn)(argv[1:]) or 0)
+        return run(argv)
+    except UsageError as exc:
+        print(f"simulate: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

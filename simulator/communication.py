@@ -1,0 +1,62 @@
+"""Collective communication time (seconds) for data-parallel training, DESIGN.md "Physics" 5.
+
+alpha-beta ring collectives, hierarchical across nodes: within a node over the intra-node
+link, between nodes over the node's network (each node's GPUs share its bandwidth).
+Ring all-reduce moves 2(n-1)/n of the buffer per GPU; reduce-scatter and all-gather (n-1)/n.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """Links of a cluster as the physics needs them (bytes/s, seconds)."""
+
+    nodes: int
+    gpus_per_node: int
+    intra_bw: float  # bus bandwidth per GPU inside a node, bytes/s
+    intra_alpha: float  # s
+    inter_bw: float  # per node, bytes/s (0 if single node)
+    inter_alpha: float  # s
+
+    @property
+    def n(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+def all_reduce(f: Fabric, nbytes) -> np.ndarray:
+    """Seconds to all-reduce a buffer of ``nbytes`` across all GPUs (hierarchical)."""
+    s = np.asarray(nbytes, dtype=float)
+    g, N = f.gpus_per_node, f.nodes
+    t = np.zeros_like(s)
+    if g > 1:
+        if N == 1:
+            t = t + f.intra_alpha + 2 * (g - 1) / g * s / f.intra_bw
+        else:  # reduce-scatter + all-gather inside the node around the inter-node all-reduce
+            t = t + 2 * (f.intra_alpha + (g - 1) / g * s / f.intra_bw)
+    if N > 1:
+        t = t + f.inter_alpha + 2 * (N - 1) / N * s / f.inter_bw
+    return np.where(s > 0, t, 0.0)
+
+
+def gather_or_scatter(f: Fabric, nbytes) -> np.ndarray:
+    """Seconds for an all-gather or reduce-scatter whose full (unsharded) size is ``nbytes``."""
+    s = np.asarray(nbytes, dtype=float)
+    g, N = f.gpus_per_node, f.nodes
+    t = np.zeros_like(s)
+    if g > 1:
+        t = t + f.intra_alpha + (g - 1) / g * s / f.intra_bw
+    if N > 1:
+        t = t + f.inter_alpha + (N - 1) / N * s / f.inter_bw
+    return np.where(s > 0, t, 0.0)
+
+
+def exposed(comm, window, units) -> np.ndarray:
+    """Part of ``comm`` seconds not hidden behind ``window`` seconds of compute; the last of
+    ``units`` buckets/layers can never be hidden."""
+    comm = np.asarray(comm, dtype=float)
+    return np.maximum(comm - window, comm / np.maximum(units, 1))

@@ -1,0 +1,258 @@
+"""Vectorized evaluation of a whole strategy space for one model, recipe and cluster.
+
+Every strategy (precision x attention x compile x checkpointing x sharding x offload x
+micro-batch) becomes one element of flat numpy arrays: step time and its parts (seconds),
+memory per GPU by component (bytes), feasibility. No I/O; DESIGN.md "Physics" 1-7.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import product
+
+import numpy as np
+
+from . import communication as comm
+from . import memory, workload
+from .compute import micro_batch_time
+from .device import Device
+from .strategy import SHARD_STAGE, Strategy, offload_allowed
+
+#: Bytes a sharded/unsharded Adam-family step moves per parameter (read master weights,
+#: gradient, moments; write weights, moments; plus a half copy in mixed precision), and the
+#: gradient-norm clipping pass (read for the norm, read + write to scale: 3 x grad bytes).
+OPT_MOMENT_BYTES = {"adam": 8, "adamw": 8, "lion": 4, "sgd": 4}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is being trained on what: everything but the strategy."""
+
+    model: object  # ModelSpec
+    seq_len: int
+    global_batch: int  # sequences per optimizer step
+    optimizer: str
+    device: Device
+    fabric: comm.Fabric
+    host_memory: float  # bytes of host RAM per node available for offloaded states
+    gpu_label: str  # e.g. "RTX 3090 24 GB" for messages
+
+    @property
+    def n_gpus(self) -> int:
+        return self.fabric.n
+
+    @property
+    def per_gpu_batch(self) -> int:
+        """Samples each GPU processes per optimizer step (the slowest rank's share)."""
+        return math.ceil(self.global_batch / self.n_gpus)
+
+
+@dataclass
+class Space:
+    """Values of each knob to evaluate (a pinned knob has one value)."""
+
+    precisions: list[str]
+    attentions: list[str]
+    compiles: list[bool]
+    checkpointings: list[str]
+    shardings: list[str]
+    offloads: list[str]
+    micro_batches: np.ndarray | None = None  # None = 1..per-GPU batch
+
+    @property
+    def size_without_mb(self) -> int:
+        return (len(self.precisions) * len(self.attentions) * len(self.compiles)
+                * len(self.checkpointings) * len(self.shardings) * len(self.offloads))
+
+
+@dataclass
+class Table:
+    """Flat arrays, one element per evaluated strategy."""
+
+    problem: Problem
+    packs: list[tuple[str, str, bool, str]]
+    shardings: list[str]
+    offloads: list[str]
+    a: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.a["step_time"].size)
+
+    def strategy(self, i: int) -> Strategy:
+        p, att, c, ck = self.packs[int(self.a["pack"][i])]
+        return Strategy(precision=p, attention=att, compile=c, checkpointing=ck,
+                        sharding=self.shardings[int(self.a["sharding"][i])],
+                        offload=self.offloads[int(self.a["offload"][i])],
+                        micro_batch=int(self.a["micro_batch"][i]), grad_accum=int(self.a["grad_accum"][i]))
+
+
+def model_flops_per_token(model, seq_len: int) -> float:
+    """Training FLOPs per token for MFU: 6 N + 12 L h s (llm-foundry / PaLM convention, N = all
+    parameters, attention counted non-causal)."""
+    return 6.0 * model.n_params() + workload.attention_model_flops_per_token(model, seq_len)
+
+
+def _layer_params(model) -> float:
+    emb = model.n_embedding_params() if hasattr(model, "n_embedding_params") else 0
+    return max(1.0, (model.n_params() - emb) / model.n_layers)
+
+
+def evaluate(pb: Problem, space: Space) -> Table:
+    """Evaluate every strategy of ``space`` on ``pb``; returns a Table of flat arrays."""
+    model, dev, fab = pb.model, pb.device, pb.fabric
+    n, B, seq = pb.n_gpus, pb.per_gpu_batch, pb.seq_len
+    P = float(model.n_params())
+    PL = _layer_params(model)
+    L = model.n_layers
+    packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
+    K = len(packs)
+    mb_all = np.arange(1, B + 1, dtype=float)
+
+    # --- per pack, per micro-batch size (1..B): compute time and activation memory
+    fwd = np.empty((K, B)); bwd = np.empty((K, B)); rec = np.empty((K, B)); hw = np.empty((K, B))
+    act = np.empty((K, B)); logit = np.empty((K, B)); cast = np.zeros(K); supported = np.ones(K, bool)
+    for i, (p, att, c, ck) in enumerate(packs):
+        if dev.gemm_peak(p) is None:
+            supported[i] = False
+            fwd[i] = bwd[i] = rec[i] = hw[i] = np.inf
+            act[i] = logit[i] = np.inf
+            continue
+        t = micro_batch_time(model, seq, mb_all, p, att, c, ck, dev, half_params=True, n_params=P)
+        fwd[i], bwd[i], rec[i], hw[i] = t.fwd, t.bwd, t.recompute, t.hw_flops
+        act[i] = memory.activations(model, seq, mb_all, p, att, ck)
+        logit[i] = memory.logits_bytes(model, seq, mb_all, p, c)
+        if p in ("bf16", "fp16"):  # autocast weight casts once per micro-batch (DDP keeps fp32 weights)
+            cast[i] = 6.0 * P / (dev.mem_bw * dev.profile.memory_bw_eff)
+
+    # --- micro-batch candidates: pinned, or every size whose activations could fit at all
+    if space.micro_batches is not None:
+        mbs = np.asarray(space.micro_batches, dtype=int)
+    else:
+        floor_states = min(sum(memory.model_states(P, PL, p, "zero3", "all", pb.optimizer, n)[k]
+                               for k in ("weights", "gradients", "optimizer")) for p in space.precisions)
+        need = np.min(act + logit, axis=0) * (1 + memory.FRAGMENTATION) + floor_states
+        fits = need <= dev.usable_memory
+        last_fit = int(np.nonzero(fits)[0].max()) + 1 if fits.any() else 1
+        mbs = np.arange(1, last_fit + 1)
+    M = mbs.size
+    mi = mbs - 1
+    ga = np.ceil(B / mbs).astype(int)  # (M,)
+    last = B - (ga - 1) * mbs  # size of the last (possibly smaller) micro-batch
+    li = last - 1
+
+    def step_sum(x):  # (K,B) per-micro-batch quantity -> (K,M) per optimizer step
+        return (ga - 1) * x[:, mi] + x[:, li]
+
+    tmb = fwd + bwd + rec
+    compute = step_sum(tmb)  # (K,M)
+    hw_step = step_sum(hw)
+
+    Z, O = len(space.shardings), len(space.offloads)
+    shape = (K, M, Z, O)
+    prec = [pk[0] for pk in packs]
+    stage = np.array([SHARD_STAGE[s] for s in space.shardings])
+    ddp = np.array([s == "ddp" for s in space.shardings])
+
+    # --- model states (K, Z, O) and host RAM
+    w = np.zeros((K, Z, O)); g = np.zeros((K, Z, O)); o = np.zeros((K, Z, O)); host = np.zeros((K, Z, O))
+    gc = np.zeros((K, Z)); wc = np.zeros((K, Z))
+    for i, p in enumerate(prec):
+        for j, s in enumerate(space.shardings):
+            wb, gb, _ = memory.state_bytes_per_param(p, s, pb.optimizer)
+            gc[i, j], wc[i, j] = gb, wb
+            for k, off in enumerate(space.offloads):
+                st = memory.model_states(P, PL, p, s, off, pb.optimizer, n)
+                w[i, j, k], g[i, j, k], o[i, j, k], host[i, j, k] = (
+                    st["weights"], st["gradients"], st["optimizer"], st["host"])
+
+    # --- communication (K, M, Z)
+    bwd_mb = (bwd + rec)[:, mi][:, :, None]; bwd_last = (bwd + rec)[:, li][:, :, None]
+    fwd_mb = fwd[:, mi][:, :, None]; fwd_last = fwd[:, li][:, :, None]
+    gaz = ga[None, :, None]
+    grad_bytes = (P * gc)[:, None, :]
+    w_bytes = (P * wc)[:, None, :]
+    buckets = np.ceil(grad_bytes / memory.MIB / 25.0)
+    exposed_comm = np.zeros((K, M, Z))
+    if n > 1:
+        ar = comm.all_reduce(fab, grad_bytes)
+        rs = comm.gather_or_scatter(fab, grad_bytes)
+        ag = comm.gather_or_scatter(fab, w_bytes)
+        per_mb = lambda c, win_mb, win_last, units: (  # noqa: E731
+            (gaz - 1) * comm.exposed(c, win_mb, units) + comm.exposed(c, win_last, units))
+        for j, s in enumerate(space.shardings):
+            sl = (slice(None), slice(None), slice(j, j + 1))
+            if s == "ddp":
+                e = comm.exposed(ar[sl], bwd_last, buckets[sl])
+            elif s == "zero1":
+                e = comm.exposed(rs[sl], bwd_last, buckets[sl]) + ag[sl]
+            elif s == "zero2":
+                e = per_mb(rs[sl], bwd_mb, bwd_last, L) + ag[sl]
+            elif s == "fsdp-grad-op":
+                e = per_mb(ag[sl], fwd_mb, fwd_last, L) + per_mb(rs[sl], bwd_mb, bwd_last, L)
+            else:  # zero3 / fsdp-full: gather in forward, gather + reduce-scatter in backward
+                e = per_mb(ag[sl], fwd_mb, fwd_last, L) + per_mb(ag[sl] + rs[sl], bwd_mb, bwd_last, L)
+            exposed_comm[:, :, j] = np.broadcast_to(e, (K, M, 1))[:, :, 0]
+
+    # --- optimizer step and offload (K, Z, O) / (K, M, Z, O)
+    prof = dev.profile
+    local = np.where(stage >= 1, P / n, P)[None, :, None]  # params each rank updates
+    opt_bytes = np.zeros((K, Z, 1))
+    for i, p in enumerate(prec):
+        half_copy = 2.0 if p in ("bf16", "fp16") else 0.0
+        for j in range(Z):
+            gb = gc[i, j]
+            opt_bytes[i, j, 0] = 4 + gb + OPT_MOMENT_BYTES[pb.optimizer] * 2 + 4 + half_copy + 3 * gb
+    opt_eff = prof.optimizer_bw_eff.get("foreach", min(prof.optimizer_bw_eff.values()))
+    gpu_opt = local * opt_bytes / (dev.mem_bw * opt_eff) + 12 * L * 1e-6 * prof.launch_overhead_us
+    offl = np.array(space.offloads)[None, None, :]
+    cpu_rate = prof.cpu_adam_gparams_per_s * 1e9 / fab.gpus_per_node  # node's CPU shared by its GPUs
+    off_step = np.where(offl != "none",
+                        local / cpu_rate + local * (gc + wc)[:, :, None] / dev.host_bw, 0.0)
+    optimizer_t = np.where(offl == "none", gpu_opt, 0.0)  # (K,Z,O); offloaded steps run on the CPU
+    optimizer_t = np.broadcast_to(optimizer_t, (K, Z, O))
+    stream = (2 * P * wc / n + P * gc / n)[:, :, None] / dev.host_bw  # per micro-batch, offload 'all'
+    win = (tmb[:, mi])[:, :, None, None]
+    win_last = (tmb[:, li])[:, :, None, None]
+    stream4 = np.where(offl == "all", stream, 0.0)[:, None, :, :]
+    offload_t = off_step[:, None, :, :] + (gaz[..., None] - 1) * comm.exposed(stream4, win, L) \
+        + comm.exposed(stream4, win_last, L)
+
+    cast_step = (cast[:, None] * ga[None, :])[:, :, None] * ddp[None, None, :]  # (K,M,Z)
+
+    # --- assemble (K, M, Z, O)
+    comp4 = (compute[:, :, None] + cast_step)[..., None]
+    step = comp4 + exposed_comm[..., None] + optimizer_t[:, None] + offload_t
+    act4 = act[:, mi][:, :, None, None]; log4 = logit[:, mi][:, :, None, None]
+    mem_w = np.broadcast_to(w[:, None], shape); mem_g = np.broadcast_to(g[:, None], shape)
+    mem_o = np.broadcast_to(o[:, None], shape)
+    other = memory.COMM_BUFFER_BYTES + memory.FRAGMENTATION * act4
+    total = mem_w + mem_g + mem_o + act4 + log4 + other
+    valid = np.array([[offload_allowed(s, off) for off in space.offloads] for s in space.shardings])
+    valid4 = np.broadcast_to(valid[None, None] & supported[:, None, None, None], shape)
+    host_need = host[:, None] * fab.gpus_per_node  # per node
+    host_ok = np.broadcast_to(host_need <= pb.host_memory, shape)
+    fits = total <= dev.usable_memory
+    feasible = valid4 & fits & host_ok
+
+    tab = Table(problem=pb, packs=packs, shardings=list(space.shardings), offloads=list(space.offloads))
+    idx = np.indices(shape)
+    bc = lambda x: np.broadcast_to(x, shape).ravel()  # noqa: E731
+    tab.a = {
+        "pack": idx[0].ravel(), "sharding": idx[2].ravel(), "offload": idx[3].ravel(),
+        "micro_batch": bc(mbs[None, :, None, None]), "grad_accum": bc(ga[None, :, None, None]),
+        "step_time": bc(step), "compute": bc(comp4), "exposed_comm": bc(exposed_comm[..., None]),
+        "optimizer": bc(optimizer_t[:, None]), "offload_time": bc(offload_t),
+        "forward": bc(step_sum(fwd)[:, :, None, None]), "backward": bc(step_sum(bwd)[:, :, None, None]),
+        "recompute": bc(step_sum(rec)[:, :, None, None]),
+        "hw_flops": bc(hw_step[:, :, None, None]),
+        "mem_weights": bc(mem_w), "mem_gradients": bc(mem_g), "mem_optimizer": bc(mem_o),
+        "mem_activations": bc(act4), "mem_logits": bc(log4), "mem_other": bc(other), "mem_total": bc(total),
+        "host_need": bc(host_need),
+        "valid": valid4.ravel(), "fits": bc(fits), "host_ok": host_ok.ravel(), "feasible": feasible.ravel(),
+    }
+    # Simplicity rank breaks ties: no offload, no checkpointing, plain DDP, larger micro-batch.
+    ck_rank = np.array([("none", "selective", "full").index(pk[3]) for pk in packs])
+    rank = (tab.a["offload"] * 100 + ck_rank[tab.a["pack"]] * 10 + stage[tab.a["sharding"]]).astype(float)
+    tab.a["rank_key"] = np.where(feasible.ravel(), tab.a["step_time"] * (1 + 1e-9 * rank), np.inf)
+    return tab

@@ -1,0 +1,44 @@
+"""Roofline time of single kernels, from a device's peaks and its efficiency profile.
+
+Pure functions, vectorized over numpy arrays. Units: FLOPs, bytes, seconds; peaks in
+FLOP/s, bandwidth in bytes/s. Shared by the simulator and by calibration's fitting, so a
+profile fitted to microbenchmarks means exactly what the simulator uses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def gemm_thickness(m, n, k):
+    """Shape thickness x = m*n*k / (m*n + n*k + m*k) (elements); n/3 for a square GEMM."""
+    m, n, k = (np.asarray(a, dtype=float) for a in (m, n, k))
+    return m * n * k / (m * n + n * k + m * k)
+
+
+def gemm_efficiency(m, n, k, e_max: float, x_half: float):
+    """Achieved fraction of dense peak for GEMM (m x k) @ (k x n): e_max * x / (x + x_half)."""
+    x = gemm_thickness(m, n, k)
+    return e_max * x / (x + x_half)
+
+
+def gemm_time(m, n, k, peak_flops: float, e_max: float, x_half: float, bytes_per_el: float,
+              bw: float, bw_eff: float, launch_s: float):
+    """Seconds for one GEMM: launch + max(compute at shape efficiency, operand traffic)."""
+    m, n, k = (np.asarray(a, dtype=float) for a in (m, n, k))
+    flops = 2.0 * m * n * k
+    eff = gemm_efficiency(m, n, k, e_max, x_half)
+    t_compute = flops / (peak_flops * eff)
+    t_memory = bytes_per_el * (m * k + k * n + m * n) / (bw * bw_eff)
+    return launch_s + np.maximum(t_compute, t_memory)
+
+
+def memory_bound_time(nbytes, bw: float, bw_eff: float, launch_s: float, n_kernels=1):
+    """Seconds for bandwidth-bound kernels moving ``nbytes`` in total."""
+    return np.asarray(n_kernels, dtype=float) * launch_s + np.asarray(nbytes, dtype=float) / (bw * bw_eff)
+
+
+def collective_time(bus_bytes, alpha_s: float, busbw: float):
+    """alpha-beta collective: latency + bus bytes / bus bandwidth (bytes, bytes/s)."""
+    bus_bytes = np.asarray(bus_bytes, dtype=float)
+    return np.where(bus_bytes > 0, alpha_s + bus_bytes / busbw, 0.0)

@@ -1,0 +1,232 @@
+"""Efficiency profiles: what a device achieves relative to its peaks.
+
+One validated file format, written by calibration (``calibrate``) and used for the
+catalog's default profiles (``hardware_catalog/profiles/<gpu_id>.json``, derived from
+published microbenchmarks). Every fraction here is dimensionless; times are in
+microseconds, bandwidths in GB/s (1e9 bytes/s), peaks in TFLOPS (1e12 FLOP/s, dense).
+
+The kernel-time model these parameters feed lives in :mod:`simulator.kernels`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import UsageError
+
+SCHEMA_VERSION = 1
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="after")
+    def _finite(self):  # reject NaN / inf anywhere in numeric fields
+        for name, value in self:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{name} must be finite, got {value}")
+        return self
+
+
+class GemmEfficiency(_Strict):
+    """Achieved fraction of the dtype's dense peak for a GEMM of shape (m, n, k).
+
+    eff(m, n, k) = e_max * x / (x + x_half), with x = m*n*k / (m*n + n*k + m*k)
+    (a shape "thickness" in elements: n/3 for a square GEMM, ~min dim for thin ones).
+    """
+
+    e_max: float = Field(gt=0, le=1)
+    x_half: float = Field(ge=0, description="thickness at which eff = e_max/2 (elements)")
+    source: str
+
+
+class AttentionEfficiency(_Strict):
+    """Achieved fraction of the dtype's dense peak for fused attention kernels (FLOP-bound).
+
+    'flash' and 'mem_efficient' are SDPA fused backends; 'math' (eager) is modelled as
+    GEMMs plus bandwidth-bound softmax over the materialised s x s scores.
+    """
+
+    flash_fwd: float = Field(gt=0, le=1)
+    flash_bwd: float = Field(gt=0, le=1)
+    mem_efficient_fwd: float = Field(gt=0, le=1)
+    mem_efficient_bwd: float = Field(gt=0, le=1)
+    source: str
+
+
+class CollectiveFit(_Strict):
+    """alpha-beta model of one collective over one link: t = alpha + bytes_bus / busbw."""
+
+    alpha_us: float = Field(ge=0)
+    busbw_gbs: float = Field(gt=0)
+    source: str
+
+
+class DeviceInfo(_Strict):
+    """The device a profile describes (enough to simulate it as ``1xlocal``)."""
+
+    kind: Literal["cuda", "cpu", "rocm"]
+    name: str
+    gpu_id: str | None = None  # catalog id when the device is a catalog GPU
+    peak_tflops: dict[str, float]  # dense peaks per precision, TFLOPS
+    mem_bw_gbs: float = Field(gt=0)
+    memory_gib: float = Field(gt=0)
+    usable_memory_gib: float = Field(gt=0)
+    host_memory_gib: float | None = None
+    board_power_w: float | None = None
+
+    @field_validator("peak_tflops")
+    @classmethod
+    def _peaks(cls, v: dict[str, float]) -> dict[str, float]:
+        for key, val in v.items():
+            if key not in PRECISIONS:
+                raise ValueError(f"unknown precision {key!r}; valid: {', '.join(PRECISIONS)}")
+            if not (math.isfinite(val) and val > 0):
+                raise ValueError(f"peak_tflops[{key}] must be a positive finite number")
+        if "fp32" not in v:
+            raise ValueError("peak_tflops needs at least 'fp32'")
+        return v
+
+
+class Provenance(_Strict):
+    method: Literal["published", "calibration"]
+    date: str
+    sources: list[str] = []
+    torch: str | None = None
+    cuda: str | None = None
+    driver: str | None = None
+    host: str | None = None
+    command: str | None = None
+
+
+class ValidationSummary(_Strict):
+    """Residuals of predicted vs measured step time / throughput, for intervals.
+
+    residuals are log(measured / predicted) of throughput-equivalent quantities
+    (positive = real run slower than predicted... see ``simulator.uncertainty``).
+    """
+
+    source: str
+    n: int = Field(ge=0)
+    mape: float = Field(ge=0)
+    log_ratio_residuals: list[float] = []
+
+
+class Profile(_Strict):
+    schema_version: int
+    name: str
+    device: DeviceInfo
+    provenance: Provenance
+    gemm: dict[str, GemmEfficiency]  # per precision actually executed: fp32, tf32, bf16, fp16
+    attention: AttentionEfficiency
+    memory_bw_eff: float = Field(gt=0, le=1)  # of device.mem_bw_gbs, bandwidth-bound kernels
+    memory_bw_eff_source: str
+    launch_overhead_us: float = Field(ge=0)  # per kernel, eager PyTorch
+    compiled_launch_overhead_us: float = Field(ge=0)  # per fused kernel under torch.compile
+    launch_source: str
+    optimizer_bw_eff: dict[str, float]  # 'fused', 'foreach', 'for_loop' -> fraction of mem bw
+    optimizer_source: str
+    host_to_device_gbs: float = Field(gt=0)  # pinned copies
+    host_to_device_pageable_gbs: float | None = None
+    host_source: str
+    cpu_adam_gparams_per_s: float = Field(gt=0)  # CPU Adam throughput for offload, 1e9 params/s
+    cpu_adam_source: str
+    collectives: dict[str, CollectiveFit] = {}  # optional overrides keyed by link id
+    validation: ValidationSummary | None = None
+
+    @field_validator("schema_version")
+    @classmethod
+    def _version(cls, v: int) -> int:
+        if v != SCHEMA_VERSION:
+            raise ValueError(f"unsupported schema_version {v}; this simulator reads version {SCHEMA_VERSION}")
+        return v
+
+    @field_validator("gemm")
+    @classmethod
+    def _gemm_keys(cls, v: dict[str, GemmEfficiency]) -> dict[str, GemmEfficiency]:
+        if "fp32" not in v:
+            raise ValueError("gemm needs at least 'fp32'")
+        for key in v:
+            if key not in PRECISIONS:
+                raise ValueError(f"gemm: unknown precision {key!r}; valid: {', '.join(PRECISIONS)}")
+        return v
+
+    @field_validator("optimizer_bw_eff")
+    @classmethod
+    def _opt_keys(cls, v: dict[str, float]) -> dict[str, float]:
+        for key, val in v.items():
+            if key not in ("fused", "foreach", "for_loop"):
+                raise ValueError(f"optimizer_bw_eff: unknown implementation {key!r}")
+            if not (math.isfinite(val) and 0 < val <= 1):
+                raise ValueError(f"optimizer_bw_eff[{key}] must be in (0, 1]")
+        return v
+
+    def gemm_for(self, precision: str) -> GemmEfficiency:
+        """GEMM efficiency for the precision GEMMs execute in (falls back to bf16/fp16 peers)."""
+        if precision in self.gemm:
+            return self.gemm[precision]
+        for alt in {"bf16": ("fp16",), "fp16": ("bf16",), "tf32": ("fp32",)}.get(precision, ()):
+            if alt in self.gemm:
+                return self.gemm[alt]
+        return self.gemm["fp32"]
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+    return f"field {loc}: {err.get('msg', 'invalid')}"
+
+
+def load_profile(path: str | os.PathLike) -> Profile:
+    """Read and validate a profile file; raise UsageError naming the file and the field."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read profile {str(p)!r}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"profile {str(p)!r} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    return parse_profile(data, origin=str(p))
+
+
+def parse_profile(data: object, origin: str = "<profile>") -> Profile:
+    """Validate an already-parsed profile mapping."""
+    if not isinstance(data, dict):
+        raise UsageError(f"profile {origin!r}: expected a JSON object at the top level")
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise UsageError(f"profile {origin!r} is malformed: {_first_error(exc)}") from None
+
+
+def write_json_atomic(path: str | os.PathLike, data: object) -> None:
+    """Write JSON to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=2, sort_keys=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_profile(profile: Profile, path: str | os.PathLike) -> None:
+    """Validate and write a profile atomically."""
+    write_json_atomic(path, profile.model_dump(mode="json"))

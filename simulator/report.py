@@ -1,0 +1,58 @@
+"""Human-readable rendering of plans (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from .plan import Plan
+
+
+def _fmt_days(d: float) -> str:
+    return f"{d:,.1f}" if d < 100 else f"{d:,.0f}"
+
+
+def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> None:
+    """Print the summary of DESIGN.md's 'What a good answer looks like'."""
+    m, r, hw = plan.model, plan.recipe, plan.hardware
+    console.print(f"[bold]{m['name']}[/] · {m['params'] / 1e9:.2f} B parameters · {r['description']}")
+    console.print(f"{hw['description']} · profile: {plan.profile['name']} ({plan.profile['method']}, {plan.profile['date']})")
+    console.print()
+    if plan.feasible:
+        console.print(f"[bold green]Fastest feasible[/] of {plan.n_strategies:,} strategies"
+                      + (f" (searched in {plan.search_ms:.0f} ms)" if plan.search_ms else ""))
+    else:
+        console.print(f"[bold red]Nothing fits[/] among {plan.n_strategies:,} strategies; the closest:")
+    console.print(f"  {plan.strategy_line()}")
+    b = plan.breakdown_s
+    console.print(f"  step        {plan.step_time_s:.2f} s   compute {b['compute']:.2f} (fwd {b['forward']:.2f} · "
+                  f"bwd {b['backward']:.2f} · recompute {b['recompute']:.2f}) · exposed comm {b['exposed_comm']:.2f} · "
+                  f"optimizer {b['optimizer']:.3f} · offload {b['offload']:.2f}")
+    console.print(f"  throughput  {plan.tokens_per_s:,.0f} tokens/s · MFU {plan.mfu:.0%} · HFU {plan.hfu:.0%}")
+    mg = plan.memory_gib
+    console.print(f"  memory/GPU  {mg['total']:.1f} of {mg['capacity']:.1f} GiB   weights {mg['weights']:.1f} · "
+                  f"grads {mg['gradients']:.1f} · optimizer {mg['optimizer']:.1f} · activations "
+                  f"{mg['activations']:.1f} · logits {mg['logits']:.1f} · other {mg['other']:.1f}"
+                  + (f" · host {mg['host_offload_per_node']:.0f} GiB/node" if mg.get("host_offload_per_node") else ""))
+    iv = f"  (80% interval {_fmt_days(plan.interval_days[0])}–{_fmt_days(plan.interval_days[1])})" if plan.interval_days else ""
+    console.print(f"  days        [bold]{_fmt_days(plan.days)}[/]{iv}        floor at 100% of peak: "
+                  f"{_fmt_days(plan.days_at_peak)} days")
+    cost = getattr(plan, "cost", None)
+    if cost:
+        console.print(f"  cost        {cost}")
+    for reason in plan.reasons:
+        console.print(f"  [red]why:[/] {reason}")
+    for s in plan.suggestions:
+        console.print(f"  [yellow]would fit:[/] {s}")
+    for n in plan.notes:
+        console.print(f"  [dim]note: {n}[/]")
+    if plan.interval_source:
+        console.print(f"  [dim]{plan.interval_source}[/]")
+    if top:
+        t = Table(title=f"Top {len(top)} strategies", show_lines=False)
+        for col in ("#", "strategy", "step s", "tokens/s", "MFU", "mem GiB", "days"):
+            t.add_column(col, justify="right" if col not in ("strategy",) else "left")
+        for i, p in enumerate(top, 1):
+            t.add_row(str(i), p.strategy_line(), f"{p.step_time_s:.2f}", f"{p.tokens_per_s:,.0f}",
+                      f"{p.mfu:.0%}", f"{p.memory_gib['total']:.1f}", _fmt_days(p.days))
+        console.print(t)

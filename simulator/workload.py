@@ -1,0 +1,171 @@
+"""The operations of one training micro-batch: GEMM shapes, attention, bandwidth-bound bytes.
+
+Pure functions of the model, sequence length, micro-batch size (numpy array, vectorized) and
+the execution knobs. Units: elements for shapes, FLOPs, bytes. No timing here (see compute).
+
+Conventions (DESIGN.md "Physics" 1): a GEMM (m x k) @ (k x n) costs 2*m*n*k FLOPs; its
+backward is two GEMMs of the same cost (input gradient and weight gradient). Attention scores
+and values cost 2*b*s^2*h each forward; fused causal kernels skip about half; FlashAttention's
+backward executes 2.5x its forward (it recomputes the scores).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """A forward GEMM repeated ``count`` times per micro-batch; ``batch`` for batched GEMMs."""
+
+    name: str
+    m: np.ndarray
+    n: float
+    k: float
+    count: int
+    batch: np.ndarray | float = 1.0
+
+
+@dataclass(frozen=True)
+class MemOps:
+    """Bandwidth-bound work of one pass: total bytes (array over micro-batch) and kernel count."""
+
+    nbytes: np.ndarray
+    kernels: np.ndarray | float
+
+
+def act_bytes(precision: str) -> int:
+    """Bytes per activation element: 2 under bf16/fp16 mixed precision, else 4."""
+    return 2 if precision in ("bf16", "fp16") else 4
+
+
+def tokens_per_sample(model, seq_len: int) -> int:
+    """Tokens a sample occupies in the trunk (ViT: patches + CLS; text: the sequence)."""
+    return int(seq_len)
+
+
+def is_causal(model) -> bool:
+    return model.kind == "decoder"
+
+
+def kv_dim(model) -> int:
+    kvh = model.n_kv_heads or model.n_heads
+    return kvh * (model.hidden // model.n_heads)
+
+
+def layer_gemms(model, tokens: np.ndarray) -> list[Gemm]:
+    """Forward GEMMs of the transformer layers (all layers), m = tokens in the micro-batch."""
+    h, f, L = model.hidden, model.ffn_hidden, model.n_layers
+    up = 2 * f if model.gated_mlp else f
+    return [
+        Gemm("qkv", tokens, h + 2 * kv_dim(model), h, L),
+        Gemm("attn_out", tokens, h, h, L),
+        Gemm("mlp_up", tokens, up, h, L),
+        Gemm("mlp_down", tokens, h, f, L),
+    ]
+
+
+def head_gemms(model, mb: np.ndarray, seq_len: int) -> list[Gemm]:
+    """Forward GEMMs outside the layers: patch embedding, LM/MLM head, classifier."""
+    h = model.hidden
+    tokens = mb * seq_len
+    out: list[Gemm] = []
+    if model.family == "vit":
+        patch_in = (model.num_channels or 3) * model.patch_size**2
+        out.append(Gemm("patch_embed", mb * (seq_len - 1), h, patch_in, 1))
+    if model.head == "lm":
+        out.append(Gemm("logits", tokens, model.vocab_size, h, 1))
+    elif model.head == "mlm":
+        out.append(Gemm("mlm_dense", tokens, h, h, 1))
+        out.append(Gemm("logits", tokens, model.vocab_size, h, 1))
+    elif model.head == "classifier":
+        out.append(Gemm("classifier", mb.astype(float), model.num_classes or 1, h, 1))
+    return out
+
+
+def logits_elements(model, mb: np.ndarray, seq_len: int) -> np.ndarray:
+    """Number of logit elements per micro-batch (what the loss reads)."""
+    if model.head in ("lm", "mlm"):
+        return mb * seq_len * float(model.vocab_size)
+    return mb * float(model.num_classes or 1)
+
+
+def attention_flops_fwd(model, mb: np.ndarray, seq_len: int, fused: bool) -> np.ndarray:
+    """Executed forward FLOPs of attention scores + values, all layers (fused causal skips half)."""
+    full = 4.0 * mb * seq_len**2 * model.hidden * model.n_layers
+    return full * (0.5 if (fused and is_causal(model)) else 1.0)
+
+
+def attention_model_flops_per_token(model, seq_len: int) -> float:
+    """Attention FLOPs per token counted for MFU (llm-foundry/PaLM convention, non-causal):
+    12 * layers * hidden * seq for forward + backward."""
+    return 12.0 * model.n_layers * model.hidden * seq_len
+
+
+def eager_attention_gemms(model, mb: np.ndarray, seq_len: int) -> list[Gemm]:
+    """Materialised attention (math backend): batched scores (s x d)@(d x s) and values."""
+    d = model.hidden // model.n_heads
+    batch = mb * float(model.n_heads)
+    s = np.full_like(mb, seq_len, dtype=float)
+    return [Gemm("scores", s, seq_len, d, model.n_layers, batch),
+            Gemm("values", s, d, seq_len, model.n_layers, batch)]
+
+
+def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[MemOps, MemOps]:
+    """Forward (scale+mask, softmax: 4 passes over s^2) and backward (3 passes) bytes, all layers."""
+    elems = mb * float(model.n_heads) * seq_len**2 * model.n_layers
+    return (MemOps(4.0 * elems * e, 3.0 * model.n_layers),
+            MemOps(3.0 * elems * e, 2.0 * model.n_layers))
+
+
+def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool) -> tuple[MemOps, MemOps]:
+    """Norms, residual adds, activation, rotary and layout copies of all layers (fwd, bwd).
+
+    Eager: every op reads its inputs and writes its output (LN 2h, add 3h, GELU 2f or SwiGLU 5f,
+    rotary 4(h+kv), output transpose copy 2h elements per token). Compiled (Inductor fusion):
+    LN1+rotary, residual+LN2, activation and residual become 4 kernels reading inputs once
+    (2h + 2(h+kv), 4h, 2f or 3f, 3h). Backward moves about twice the forward bytes.
+    """
+    h, f, kv = model.hidden, model.ffn_hidden, kv_dim(model)
+    rotary = model.pos_embedding == "rotary"
+    tokens = mb * float(seq_len)
+    if compiled:
+        per_tok = 2 * h + (2 * (h + kv) if rotary else 0) + 4 * h + (3 * f if model.gated_mlp else 2 * f) + 3 * h
+        kernels = 4
+    else:
+        per_tok = 2 * h + 2 * h + 6 * h + (5 * f if model.gated_mlp else 2 * f) + (4 * (h + kv) if rotary else 0) + 2 * h
+        kernels = 2 + 2 + (2 if model.gated_mlp else 1) + (8 if rotary else 0) + 1
+    L = model.n_layers
+    fwd = MemOps(tokens * per_tok * e * L, float(kernels * L))
+    bwd = MemOps(2.0 * tokens * per_tok * e * L, float(2 * kernels * L))
+    return fwd, bwd
+
+
+def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool) -> tuple[MemOps, MemOps]:
+    """Cross-entropy over the logits (fwd, bwd). Eager upcasts to fp32 and runs log-softmax,
+    NLL and their backward: (e+12) + (16+e) bytes per logit; a compiled, fused loss reads and
+    writes the logits about twice each (2e + 2e)."""
+    n = logits_elements(model, mb, seq_len)
+    if compiled:
+        return MemOps(n * 2 * e, 1.0), MemOps(n * 2 * e, 1.0)
+    return MemOps(n * (e + 12), 3.0), MemOps(n * (16 + e), 4.0)
+
+
+def embedding_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[MemOps, MemOps]:
+    """Token/position embedding gather (fwd) and the dense embedding gradient (bwd)."""
+    tokens = mb * float(seq_len)
+    h = model.hidden
+    emb_rows = model.vocab_size if model.family != "vit" else 0
+    fwd = MemOps(tokens * h * 2 * e, 2.0)
+    bwd = MemOps(tokens * h * 2 * e + emb_rows * h * 4.0, 2.0)
+    return fwd, bwd
+
+
+def autocast_cast_bytes(n_params: float, precision: str, half_params: bool) -> MemOps:
+    """torch.autocast casts fp32 weights to half once per micro-batch (read 4 + write 2 bytes per
+    parameter). Not needed when the weights are already kept in half (ZeRO/FSDP mixed precision)."""
+    if precision not in ("bf16", "fp16") or half_params:
+        return MemOps(np.asarray(0.0), 0.0)
+    return MemOps(np.asarray(6.0 * n_params), 0.0)

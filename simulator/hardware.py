@@ -211,6 +211,13 @@ class Catalog:
     origins: dict[str, str] = field(default_factory=dict)  # "gpu:<id>"/"link:<id>" -> file
     _names: dict[str, str] = field(default_factory=dict)  # normalized id/alias -> gpu id
 
+    def __iter__(self):
+        """Iterate over the GPUs, sorted by id."""
+        return iter(self.gpus[k] for k in sorted(self.gpus))
+
+    def __len__(self) -> int:
+        return len(self.gpus)
+
     def gpu(self, name: str) -> GPUSpec:
         """GPU by id or alias (case-insensitive; '-', '_', ' ' ignored)."""
         gid = self._names.get(_norm(name))

@@ -138,8 +138,14 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
         per_tok = 2 * h + 2 * h + 6 * h + (5 * f if model.gated_mlp else 2 * f) + (4 * (h + kv) if rotary else 0) + 2 * h
         kernels = 2 + 2 + (2 if model.gated_mlp else 1) + (8 if rotary else 0) + 1
     L = model.n_layers
-    fwd = MemOps(tokens * per_tok * e * L, float(kernels * L))
-    bwd = MemOps(2.0 * tokens * per_tok * e * L, float(2 * kernels * L))
+    nbytes = tokens * per_tok * e * L
+    if e == 2 and not compiled:
+        # torch.autocast runs layer_norm in fp32: each of the 2 norms writes 4-byte outputs
+        # (+2 bytes) that the next linear casts back to half (read 4 + write 2): +8 bytes/element.
+        nbytes = nbytes + tokens * 2 * h * 8.0 * L
+        kernels += 2
+    fwd = MemOps(nbytes, float(kernels * L))
+    bwd = MemOps(2.0 * nbytes, float(2 * kernels * L))
     return fwd, bwd
 
 

@@ -260,6 +260,17 @@ class SearchResult:
         if not np.isfinite(key).any():
             key = a["mem_total"]
         p = _plan(self.setup, self.table, int(np.argmin(key)), self.notes, self.n_evaluated)
+        pb = self.setup.problem
+        st = p.strategy
+        from . import memory
+
+        states = sum(v for k, v in memory.model_states(
+            float(pb.model.n_params()), 0.0, st["precision"], "zero3" if pb.n_gpus > 1 else "ddp", "none",
+            pb.optimizer, pb.n_gpus).items() if k != "host")
+        if states > pb.device.usable_memory:
+            p.reasons.insert(0, f"weights + gradients + optimizer states need {_gib(states):.1f} GiB per GPU even "
+                             f"fully sharded over {pb.n_gpus} GPU(s) without offload; one {self.setup.hardware['gpu']} "
+                             f"has {_gib(pb.device.usable_memory):.1f} GiB usable")
         return p
 
 
@@ -317,6 +328,10 @@ def suggest_fixes(model, gpus, knobs: dict, res: SearchResult) -> list[str]:
     out: list[str] = []
     sk, pins = _split(knobs)
     hw = res.setup.hardware
+    closest = res.best
+    need = closest.memory_gib.get("host_offload_per_node", 0.0)
+    if closest.memory_gib["total"] <= closest.memory_gib["capacity"] and need > _gib(res.setup.problem.host_memory):
+        out.append(f"more host RAM: --host-memory {math.ceil(need * 1.1)} (GiB per node) makes the offloaded plan fit")
     memory_pins = {k: v for k, v in pins.items() if k in ("sharding", "offload", "checkpointing", "micro_batch", "precision")}
     if memory_pins:
         free = run_search(model, gpus, **sk, **{k: v for k, v in pins.items() if k not in memory_pins})

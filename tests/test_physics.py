@@ -1,0 +1,148 @@
+"""Unit tests of the physics modules against hand-computed values."""
+
+import math
+
+import numpy as np
+import pytest
+
+from simulator import communication as comm
+from simulator import kernels, memory, workload
+from simulator.api import simulate
+from simulator.estimate import model_flops_per_token
+from simulator.models import get_model
+
+
+def test_gemm_thickness_and_efficiency():
+    assert kernels.gemm_thickness(3, 3, 3) == pytest.approx(1.0)
+    assert kernels.gemm_thickness(3000, 3000, 3000) == pytest.approx(1000.0)
+    # eff = e_max * x / (x + x_half): x = 1000, x_half = 1000 -> half of e_max
+    assert kernels.gemm_efficiency(3000, 3000, 3000, 0.8, 1000.0) == pytest.approx(0.4)
+
+
+def test_gemm_time_compute_bound_and_memory_bound():
+    # 2*1000^3 FLOPs at 1e12 FLOP/s x eff (0.5 * 333.3/(333.3+0)) = 0.5 -> 4 ms + 1 us launch
+    t = kernels.gemm_time(1000, 1000, 1000, 1e12, 0.5, 0.0, 2, 1e15, 1.0, 1e-6)
+    assert t == pytest.approx(4e-3 + 1e-6)
+    # a skinny GEMM at huge peak is bound by operand traffic: 2 B x (m*k + k*n + m*n) / bw
+    t = kernels.gemm_time(1, 4096, 4096, 1e18, 1.0, 0.0, 2, 1e12, 0.5, 0.0)
+    assert t == pytest.approx(2 * (4096 + 4096 * 4096 + 4096) / 0.5e12)
+
+
+def test_ring_collectives_volume():
+    f = comm.Fabric(nodes=1, gpus_per_node=8, intra_bw=1e10, intra_alpha=0.0, inter_bw=0.0, inter_alpha=0.0)
+    assert comm.all_reduce(f, 1e9) == pytest.approx(2 * 7 / 8 * 1e9 / 1e10)
+    assert comm.gather_or_scatter(f, 1e9) == pytest.approx(7 / 8 * 1e9 / 1e10)
+    one = comm.Fabric(1, 1, 1e10, 1e-5, 0.0, 0.0)
+    assert comm.all_reduce(one, 1e9) == 0.0
+    # two nodes: intra reduce-scatter + all-gather, inter all-reduce at the node's bandwidth
+    f2 = comm.Fabric(2, 8, 1e11, 0.0, 1e10, 0.0)
+    expect = 2 * (7 / 8 * 1e9 / 1e11) + 2 * (1 / 2) * 1e9 / 1e10
+    assert comm.all_reduce(f2, 1e9) == pytest.approx(expect)
+
+
+def test_exposed_communication():
+    assert comm.exposed(1.0, 0.4, 10) == pytest.approx(0.6)
+    assert comm.exposed(1.0, 5.0, 10) == pytest.approx(0.1)  # the last bucket is never hidden
+
+
+def test_state_bytes_per_param():
+    assert memory.state_bytes_per_param("bf16", "zero1", "adamw") == (2, 2, 12)  # 16 B/param
+    assert memory.state_bytes_per_param("bf16", "ddp", "adam") == (4, 4, 8)  # autocast keeps fp32
+    assert memory.state_bytes_per_param("fp32", "zero3", "adam") == (4, 4, 8)
+    assert memory.state_bytes_per_param("fp32", "ddp", "sgd") == (4, 4, 4)
+
+
+def test_model_states_sharding():
+    P, PL, n = 1e9, 1e7, 8
+    ddp = memory.model_states(P, PL, "bf16", "ddp", "none", "adam", n)
+    z1 = memory.model_states(P, PL, "bf16", "zero1", "none", "adam", n)
+    z3 = memory.model_states(P, PL, "bf16", "zero3", "none", "adam", n)
+    assert ddp["weights"] + ddp["gradients"] + ddp["optimizer"] == pytest.approx(16e9)
+    assert z1["optimizer"] == pytest.approx(12e9 / 8)
+    assert z3["weights"] == pytest.approx(2e9 / 8 + 2 * PL * 2 * 7 / 8)
+    off = memory.model_states(P, PL, "bf16", "zero1", "optimizer", "adam", n)
+    assert off["optimizer"] == 0 and off["host"] == pytest.approx(12e9 / 8)
+
+
+def test_activation_bytes_per_token_by_hand():
+    m = get_model("gpt2")  # h 768, f 3072, 12 heads, plain MLP
+    h, f, a, s = 768, 3072, 12, 1024
+    e = 2
+    expect_flash = e * (h + h + 3 * h + h) + e * (h + h + f + f) + 4 * a
+    assert memory.layer_activation_bytes_per_token(m, s, e, "sdpa") == expect_flash
+    assert memory.layer_activation_bytes_per_token(m, s, e, "eager") == expect_flash - 4 * a + a * s * e
+
+
+def test_flops_conventions():
+    m = get_model("pythia-1b")
+    s = 2049
+    assert model_flops_per_token(m, s) == pytest.approx(6 * m.n_params() + 12 * 16 * 2048 * s)
+    mb = np.array([2.0])
+    full = workload.attention_flops_fwd(m, mb, s, fused=False)
+    assert full[0] == pytest.approx(4 * 2 * s * s * 2048 * 16)
+    assert workload.attention_flops_fwd(m, mb, s, fused=True)[0] == pytest.approx(full[0] / 2)
+
+
+def test_rtx3090_uses_fp32_accumulate_peak():
+    plan = simulate("pythia-160m", "1x3090", steps=1)
+    # MFU is defined against 71 TFLOPS (not 142): tokens/s can never exceed peak / FLOPs per token
+    flops = model_flops_per_token(get_model("pythia-160m"), 2049)
+    assert plan.tokens_per_s * flops <= 71e12
+    assert plan.mfu == pytest.approx(plan.tokens_per_s * flops / 71e12)
+
+
+def test_days_and_floor():
+    plan = simulate("pythia-1b", "8x3090")
+    assert plan.feasible
+    assert plan.days == pytest.approx(143000 * plan.step_time_s / 86400)
+    assert plan.days >= plan.days_at_peak
+    assert 0 < plan.mfu < 1 and 0 < plan.hfu < 1
+    b = plan.breakdown_s
+    assert plan.step_time_s == pytest.approx(b["compute"] + b["exposed_comm"] + b["optimizer"] + b["offload"])
+    assert b["compute"] == pytest.approx(b["forward"] + b["backward"] + b["recompute"], rel=0.02)
+
+
+def test_checkpointing_trades_memory_for_time():
+    kw = dict(precision="bf16", attention="sdpa", compile=False, sharding="ddp", offload="none", micro_batch=4)
+    none = simulate("pythia-410m", "1xa100", checkpointing="none", **kw)
+    full = simulate("pythia-410m", "1xa100", checkpointing="full", **kw)
+    assert full.step_time_s > none.step_time_s
+    assert full.memory_gib["activations"] < none.memory_gib["activations"]
+    assert full.breakdown_s["recompute"] > 0 == none.breakdown_s["recompute"]
+
+
+def test_compile_and_sdpa_help():
+    kw = dict(precision="bf16", checkpointing="none", sharding="ddp", offload="none", micro_batch=4)
+    naive = simulate("pythia-160m", "1xa100", attention="eager", compile=False, **kw)
+    fast = simulate("pythia-160m", "1xa100", attention="sdpa", compile=True, **kw)
+    assert fast.step_time_s < naive.step_time_s
+    assert fast.memory_gib["activations"] < naive.memory_gib["activations"]
+
+
+def test_tf32_faster_than_fp32_on_ampere():
+    kw = dict(attention="sdpa", compile=True, checkpointing="none", sharding="ddp", offload="none", micro_batch=8)
+    fp32 = simulate("vit-l-16", "1xa100", precision="fp32", **kw)
+    tf32 = simulate("vit-l-16", "1xa100", precision="tf32", **kw)
+    assert tf32.step_time_s < fp32.step_time_s
+
+
+def test_pinned_micro_batch_need_not_divide():
+    plan = simulate("pythia-160m", "8xa100", micro_batch=24)  # 128 per GPU -> 6 micro-batches, last 8
+    assert plan.strategy["micro_batch"] == 24 and plan.strategy["grad_accum"] == math.ceil(128 / 24)
+
+
+def test_multi_node_slower_network_costs_time():
+    kw = dict(precision="bf16", attention="sdpa", compile=True, checkpointing="none", sharding="fsdp-full",
+              offload="none", micro_batch=8)
+    fast = simulate("pythia-2.8b", "2x8xa100", **kw)
+    slow = simulate("pythia-2.8b", "2x8xa100", inter_node=10, **kw)
+    assert slow.breakdown_s["exposed_comm"] > fast.breakdown_s["exposed_comm"]
+    assert slow.step_time_s > fast.step_time_s
+
+
+def test_offload_needs_host_ram():
+    kw = dict(sharding="zero3", offload="optimizer", micro_batch=1, checkpointing="full")
+    small = simulate("llama-2-7b", "1xa100", host_memory=16, **kw)
+    big = simulate("llama-2-7b", "1xa100", host_memory=512, **kw)
+    assert not small.feasible and any("host RAM" in r for r in small.reasons)
+    assert big.feasible

@@ -313,13 +313,21 @@ def search(model, gpus, top: int | None = None, **knobs) -> list[Plan]:
     return run_search(model, gpus, **knobs).plans(top)
 
 
-def simulate(model, gpus, **knobs) -> Plan:
-    """The fastest feasible plan (or, if nothing fits, the closest one with reasons and fixes)."""
+def simulate(model, gpus, prices=None, **knobs) -> Plan:
+    """The fastest feasible plan (or, if nothing fits, the closest one with reasons and fixes).
+
+    ``prices``: a :class:`simulator.costs.Prices` (default: the built-in prices) for
+    ``plan.cost``, which is set for feasible plans.
+    """
     res = run_search(model, gpus, **knobs)
     plan = res.best
     plan.search_ms = res.elapsed_ms
     if not plan.feasible:
         plan.suggestions = suggest_fixes(model, gpus, knobs, res)
+    else:
+        from .costs import plan_cost
+
+        plan.cost = plan_cost(plan, prices)
     return plan
 
 

@@ -13,7 +13,8 @@ from rich.console import Console
 
 from .errors import UsageError
 
-SUBCOMMANDS = {"validate-published": "simulator.published:main"}
+SUBCOMMANDS = {"validate-published": "simulator.published:main", "compare": "simulator.compare:main",
+               "budget": "simulator.budget:main", "study-grid": "simulator.study:main"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -69,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--sharding", help="ddp | zero1 | zero2 | zero3 | fsdp-grad-op | fsdp-full")
     k.add_argument("--offload", help="none | optimizer | all")
     k.add_argument("--micro-batch", type=_positive_int("--micro-batch"), help="samples per micro-batch per GPU")
+    from .costs import add_cost_args
+
+    add_cost_args(p)
     o = p.add_argument_group("output")
     o.add_argument("--top", type=_positive_int("--top"), help="also list the N best strategies")
     o.add_argument("--json", action="store_true", help="print one JSON object (see README)")
@@ -88,16 +92,22 @@ def _knobs(a: argparse.Namespace) -> dict:
 
 def run(argv: list[str]) -> int:
     from . import api
+    from .costs import plan_cost, prices_from_args
     from .report import render_plan
 
     args = build_parser().parse_args(argv)
     knobs = _knobs(args)
+    prices = prices_from_args(args)
     res = api.run_search(args.model, args.gpus, **knobs)
     plan = res.best
     plan.search_ms = res.elapsed_ms
     if not plan.feasible:
         plan.suggestions = api.suggest_fixes(args.model, args.gpus, knobs, res)
+    else:
+        plan.cost = plan_cost(plan, prices)
     top = res.plans(args.top) if args.top else None
+    for t in top or []:
+        t.cost = plan_cost(t, prices)
     if args.json:
         d = plan.to_dict()
         if top:

@@ -33,6 +33,7 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     n_strategies: int = 1
     search_ms: float | None = None
+    cost: dict | None = None  # dollars, kWh, GPU-hours (simulator.costs.plan_cost); None = not computed
     conventions: str = ("mfu = tokens/s x (6 N + 12 L h s) / (GPUs x dense peak of the precision); "
                         "hfu counts FLOPs executed (recomputation, causal-skipping kernels)")
 

@@ -37,9 +37,10 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
     iv = f"  (80% interval {_fmt_days(plan.interval_days[0])}–{_fmt_days(plan.interval_days[1])})" if plan.interval_days else ""
     console.print(f"  days        [bold]{_fmt_days(plan.days)}[/]{iv}        floor at 100% of peak: "
                   f"{_fmt_days(plan.days_at_peak)} days")
-    cost = getattr(plan, "cost", None)
-    if cost:
-        console.print(f"  cost        {cost}")
+    if plan.cost:
+        from .costs import format_line
+
+        console.print(f"  cost        {format_line(plan.cost)}")
     for reason in plan.reasons:
         console.print(f"  [red]why:[/] {reason}")
     for s in plan.suggestions:

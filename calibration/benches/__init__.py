@@ -1,0 +1,105 @@
+"""Benchmark definitions. Each :class:`Bench` measures one point and returns a record.
+
+A record is a JSON-able dict with at least ``status`` ('ok' or 'unsupported') and, when
+ok, ``time_s`` (median seconds per call) plus the work it did (``flops`` and/or
+``bytes``) so fitting never needs to re-derive it. Keys are stable strings such as
+``gemm/bf16/2048x3072x768``; the measurements file is keyed by them, which is what
+``--resume`` relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from ..device import DeviceContext
+
+
+class TooSlow(Exception):
+    """Raised by a bench that predicts it would exceed the per-call time cap (not recorded)."""
+
+
+@dataclass
+class Settings:
+    """Size of a calibration run."""
+
+    mode: str  # "quick" | "thorough" | "tiny" (tests)
+    budget_s: float  # timing budget per benchmark point, seconds
+    max_call_s: float  # skip points predicted to take longer than this per call, seconds
+    compile: bool = True  # try torch.compile benchmarks
+    min_runs: int = 3  # timed calls when one call is long compared with the budget
+
+
+@dataclass
+class RunContext:
+    """Shared state benches read: device, settings, and results measured so far."""
+
+    dev: DeviceContext
+    settings: Settings
+    results: dict[str, dict] = field(default_factory=dict)
+
+    @property
+    def device(self) -> torch.device:
+        return self.dev.device
+
+    def time(self, fn: Callable[[], object], budget_s: float | None = None, warmup: int = 1):
+        """Time ``fn`` with this run's budget; returns :class:`calibration.timing.Timing`."""
+        from ..timing import measure
+
+        return measure(fn, self.settings.budget_s if budget_s is None else budget_s, self.device,
+                       min_runs=self.settings.min_runs, warmup=warmup)
+
+    def best_rate(self, prefix: str, work: str = "flops") -> float | None:
+        """Highest work/second among ok results whose key starts with ``prefix``."""
+        best = None
+        for key, rec in self.results.items():
+            if key.startswith(prefix) and rec.get("status") == "ok" and rec.get(work):
+                rate = rec[work] / rec["time_s"]
+                best = rate if best is None else max(best, rate)
+        return best
+
+    def check_time(self, prefix: str, work: float, kind: str = "flops") -> None:
+        """Raise :class:`TooSlow` if ``work`` at the best rate seen so far exceeds the cap."""
+        rate = self.best_rate(prefix, kind)
+        if rate and work / rate > self.settings.max_call_s:
+            raise TooSlow(f"predicted {work / rate:.1f} s per call > cap {self.settings.max_call_s:g} s")
+
+
+@dataclass
+class Bench:
+    """One benchmark point. ``run(ctx)`` returns the record (without key/group/params)."""
+
+    key: str
+    group: str
+    params: dict
+    run: Callable[[RunContext], dict]
+    est_s: float  # rough wall seconds, for the progress bar's ETA
+
+
+def ok(timing, **work: float) -> dict:
+    """Build an 'ok' record from a :class:`calibration.timing.Timing` and work counters."""
+    rec = {"status": "ok", "time_s": timing.median_s, **{k: float(v) for k, v in work.items()}}
+    rec["timing"] = timing.as_dict()
+    return rec
+
+
+def unsupported(reason: str) -> dict:
+    """Record that the device/torch build cannot run this point (kept; skipped on resume)."""
+    return {"status": "unsupported", "reason": reason.strip().splitlines()[0][:300] if reason else ""}
+
+
+def plan(ctx: RunContext, groups: list[str] | None = None) -> list[Bench]:
+    """All benchmarks for this device and mode, in execution order."""
+    from . import attention, bandwidth, gemm, host, optimizer
+
+    benches: list[Bench] = []
+    benches += bandwidth.plan(ctx)  # launch overhead + bandwidth first: the fits need them
+    benches += gemm.plan(ctx)
+    benches += attention.plan(ctx)
+    benches += optimizer.plan(ctx)
+    benches += host.plan(ctx)
+    if groups:
+        benches = [b for b in benches if b.group in groups]
+    return benches

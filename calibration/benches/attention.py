@@ -1,0 +1,111 @@
+"""Attention benchmarks: ``scaled_dot_product_attention`` per SDPA backend, causal.
+
+Backends: 'flash' (FlashAttention), 'efficient' (memory-efficient), 'math' (eager
+reference, materialises the s x s scores). Directions: 'fwd' and 'fwdbwd' (forward then
+backward through ``torch.autograd.grad``). Unsupported backend/dtype combinations (e.g.
+'efficient' on CPU) are recorded as 'unsupported', not errors.
+
+FLOP convention (shared with :mod:`calibration.fit`): forward = 4*b*heads*s^2*d, halved
+for causal masking (what FlashAttention executes); backward = 2x forward, so fwd+bwd =
+3x forward. The 'math' backend computes the full square but is counted the same way.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..device import DTYPES
+from . import Bench, RunContext, ok, unsupported
+
+BACKENDS = ("flash", "efficient", "math")
+
+GRIDS: dict[str, dict[str, list[int]]] = {
+    "tiny": {"seq": [128], "head_dim": [64], "batch": [1], "heads": [2]},
+    "quick": {"seq": [256, 512, 1024], "head_dim": [64], "batch": [1], "heads": [8]},
+    "thorough": {"seq": [256, 512, 1024, 2048, 4096, 8192], "head_dim": [64, 128],
+                 "batch": [1, 4], "heads": [16]},
+}
+CUDA_QUICK = {"seq": [512, 1024, 2048, 4096], "head_dim": [64, 128], "batch": [4], "heads": [16]}
+
+
+def attention_precision(precisions: list[str]) -> str:
+    """Precision the profile's attention efficiencies are fitted in (mixed-precision dtype)."""
+    for p in ("bf16", "fp16", "fp32"):
+        if p in precisions:
+            return p
+    return precisions[0]
+
+
+def attention_flops(batch: int, heads: int, seq: int, head_dim: int, causal: bool = True) -> float:
+    """Forward FLOPs of attention scores and values: 4*b*heads*s^2*d (x0.5 if causal)."""
+    f = 4.0 * batch * heads * seq * seq * head_dim
+    return f * 0.5 if causal else f
+
+
+def _backend(name: str):
+    from torch.nn.attention import SDPBackend
+
+    return {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "math": SDPBackend.MATH}[name]
+
+
+def _bench(backend: str, direction: str, precision: str, b: int, h: int, s: int, d: int):
+    def run(ctx: RunContext) -> dict:
+        from torch.nn.attention import sdpa_kernel
+
+        f_fwd = attention_flops(b, h, s, d)
+        flops = f_fwd if direction == "fwd" else 3.0 * f_fwd
+        if backend == "math":  # materialised scores: b*h*s*s elements (+ softmax, + grads)
+            need = b * h * s * s * 4 * (4 if direction == "fwdbwd" else 2)
+            if need > 0.25 * ctx.dev.usable_memory_gib * 2**30:
+                return unsupported(f"math backend needs ~{need / 2**30:.1f} GiB for scores")
+        ctx.check_time(f"attention/{backend}/{direction}/{precision}/", flops)
+        dtype = DTYPES[precision]
+        grad = direction == "fwdbwd"
+        q, k, v = (torch.randn(b, h, s, d, device=ctx.device, dtype=dtype, requires_grad=grad)
+                   for _ in range(3))
+        go = torch.randn(b, h, s, d, device=ctx.device, dtype=dtype)
+
+        def fwd() -> torch.Tensor:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+        def fwdbwd() -> object:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return torch.autograd.grad(out, (q, k, v), go)
+
+        fn = fwd if direction == "fwd" else fwdbwd
+        with sdpa_kernel(_backend(backend)):
+            try:
+                fn()
+            except RuntimeError as exc:
+                return unsupported(f"{backend} {precision} on {ctx.device.type}: {exc}")
+            t = ctx.time(fn)
+        return ok(t, flops=flops, flops_fwd=f_fwd)
+
+    return run
+
+
+def plan(ctx: RunContext) -> list[Bench]:
+    """Benches for every backend x direction x shape in the attention precision
+    (thorough mode: every precision except tf32)."""
+    mode = ctx.settings.mode
+    grid = CUDA_QUICK if (mode == "quick" and ctx.dev.kind == "cuda") else GRIDS[mode]
+    precs = [attention_precision(ctx.dev.precisions)]
+    if mode == "thorough":
+        precs += [p for p in ctx.dev.precisions if p not in precs and p != "tf32"]
+    benches = []
+    for precision in precs:
+        for backend in BACKENDS:
+            for direction in ("fwd", "fwdbwd"):
+                pts = [(b, h, s, d) for b in grid["batch"] for h in grid["heads"]
+                       for s in grid["seq"] for d in grid["head_dim"]]
+                pts.sort(key=lambda p: (p[0] * p[1] * p[2] * p[2] * p[3], p))
+                for b, h, s, d in pts:
+                    key = f"attention/{backend}/{direction}/{precision}/b{b}h{h}s{s}d{d}"
+                    params = {"backend": backend, "direction": direction, "precision": precision,
+                              "batch": b, "heads": h, "seq": s, "head_dim": d, "causal": True}
+                    benches.append(Bench(key, "attention", params,
+                                         _bench(backend, direction, precision, b, h, s, d),
+                                         ctx.settings.budget_s + 0.05))
+    return benches

@@ -1,0 +1,189 @@
+"""Bandwidth-bound ops, kernel launch overhead, and their torch.compile'd counterparts.
+
+Bytes moved (``bytes`` in records) are the minimum traffic of the op as eager PyTorch
+executes it, with E bytes per element and N elements:
+
+=================  =====  =========================================================
+op                 bytes  kernels (eager)
+=================  =====  =========================================================
+copy (dst.copy_)   2NE    1  (read src, write dst; defines measured CPU bandwidth)
+add (a + b)        3NE    1
+gelu               2NE    1
+layer_norm         2NE    1  (rows of 1024; weight/bias traffic ignored)
+rms_norm           2NE    1  (if ``F.rms_norm`` exists)
+softmax            2NE    1  (rows of 1024)
+cross_entropy      2NE    2  (log_softmax writes log-probs, nll reads one per row;
+                              logits T x 50304)
+=================  =====  =========================================================
+
+Launch overhead: a loop of 100 ops on one-element tensors, per op (``time_s`` is per op),
+i.e. the host-side cost per eager kernel that dominates small models. Compiled: the same
+kind of tiny chain (8 elementwise ops) under ``torch.compile`` becomes one fused kernel;
+its per-call time is the compiled launch overhead. Compilation failures (no C++
+compiler, no Triton) are recorded as 'unsupported'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..device import DTYPES
+from . import Bench, RunContext, ok, unsupported
+
+VOCAB = 50304
+ROW = 1024
+TINY_LOOP = 100
+
+SIZES: dict[str, list[int]] = {
+    "tiny": [1 << 16, 1 << 18],
+    "quick": [1 << 22, 1 << 24, 1 << 26],
+    "thorough": [1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28],
+}
+# op -> (bytes per element moved, eager kernels per call)
+OPS: dict[str, tuple[int, int]] = {
+    "copy": (2, 1), "add": (3, 1), "gelu": (2, 1), "layer_norm": (2, 1),
+    "rms_norm": (2, 1), "softmax": (2, 1), "cross_entropy": (2, 2),
+}
+
+
+def _make_op(op: str, n: int, dtype: torch.dtype, device: torch.device) -> Callable[[], object]:
+    """Allocate inputs for ``op`` over ``n`` elements and return the call to time."""
+    if op == "cross_entropy":
+        rows = max(1, n // VOCAB)
+        logits = torch.randn(rows, VOCAB, device=device, dtype=dtype)
+        target = torch.randint(0, VOCAB, (rows,), device=device)
+        return lambda: F.cross_entropy(logits, target)
+    x = torch.randn(n // ROW, ROW, device=device, dtype=dtype)
+    if op == "copy":
+        y = torch.empty_like(x)
+        return lambda: y.copy_(x)
+    if op == "add":
+        y = torch.randn_like(x)
+        return lambda: x + y
+    if op == "gelu":
+        return lambda: F.gelu(x)
+    if op == "softmax":
+        return lambda: F.softmax(x, dim=-1)
+    w = torch.ones(ROW, device=device, dtype=dtype)
+    if op == "layer_norm":
+        b = torch.zeros(ROW, device=device, dtype=dtype)
+        return lambda: F.layer_norm(x, (ROW,), w, b)
+    if op == "rms_norm":
+        return lambda: F.rms_norm(x, (ROW,), w)
+    raise ValueError(op)
+
+
+def _elements(op: str, n: int) -> int:
+    return max(1, n // VOCAB) * VOCAB if op == "cross_entropy" else (n // ROW) * ROW
+
+
+def _bw_bench(op: str, n: int, precision: str):
+    def run(ctx: RunContext) -> dict:
+        if op == "rms_norm" and not hasattr(F, "rms_norm"):
+            return unsupported("torch.nn.functional.rms_norm not available in this torch")
+        dtype = DTYPES[precision]
+        per_el, kernels = OPS[op]
+        el = _elements(op, n)
+        nbytes = float(per_el * el * torch.finfo(dtype).bits // 8)
+        ctx.check_time("bandwidth/", nbytes, "bytes")
+        fn = _make_op(op, n, dtype, ctx.device)
+        t = ctx.time(fn)
+        return ok(t, bytes=nbytes, kernels=kernels, elements=el)
+
+    return run
+
+
+def _launch_bench(op: str):
+    def run(ctx: RunContext) -> dict:
+        x = torch.ones(1, device=ctx.device)
+        one = {"add": lambda: x + x, "mul": lambda: x * 2.0, "relu": lambda: torch.relu(x),
+               "neg": lambda: torch.neg(x)}[op]
+
+        def loop() -> None:
+            for _ in range(TINY_LOOP):
+                one()
+
+        t = ctx.time(loop)
+        rec = ok(t, ops=TINY_LOOP)
+        rec["time_s"] = t.median_s / TINY_LOOP  # per op
+        return rec
+
+    return run
+
+
+def _chain(x: torch.Tensor) -> torch.Tensor:
+    """Eight elementwise ops; fused into one kernel under torch.compile."""
+    y = x * 2.0 + 1.0
+    y = torch.sin(y) * 3.0
+    y = torch.relu(y) - x
+    return torch.tanh(y) + 0.5
+
+
+def _compile(fn: Callable, dynamic: bool) -> Callable:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    return torch.compile(fn, dynamic=dynamic)
+
+
+def _compiled_launch(ctx: RunContext) -> dict:
+    x = torch.ones(8, device=ctx.device)
+    try:
+        f = _compile(_chain, dynamic=False)
+        f(x)
+    except Exception as exc:  # noqa: BLE001 - any compile failure means "not available here"
+        return unsupported(f"torch.compile failed: {type(exc).__name__}: {exc}")
+    t = ctx.time(f, warmup=3)
+    return ok(t, fused_kernels=1, eager_ops=8)
+
+
+def _compiled_bw(op: str, sizes: list[int], precision: str):
+    def run(ctx: RunContext) -> dict:
+        dtype = DTYPES[precision]
+        points = []
+        try:
+            w = torch.ones(ROW, device=ctx.device, dtype=dtype)
+            fn = {"gelu": lambda x: F.gelu(x),
+                  "layer_norm": lambda x: F.layer_norm(x, (ROW,), w)}[op]
+            f = _compile(fn, dynamic=True)
+            for n in sizes:
+                x = torch.randn(n // ROW, ROW, device=ctx.device, dtype=dtype)
+                f(x)
+                t = ctx.time(lambda x=x: f(x), warmup=2)
+                points.append({"elements": n, "bytes": float(2 * n * x.element_size()),
+                               "time_s": t.median_s, "timing": t.as_dict()})
+        except Exception as exc:  # noqa: BLE001
+            return unsupported(f"torch.compile failed: {type(exc).__name__}: {exc}")
+        best = min(points, key=lambda p: p["time_s"] / p["bytes"])
+        return {"status": "ok", "time_s": best["time_s"], "bytes": best["bytes"], "points": points}
+
+    return run
+
+
+def plan(ctx: RunContext) -> list[Bench]:
+    """Launch overhead, then eager bandwidth ops, then compiled variants."""
+    mode = ctx.settings.mode
+    b = ctx.settings.budget_s
+    benches = [Bench(f"launch/eager/{op}", "launch", {"op": op, "loop": TINY_LOOP},
+                     _launch_bench(op), b + 0.05) for op in ("add", "mul", "relu", "neg")]
+    precs = ["fp32"] if mode != "thorough" else ["fp32"] + [
+        p for p in ctx.dev.precisions if p in ("bf16", "fp16")]
+    for precision in precs:
+        for n in SIZES[mode]:
+            for op in OPS:
+                benches.append(Bench(f"bandwidth/{op}/{precision}/{n}", "bandwidth",
+                                     {"op": op, "precision": precision, "elements": n},
+                                     _bw_bench(op, n, precision), b + 0.1))
+    if ctx.settings.compile:
+        benches.append(Bench("compiled/launch/chain8", "compiled", {"eager_ops": 8},
+                             _compiled_launch, 20.0))
+        sizes = SIZES[mode][-2:] if mode == "quick" else SIZES[mode]
+        cops = ["gelu"] if mode != "thorough" else ["gelu", "layer_norm"]
+        for op in cops:
+            benches.append(Bench(f"compiled/bandwidth/{op}/fp32", "compiled",
+                                 {"op": op, "precision": "fp32", "sizes": sizes},
+                                 _compiled_bw(op, sizes, "fp32"), 10.0 + len(sizes) * b))
+    return benches

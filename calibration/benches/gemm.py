@@ -1,0 +1,80 @@
+"""GEMM benchmarks: C(m x n) = A(m x k) @ B(k x n) per precision, over an (m, n, k) grid.
+
+The grid has square GEMMs, thin GEMMs (small m, as in small micro-batches) and the shapes
+of preset transformer layers: for hidden size h and t tokens per micro-batch, the forward
+QKV (t, 3h, h), output (t, h, h), MLP up (t, 4h, h) and down (t, h, 4h) projections and
+the weight-gradient GEMM of the MLP up projection (4h, h, t). Work: flops = 2*m*n*k.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+from ..device import DTYPES
+from . import Bench, RunContext, ok
+
+GRIDS: dict[str, dict[str, list[int]]] = {
+    "tiny": {"square": [64, 128, 256], "thin_m": [], "hidden": [], "tokens": []},
+    "quick": {"square": [128, 256, 512, 1024, 2048], "thin_m": [16, 64],
+              "hidden": [768, 2048], "tokens": [512, 2048]},
+    "thorough": {"square": [128, 256, 512, 1024, 2048, 4096, 8192],
+                 "thin_m": [1, 8, 16, 32, 64, 128, 256],
+                 "hidden": [768, 1024, 2048, 4096], "tokens": [512, 1024, 2048, 4096, 8192]},
+}
+
+
+def shapes(mode: str) -> list[tuple[int, int, int]]:
+    """(m, n, k) shapes for ``mode``, ascending in FLOPs, without duplicates."""
+    g = GRIDS[mode]
+    out: set[tuple[int, int, int]] = {(s, s, s) for s in g["square"]}
+    thin_nk = 1024 if mode == "quick" else 4096
+    out |= {(m, thin_nk, thin_nk) for m in g["thin_m"]}
+    for h in g["hidden"]:
+        for t in g["tokens"]:
+            out |= {(t, 4 * h, h), (t, h, 4 * h), (4 * h, h, t)}
+            if mode == "thorough":
+                out |= {(t, 3 * h, h), (t, h, h), (t, 4 * h, h), (h, 4 * h, t)}
+    return sorted(out, key=lambda s: (s[0] * s[1] * s[2], s))
+
+
+@contextlib.contextmanager
+def precision_mode(precision: str, device: torch.device) -> Iterator[None]:
+    """Enable TF32 matmuls only for 'tf32' (CUDA); restore the previous setting after."""
+    if device.type != "cuda":
+        yield
+        return
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+
+
+def _bench(precision: str, m: int, n: int, k: int):
+    def run(ctx: RunContext) -> dict:
+        flops = 2.0 * m * n * k
+        ctx.check_time(f"gemm/{precision}/", flops)
+        dtype = DTYPES[precision]
+        a = torch.randn(m, k, device=ctx.device, dtype=dtype)
+        b = torch.randn(k, n, device=ctx.device, dtype=dtype)
+        c = torch.empty(m, n, device=ctx.device, dtype=dtype)
+        with precision_mode(precision, ctx.device):
+            t = ctx.time(lambda: torch.mm(a, b, out=c))
+        return ok(t, flops=flops)
+
+    return run
+
+
+def plan(ctx: RunContext) -> list[Bench]:
+    """One bench per (precision, shape)."""
+    benches = []
+    for precision in ctx.dev.precisions:
+        for m, n, k in shapes(ctx.settings.mode):
+            benches.append(Bench(f"gemm/{precision}/{m}x{n}x{k}", "gemm",
+                                 {"precision": precision, "m": m, "n": n, "k": k},
+                                 _bench(precision, m, n, k), ctx.settings.budget_s + 0.05))
+    return benches

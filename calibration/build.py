@@ -1,0 +1,290 @@
+"""Turn raw measurements into a validated :class:`simulator.profile.Profile`.
+
+Order matters: launch overhead, then device bandwidth and ``memory_bw_eff``, then peaks,
+then GEMM and attention efficiencies (whose models include the launch and memory terms),
+then optimizer, host and collective figures.
+
+Peaks: for a catalog GPU the datasheet dense peaks and bandwidth are used. Otherwise
+(CPU, or a GPU the catalog lacks) the peak of a precision is the *best measured*
+throughput of any GEMM or fused-attention kernel in that precision, and the memory
+bandwidth is the best measured copy bandwidth (read + write bytes / time), so the best
+kernel has efficiency ~1 by construction. This is stated in the profile's sources.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from simulator.profile import SCHEMA_VERSION, Profile, parse_profile
+
+from . import fit as F
+from .benches.attention import attention_precision
+from .collectives import bus_bytes
+from .device import BYTES_PER_EL, DeviceContext, catalog_peaks, provenance_fields
+
+PLACEHOLDER = "NOT MEASURED in this run (placeholder value)"
+
+
+@dataclass
+class Built:
+    """The profile plus the fit details and warnings for the report and measurements file."""
+
+    profile: Profile
+    fits: dict[str, dict] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _ok(results: dict[str, dict], prefix: str) -> list[tuple[str, dict]]:
+    return [(k, r) for k, r in results.items() if k.startswith(prefix) and r.get("status") == "ok"]
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
+                  name: str | None = None) -> Built:
+    """Fit every section of the profile from ``results`` (key -> record)."""
+    fits: dict[str, dict] = {}
+    warn: list[str] = []
+    date = provenance_fields(dev, command)["date"][:10]
+    tag = f"calibration {date} on {dev.name}"
+    gpu_id, cat_peaks, cat_bw, cat_src = catalog_peaks(dev)
+
+    # 1. eager launch overhead: median per-op time of tiny ops.
+    launch = [r["time_s"] for _, r in _ok(results, "launch/eager/")]
+    if launch:
+        launch_s = statistics.median(launch)
+        launch_src = f"{tag}: median of {len(launch)} tiny eager ops (100-op loops)"
+    else:
+        launch_s, launch_src = 5e-6, f"launch: {PLACEHOLDER}"
+        warn.append("eager launch overhead not measured; using 5 us")
+    comp = _ok(results, "compiled/launch/")
+    if comp:
+        comp_s = min(r["time_s"] for _, r in comp)
+        launch_src += f"; compiled: one fused 8-op torch.compile call, {comp_s * 1e6:.1f} us"
+    else:
+        why = next((r.get("reason", "") for k, r in results.items() if k.startswith("compiled/launch/")), "")
+        comp_s = launch_s
+        launch_src += (f"; compiled: torch.compile unavailable ({why[:120]}), set to eager value"
+                       if why else f"; compiled: {PLACEHOLDER}, set to eager value")
+        warn.append("compiled launch overhead not measured; set equal to eager")
+    fits["launch"] = {"launch_s": launch_s, "compiled_launch_s": comp_s, "n": len(launch)}
+
+    # 2. memory bandwidth and bandwidth-bound efficiency.
+    bw_recs = _ok(results, "bandwidth/")
+    copies = [r for k, r in bw_recs if k.startswith("bandwidth/copy/")]
+    if cat_bw:
+        bw_gbs, bw_src = cat_bw, cat_src
+    elif copies:
+        bw_gbs = max(r["bytes"] / r["time_s"] for r in copies) / 1e9
+        bw_src = "best measured copy bandwidth (read+write bytes / time)"
+    else:
+        bw_gbs, bw_src = 10.0, PLACEHOLDER
+        warn.append("memory bandwidth not measured; using 10 GB/s")
+    if bw_recs:
+        f_bw = F.fit_bandwidth([r["bytes"] for _, r in bw_recs], [r["time_s"] for _, r in bw_recs],
+                               bw_gbs * 1e9, launch_s, [r.get("kernels", 1) for _, r in bw_recs])
+        bw_eff = f_bw.params["bw_eff"]
+        fits["memory_bw_eff"] = f_bw.as_dict()
+        per_op = {}
+        for op in sorted({k.split("/")[1] for k, _ in bw_recs}):
+            pts = [r for k, r in bw_recs if k.split("/")[1] == op]
+            per_op[op] = F.fit_bandwidth([r["bytes"] for r in pts], [r["time_s"] for r in pts],
+                                         bw_gbs * 1e9, launch_s,
+                                         [r.get("kernels", 1) for r in pts]).params["bw_eff"]
+        fits["memory_bw_eff_per_op"] = per_op
+        ops = ", ".join(f"{op} {_fmt(e)}" for op, e in per_op.items())
+        bw_eff_src = (f"{tag}: {f_bw.n} eager bandwidth-bound ops fitted to memory_bound_time, "
+                      f"rms log err {f_bw.rms_log:.2f}; per op: {ops}; bandwidth {bw_gbs:.1f} GB/s = {bw_src}")
+    else:
+        bw_eff, bw_eff_src = 0.8, f"memory_bw_eff: {PLACEHOLDER}"
+        warn.append("bandwidth-bound ops not measured; memory_bw_eff = 0.8")
+
+    # 3. peaks per precision.
+    peaks: dict[str, float] = {}
+    peak_src: dict[str, str] = {}
+    for prec in dev.precisions:
+        if prec in cat_peaks:
+            peaks[prec], peak_src[prec] = cat_peaks[prec], cat_src or "catalog"
+            continue
+        rates = [r["flops"] / r["time_s"] for _, r in _ok(results, f"gemm/{prec}/")]
+        rates += [r["flops"] / r["time_s"] for k, r in _ok(results, "attention/")
+                  if k.split("/")[3] == prec and k.split("/")[1] != "math"]
+        if rates:
+            peaks[prec] = max(rates) / 1e12
+            peak_src[prec] = "measured maximum over GEMM and fused-attention kernels"
+    if "fp32" not in peaks:
+        peaks["fp32"], peak_src["fp32"] = 0.1, PLACEHOLDER
+        warn.append("no fp32 GEMM measured; fp32 peak is a placeholder")
+
+    # 4. GEMM efficiency per precision.
+    gemm: dict[str, dict] = {}
+    for prec in dev.precisions:
+        pts = _ok(results, f"gemm/{prec}/")
+        if not pts or prec not in peaks:
+            continue
+        f_g = F.fit_gemm([r_p(k, "m") for k, _ in pts], [r_p(k, "n") for k, _ in pts],
+                         [r_p(k, "k") for k, _ in pts], [r["time_s"] for _, r in pts],
+                         peaks[prec] * 1e12, BYTES_PER_EL[prec], bw_gbs * 1e9, bw_eff, launch_s)
+        fits[f"gemm/{prec}"] = f_g.as_dict()
+        gemm[prec] = {"e_max": f_g.params["e_max"], "x_half": f_g.params["x_half"],
+                      "source": (f"{tag}: {f_g.n} GEMMs fitted to gemm_time, rms log err "
+                                 f"{f_g.rms_log:.2f}; peak {peaks[prec]:.4g} TFLOPS = {peak_src[prec]}")}
+    if "fp32" not in gemm:
+        gemm["fp32"] = {"e_max": 0.5, "x_half": 100.0, "source": f"gemm fp32: {PLACEHOLDER}"}
+
+    # 5. attention efficiencies (fused backends) in the mixed-precision dtype.
+    aprec = attention_precision(dev.precisions)
+    attn: dict[str, float] = {}
+    attn_notes: list[str] = []
+    apeak = peaks.get(aprec, peaks["fp32"]) * 1e12
+    for backend, field_ in (("flash", "flash"), ("efficient", "mem_efficient")):
+        fwd = {k.split("/")[-1]: r for k, r in _ok(results, f"attention/{backend}/fwd/{aprec}/")}
+        both = {k.split("/")[-1]: r for k, r in _ok(results, f"attention/{backend}/fwdbwd/{aprec}/")}
+        if fwd:
+            f_f = F.fit_compute_eff([r["flops"] for r in fwd.values()],
+                                    [r["time_s"] for r in fwd.values()], apeak, launch_s)
+            attn[f"{field_}_fwd"] = f_f.params["eff"]
+            fits[f"attention/{backend}/fwd"] = f_f.as_dict()
+            attn_notes.append(f"{backend} fwd {f_f.n} pts rms {f_f.rms_log:.2f}")
+        pairs = [(fwd[s], both[s]) for s in both if s in fwd and both[s]["time_s"] > fwd[s]["time_s"]]
+        if pairs:
+            f_b = F.fit_compute_eff([2 * b["flops_fwd"] for _, b in pairs],
+                                    [b["time_s"] - f["time_s"] for f, b in pairs], apeak, launch_s)
+            attn[f"{field_}_bwd"] = f_b.params["eff"]
+            fits[f"attention/{backend}/bwd"] = f_b.as_dict()
+            attn_notes.append(f"{backend} bwd {f_b.n} pts rms {f_b.rms_log:.2f}")
+    for a, b in (("flash", "mem_efficient"), ("mem_efficient", "flash")):
+        for d in ("fwd", "bwd"):
+            if f"{a}_{d}" not in attn and f"{b}_{d}" in attn:
+                attn[f"{a}_{d}"] = attn[f"{b}_{d}"]
+                attn_notes.append(f"{a} {d} unsupported/unmeasured here: copied from {b}")
+    missing = [f"{a}_{d}" for a in ("flash", "mem_efficient") for d in ("fwd", "bwd")
+               if f"{a}_{d}" not in attn]
+    if missing:
+        g = gemm.get(aprec, gemm["fp32"])
+        fallback = max(1e-4, g["e_max"] * 21.0 / (21.0 + g["x_half"]))  # thickness of (s, s, 64)
+        for m in missing:
+            attn[m] = min(1.0, fallback)
+        attn_notes.append(f"{', '.join(missing)}: {PLACEHOLDER} (GEMM efficiency at thickness 21)")
+        warn.append(f"attention not measured for {', '.join(missing)}; using GEMM-derived value")
+    attn_src = (f"{tag}: SDPA causal, {aprec}, FLOPs fwd 4*b*h*s^2*d/2, bwd 2x fwd (bwd time = "
+                f"fwd+bwd minus fwd), vs {aprec} peak; " + "; ".join(attn_notes))
+
+    # 6. optimizer.
+    opt_eff: dict[str, float] = {}
+    notes = []
+    for impl in ("fused", "foreach", "for_loop"):
+        pts = [r for _, r in _ok(results, f"optimizer/{impl}/")]
+        if pts:
+            f_o = F.fit_bandwidth([r["bytes"] for r in pts], [r["time_s"] for r in pts],
+                                  bw_gbs * 1e9, 0.0)
+            opt_eff[impl] = f_o.params["bw_eff"]
+            fits[f"optimizer/{impl}"] = f_o.as_dict()
+            notes.append(f"{impl} {f_o.n} pts rms {f_o.rms_log:.2f}")
+        else:
+            why = next((r.get("reason", "") for k, r in results.items()
+                        if k.startswith(f"optimizer/{impl}/") and r.get("status") == "unsupported"), "")
+            if why:
+                notes.append(f"{impl} unsupported ({why[:80]})")
+    if opt_eff:
+        opt_src = (f"{tag}: torch.optim.AdamW fp32, 28 B/param (read p,g,m,v; write p,m,v) / "
+                   f"time vs {bw_gbs:.1f} GB/s, launch costs folded in; " + "; ".join(notes))
+    else:
+        opt_eff = {"foreach": 0.5}
+        opt_src = f"optimizer: {PLACEHOLDER}"
+        warn.append("optimizer not measured; foreach = 0.5")
+
+    # 7. host <-> device copies.
+    def _host(kind: str) -> F.Fit | None:
+        pts = [r for _, r in _ok(results, f"host/{kind}/")]
+        if not pts:
+            return None
+        return F.fit_alpha_beta([r["bytes"] for r in pts], [r["time_s"] for r in pts])
+
+    pageable = None
+    if dev.kind == "cpu":
+        f_h = _host("h2d_memcpy_proxy")
+        host_note = "CPU device: host memcpy proxy (one-way bytes / time), alpha-beta fit"
+    else:
+        f_h = _host("h2d_pinned")
+        f_p = _host("h2d_pageable")
+        pageable = f_p.params["bw"] / 1e9 if f_p else None
+        host_note = "pinned h2d copy_, alpha-beta fit" + (
+            f"; pageable {pageable:.1f} GB/s" if pageable else "")
+    if f_h:
+        h2d = f_h.params["bw"] / 1e9
+        fits["host"] = f_h.as_dict()
+        host_src = f"{tag}: {host_note}, {f_h.n} sizes, rms {f_h.rms_log:.2f}, alpha {f_h.params['alpha_s'] * 1e6:.1f} us"
+    else:
+        h2d, host_src = 10.0, f"host: {PLACEHOLDER}"
+        warn.append("host copies not measured; 10 GB/s")
+
+    # 8. CPU Adam throughput (offload).
+    cpu_prefix = "optimizer/" if dev.kind == "cpu" else "cpu_adam/"
+    rates = [(r["params"] / r["time_s"], k) for k, r in _ok(results, cpu_prefix)]
+    if rates:
+        best = max(rates)
+        cpu_adam = best[0] / 1e9
+        cpu_adam_src = f"{tag}: best torch.optim.AdamW on CPU ({best[1]}), params / step time"
+    else:
+        cpu_adam, cpu_adam_src = 0.1, f"cpu adam: {PLACEHOLDER}"
+        warn.append("CPU Adam not measured; 0.1 Gparams/s")
+
+    # 9. collectives.
+    collectives = {}
+    for key, rec in _ok(results, "collectives/"):
+        f_c = fit_collectives(rec)
+        if f_c is not None:
+            fits[key] = f_c.as_dict()
+            collectives["local"] = {
+                "alpha_us": f_c.params["alpha_s"] * 1e6, "busbw_gbs": f_c.params["bw"] / 1e9,
+                "source": (f"{tag}: torch.distributed {rec.get('backend')} x{rec.get('world_size')} "
+                           f"{', '.join(rec.get('ops_ok', []))}, bus bytes (ring), rms {f_c.rms_log:.2f}")}
+
+    sources = [f"peak {p}: {_fmt(v)} TFLOPS ({peak_src[p]})" for p, v in peaks.items()]
+    sources.append(f"mem_bw: {bw_gbs:.1f} GB/s ({bw_src})")
+    sources.append(f"threads: {dev.threads}")
+    total_mem = dev.memory_gib
+    data = {
+        "schema_version": SCHEMA_VERSION,
+        "name": name or f"{dev.slug} (calibrated {date})",
+        "device": {"kind": dev.kind, "name": dev.name, "gpu_id": gpu_id, "peak_tflops": peaks,
+                   "mem_bw_gbs": bw_gbs, "memory_gib": total_mem,
+                   "usable_memory_gib": min(dev.usable_memory_gib, total_mem),
+                   "host_memory_gib": dev.host_memory_gib},
+        "provenance": {"method": "calibration", "sources": sources, **provenance_fields(dev, command)},
+        "gemm": gemm,
+        "attention": {**attn, "source": attn_src},
+        "memory_bw_eff": bw_eff, "memory_bw_eff_source": bw_eff_src,
+        "launch_overhead_us": launch_s * 1e6, "compiled_launch_overhead_us": comp_s * 1e6,
+        "launch_source": launch_src,
+        "optimizer_bw_eff": opt_eff, "optimizer_source": opt_src,
+        "host_to_device_gbs": h2d, "host_to_device_pageable_gbs": pageable, "host_source": host_src,
+        "cpu_adam_gparams_per_s": cpu_adam, "cpu_adam_source": cpu_adam_src,
+        "collectives": collectives,
+    }
+    for key, val in list(data.items()):
+        if isinstance(val, float) and not math.isfinite(val):
+            raise ValueError(f"non-finite fitted value for {key}")
+    return Built(parse_profile(data, origin="calibration"), fits, warn)
+
+
+def r_p(key: str, dim: str) -> int:
+    """Parse m, n or k from a GEMM key 'gemm/<prec>/<m>x<n>x<k>'."""
+    m, n, k = (int(v) for v in key.rsplit("/", 1)[1].split("x"))
+    return {"m": m, "n": n, "k": k}[dim]
+
+
+def fit_collectives(rec: dict, ops: Iterable[str] | None = None) -> F.Fit | None:
+    """Joint alpha-beta fit over the collective sweep in ``rec`` (bus bytes vs time)."""
+    pts = [p for p in rec.get("points", []) if (ops is None or p["op"] in ops) and p["time_s"] > 0]
+    if not pts:
+        return None
+    n = int(rec["world_size"])
+    return F.fit_alpha_beta([bus_bytes(p["op"], p["bytes"], n) for p in pts],
+                            [p["time_s"] for p in pts])

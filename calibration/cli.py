@@ -1,0 +1,232 @@
+"""``calibrate``: measure this device with torch microbenchmarks and write a profile.
+
+Exit status: 0 success, 1 runtime failure, 2 usage error, 130 interrupted (everything
+measured so far is kept; rerun with ``--resume``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import fnmatch
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from simulator.errors import UsageError
+
+PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+MODES = {  # budget per point (s), per-call cap (s), min timed calls, torch.compile
+    "tiny": (0.01, 0.25, 2, False),
+    "quick": (0.08, 0.35, 2, True),
+    "thorough": (0.5, 10.0, 3, True),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2 (argparse prints usage + line)
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="calibrate", description=(
+        "Measure GEMMs, attention, bandwidth-bound ops, launch overhead, optimizer steps, "
+        "host copies and collectives with torch, and fit a simulator profile."))
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="small grid (~3 min on a 2-core CPU)")
+    mode.add_argument("--thorough", action="store_true", help="full grid (default)")
+    mode.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests only
+    p.add_argument("--out", type=Path, help="profile JSON to write "
+                   "(default: calibration/profiles/<device-slug>.json); raw measurements go "
+                   "next to it as <name>.measurements.json")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an earlier run: skip benchmarks already in the measurements file")
+    p.add_argument("--force", action="store_true",
+                   help="start over even if --out exists (old files kept as timestamped backups)")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
+    p.add_argument("--nproc", type=int, help="processes for collective benchmarks via torchrun "
+                   "(default: number of CUDA devices; on CPU none unless --collectives)")
+    p.add_argument("--collectives", action="store_true",
+                   help="run collectives on CPU too (gloo, --nproc default 2)")
+    p.add_argument("--budget", type=float, help="timing budget per benchmark point, seconds")
+    p.add_argument("--no-compile", action="store_true", help="skip torch.compile benchmarks")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--only", help=argparse.SUPPRESS)  # comma-separated groups or key globs
+    return p
+
+
+def _mode(a: argparse.Namespace) -> str:
+    return "tiny" if a.tiny else "quick" if a.quick else "thorough"
+
+
+def _selected(key: str, group: str, only: list[str] | None) -> bool:
+    return not only or any(group == pat or fnmatch.fnmatch(key, pat) for pat in only)
+
+
+def _backup(path: Path, stamp: str) -> Path | None:
+    if not path.exists():
+        return None
+    dst = path.with_name(f"{path.stem}.{stamp}.bak{path.suffix}")
+    path.replace(dst)
+    return dst
+
+
+def _prepare_outputs(out: Path, meas: Path, a: argparse.Namespace, err) -> bool:
+    """Apply the overwrite policy; return True if an existing store should be resumed."""
+    if a.resume and a.force:
+        raise UsageError("--resume and --force exclude each other")
+    exists = out.exists() or meas.exists()
+    if not exists:
+        return False
+    if a.resume:
+        if not meas.exists():
+            raise UsageError(f"--resume: no measurements file {str(meas)!r} next to {str(out)!r}")
+        return True
+    if a.force:
+        stamp = _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+        for p in (out, meas):
+            dst = _backup(p, stamp)
+            if dst:
+                err(f"kept previous {p.name} as {dst.name}")
+        return False
+    raise UsageError(f"{str(out)!r} or its measurements already exist; pass --resume to continue "
+                     "that calibration or --force to start over (old files are kept as backups)")
+
+
+def _collectives(a, dev, ctx, store, only, err) -> None:
+    import torch
+
+    from . import collectives as coll
+
+    nproc = a.nproc
+    if nproc is None:
+        nproc = torch.cuda.device_count() if dev.kind == "cuda" else (2 if a.collectives else 0)
+    if nproc < 2:
+        if a.collectives or a.nproc is not None:
+            err("collectives skipped: need --nproc >= 2")
+        return
+    if dev.kind == "cuda" and nproc > torch.cuda.device_count():
+        raise UsageError(f"--nproc {nproc} exceeds the {torch.cuda.device_count()} CUDA devices")
+    key = f"collectives/{'nccl' if dev.kind == 'cuda' else 'gloo'}/n{nproc}"
+    if not _selected(key, "collectives", only) or (a.resume and store.done(key)):
+        return
+    sizes = coll.QUICK_SIZES if ctx.settings.mode != "thorough" else coll.THOROUGH_SIZES
+    if ctx.settings.mode == "tiny":
+        sizes = [1 << 10, 1 << 16]
+    err(f"collectives: torchrun --nproc-per-node {nproc} ({len(sizes)} sizes x 3 ops)")
+    t0 = time.perf_counter()
+    try:
+        rec = coll.launch(nproc, sizes, budget_s=max(0.02, ctx.settings.budget_s))
+    except RuntimeError as exc:
+        rec = {"status": "error", "reason": str(exc)}
+        err(f"warning: {exc}")
+    store.add(key, {"group": "collectives", "params": {"nproc": nproc, "sizes": sizes}, **rec,
+                    "wall_s": time.perf_counter() - t0})
+
+
+def run(a: argparse.Namespace, argv: list[str]) -> int:
+    """The calibration itself (after argument parsing)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("calibrate: error: torch is required: pip install 'pretrain-simulator[calibration]'",
+              file=sys.stderr)
+        return 1
+    from rich.console import Console
+
+    from .benches import RunContext, Settings, plan
+    from .build import build_profile
+    from .device import detect
+    from .runner import run_benches
+    from .store import MeasurementStore, measurements_path, now
+
+    if a.nproc is not None and a.nproc < 1:
+        raise UsageError(f"--nproc must be >= 1, got {a.nproc}")
+    if a.budget is not None and not (0 < a.budget <= 60):
+        raise UsageError(f"--budget must be in (0, 60] seconds, got {a.budget}")
+    errc = Console(stderr=True, highlight=False)
+
+    def err(msg: str) -> None:
+        errc.print(msg, markup=False)
+
+    t_start = time.perf_counter()
+    dev = detect(a.device)
+    mode = _mode(a)
+    budget, cap, min_runs, compile_ = MODES[mode]
+    settings = Settings(mode, a.budget or budget, cap if not a.budget else max(cap, 4 * a.budget),
+                        compile_ and not a.no_compile, min_runs)
+    out = a.out or PROFILE_DIR / f"{dev.slug}.json"
+    if out.suffix != ".json":
+        raise UsageError(f"--out must end in .json, got {str(out)!r}")
+    meas = measurements_path(out)
+    command = "calibrate " + " ".join(shlex.quote(x) for x in argv)
+    run_info = {"started": now(), "command": command, "mode": mode}
+    if _prepare_outputs(out, meas, a, err):
+        store = MeasurementStore.load(meas)
+        store.resume(dev.describe(), run_info)
+    else:
+        store = MeasurementStore.create(meas, dev.describe(), run_info)
+    only = [s.strip() for s in a.only.split(",") if s.strip()] if a.only else None
+    ctx = RunContext(dev, settings)
+    benches = [b for b in plan(ctx) if _selected(b.key, b.group, only)]
+    err(f"calibrating {dev.name} [{mode}]: {len(benches)} benchmarks -> {out}")
+    console = None if a.no_progress else errc
+    summary = run_benches(benches, ctx, store, console, resume=a.resume)
+    _collectives(a, dev, ctx, store, only, err)
+    built = build_profile(dev, store.results, command)
+    from simulator.profile import save_profile
+
+    save_profile(built.profile, out)
+    wall = time.perf_counter() - t_start
+    store.data["runs"][-1].update(finished=now(), wall_s=round(wall, 1))
+    store.set_fits({**built.fits, "warnings": built.warnings})
+    _report(built, summary, out, meas, wall)
+    return 0
+
+
+def _report(built, summary, out: Path, meas: Path, wall: float) -> None:
+    p = built.profile
+    print(f"wrote {out} ({meas.name}) in {wall:.0f} s: {summary.measured} measured, "
+          f"{summary.resumed} resumed, {summary.unsupported} unsupported, "
+          f"{summary.too_slow} skipped as too slow, {len(summary.errors)} errors")
+    peaks = ", ".join(f"{k} {v:.4g}" for k, v in p.device.peak_tflops.items())
+    print(f"  peaks TFLOPS: {peaks}; memory bandwidth {p.device.mem_bw_gbs:.1f} GB/s")
+    for prec, g in p.gemm.items():
+        print(f"  gemm {prec}: e_max {g.e_max:.3f}, x_half {g.x_half:.1f}")
+    at = p.attention
+    print(f"  attention: flash fwd {at.flash_fwd:.3f} bwd {at.flash_bwd:.3f}, mem_efficient fwd "
+          f"{at.mem_efficient_fwd:.3f} bwd {at.mem_efficient_bwd:.3f}")
+    print(f"  memory_bw_eff {p.memory_bw_eff:.3f}; launch {p.launch_overhead_us:.2f} us, "
+          f"compiled {p.compiled_launch_overhead_us:.2f} us")
+    opt = ", ".join(f"{k} {v:.3f}" for k, v in p.optimizer_bw_eff.items())
+    print(f"  optimizer_bw_eff: {opt}; host->device {p.host_to_device_gbs:.1f} GB/s; "
+          f"CPU Adam {p.cpu_adam_gparams_per_s:.3f} Gparams/s")
+    for link, c in p.collectives.items():
+        print(f"  collectives[{link}]: alpha {c.alpha_us:.1f} us, busbw {c.busbw_gbs:.2f} GB/s")
+    for w in built.warnings:
+        print(f"  warning: {w}")
+    for e in summary.errors[:5]:
+        print(f"  error: {e}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``calibrate`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        a = build_parser().parse_args(argv)
+        return run(a, argv)
+    except UsageError as exc:
+        print(f"calibrate: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("calibrate: interrupted; measurements so far are saved — rerun with --resume",
+              file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - one line, never a traceback
+        if os.environ.get("CALIBRATE_DEBUG"):
+            raise
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"calibrate: error: {type(exc).__name__}: {msg}", file=sys.stderr)
+        return 1

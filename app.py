@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from simulator import api, hardware
+from simulator import api, costs, hardware
 from simulator.errors import UsageError
 from simulator.hf_config import model_from_hf_config
 from simulator.models import ModelSpec, get_model, list_models, model_from_dict
@@ -111,22 +111,14 @@ def cached_search(model_key: str, gpus: str, knobs_json: str, profile_json: str 
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
-def cached_sweep(model_key: str, recipe_json: str, prices_json: str) -> pd.DataFrame:
-    """Fastest feasible plan of every catalog GPU and count, with days and dollars per row."""
+def cached_sweep(model_key: str, recipe_json: str) -> list:
+    """Fastest feasible plan of every catalog GPU and count (the expensive part; prices apart).
+
+    HOOK: when ``simulator.compare`` lands with its catalog sweep, call it here instead.
+    """
     model = _model(model_key)
     recipe = json.loads(recipe_json)
-    prices = json.loads(prices_json)
-    compare = _optional("simulator.compare")
-    if compare is not None and hasattr(compare, "sweep"):
-        # HOOK: simulator.compare.sweep(model, **recipe, **prices) -> DataFrame with at least
-        # gpus, days, cost_usd (and optionally pareto). Adapted here once the module lands.
-        try:
-            df = pd.DataFrame(compare.sweep(model, **recipe, **prices))
-            if {"gpus", "days", "cost_usd"} <= set(df.columns):
-                return _frontier(df)
-        except TypeError:
-            pass
-    rows = []
+    out = []
     for g in hardware.list_gpus():
         for nodes, per in SWEEP_COUNTS:
             if per > g.max_gpus_per_node:
@@ -136,16 +128,20 @@ def cached_sweep(model_key: str, recipe_json: str, prices_json: str) -> pd.DataF
                 res = api.run_search(model, text, **recipe)
             except UsageError:
                 continue
-            if not res.order.size:
-                continue
-            p = res.best
-            cost = plan_costs(p, prices)
-            rows.append({"gpus": text, "gpu": g.short_name, "n_gpus": p.hardware["n_gpus"],
-                         "days": p.days, "cost_usd": cost.get("headline"),
-                         "cost_basis": cost.get("basis"), "mfu": p.mfu,
-                         "strategy": p.strategy_line()})
-    df = pd.DataFrame(rows, columns=["gpus", "gpu", "n_gpus", "days", "cost_usd", "cost_basis",
-                                     "mfu", "strategy"])
+            if res.order.size:
+                out.append((text, g.short_name, res.best))
+    return out
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def sweep_frame(model_key: str, recipe_json: str, prices_json: str) -> pd.DataFrame:
+    """Days and the headline dollars of each swept plan, with the Pareto frontier marked."""
+    mode = json.loads(prices_json)["mode"]
+    prices = cached_prices(prices_json)
+    rows = [{"gpus": text, "gpu": name, "n_gpus": p.hardware["n_gpus"], "days": p.days,
+             "cost_usd": headline_cost(costs.plan_cost(p, prices), mode), "mfu": p.mfu,
+             "strategy": p.strategy_line()} for text, name, p in cached_sweep(model_key, recipe_json)]
+    df = pd.DataFrame(rows, columns=["gpus", "gpu", "n_gpus", "days", "cost_usd", "mfu", "strategy"])
     return _frontier(df)
 
 
@@ -156,42 +152,40 @@ def _frontier(df: pd.DataFrame) -> pd.DataFrame:
         return df
     best = math.inf
     pareto = [False] * len(df)
-    for i in df.sort_values(["cost_usd", "days"]).index:
-        if df.at[i, "days"] < best:
-            pareto[i], best = True, df.at[i, "days"]
+    order = sorted(range(len(df)), key=lambda i: (df["cost_usd"].iat[i], df["days"].iat[i]))
+    days = df["days"].tolist()
+    for i in order:
+        if days[i] < best:
+            pareto[i], best = True, days[i]
     df["pareto"] = pareto
     return df
 
 
-# --------------------------------------------------------------------------- costs (hook)
-def plan_costs(plan, prices: dict) -> dict:
-    """Dollar figures of a plan: from ``plan.cost`` / ``simulator.costs`` when they exist.
+# --------------------------------------------------------------------------- costs
+@st.cache_resource(max_entries=64, show_spinner=False)
+def cached_prices(prices_json: str) -> costs.Prices:
+    """Built-in prices with the sidebar's overrides (``costs.with_overrides``)."""
+    over = {k: v for k, v in json.loads(prices_json).items() if k != "mode" and v is not None}
+    return costs.with_overrides(default_prices(), **over)
 
-    HOOK: the cost model (``simulator/costs.py``, ``Plan.cost``) is another engineer's work.
-    Until it lands, the app shows GPU-hours and the catalog list price only (no dollar model
-    of its own) and says so.
-    """
-    cost = getattr(plan, "cost", None)
-    costs_mod = _optional("simulator.costs")
-    if costs_mod is not None and hasattr(costs_mod, "plan_cost"):
-        try:
-            cost = costs_mod.plan_cost(plan, **prices)
-        except TypeError:
-            pass
-    out: dict[str, Any] = {"basis": None, "headline": None, "items": {}}
-    if isinstance(cost, dict) and cost:
-        items = {k: v for k, v in cost.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        out["items"] = items
-        mode = prices.get("mode", "buy")
-        for key in ((f"{mode}_usd", f"{mode}_run_usd", f"{mode}", "total_usd")):
-            if key in items:
-                out["headline"], out["basis"] = items[key], key
-                break
-        return out
-    gpu_hours = plan.days * 24 * plan.hardware["n_gpus"]
-    out["items"] = {"gpu_hours": gpu_hours}
-    out["headline"], out["basis"] = gpu_hours, "gpu_hours"
-    return out
+
+@st.cache_resource(show_spinner=False)
+def default_prices() -> costs.Prices:
+    return costs.default_prices()
+
+
+def plan_cost(plan, prices_json: str) -> dict | None:
+    """``costs.plan_cost`` for a feasible plan (cheap; the cached plan itself is not mutated)."""
+    if not plan.feasible:
+        return None
+    return costs.plan_cost(plan, cached_prices(prices_json))
+
+
+def headline_cost(c: dict | None, mode: str) -> float | None:
+    """The dollar figure the sweep plots: purchase price (buy) or rental bill (rent)."""
+    if not c:
+        return None
+    return c.get("hardware_usd") if mode == "buy" else c.get("rent_usd")
 
 
 # --------------------------------------------------------------------------- formatting
@@ -276,16 +270,17 @@ def pareto_chart(df: pd.DataFrame, current: str, x_title: str) -> dict:
     }
 
 
-def budget_markdown(plan, prices: dict) -> str | None:
-    """HOOK: ``simulator.budget`` writes the Markdown budget when it exists."""
+def budget_markdown(plan, top: list, prices_json: str) -> str | None:
+    """HOOK: ``simulator.budget`` writes the Markdown budget once it lands (None until then)."""
     budget = _optional("simulator.budget")
     if budget is None:
         return None
-    for fn_name in ("budget_markdown", "write_budget", "render_budget", "markdown"):
+    prices = cached_prices(prices_json)
+    for fn_name in ("budget_markdown", "render_budget", "write_budget", "markdown"):
         fn = getattr(budget, fn_name, None)
         if callable(fn):
             try:
-                return fn(plan, **prices)
+                return fn(plan, prices=prices)
             except TypeError:
                 return fn(plan)
     return None
@@ -409,11 +404,22 @@ def sidebar_strategy() -> dict:
 
 
 def sidebar_prices() -> dict:
+    """-> the overrides of ``costs.with_overrides`` (None = built-in price) plus ``mode``."""
     st.header("Prices")
+    base = default_prices()
     mode = st.radio("Hardware", ["buy", "rent"], key="price_mode", horizontal=True,
-                    format_func=lambda m: {"buy": "Buy", "rent": "Rent (cloud)"}[m])
-    kwh = st.number_input("Electricity, $/kWh", 0.0, 10.0, 0.15, step=0.01, key="usd_per_kwh")
-    return {"mode": mode, "usd_per_kwh": float(kwh)}
+                    format_func=lambda m: {"buy": "Buy", "rent": "Rent (cloud)"}[m],
+                    help="which dollar figure the catalog chart plots")
+    kwh = st.number_input("Electricity, $/kWh", 0.0, 10.0, base.electricity_usd_per_kwh.value,
+                          step=0.01, key="kwh_price", help=base.electricity_usd_per_kwh.source)
+    c1, c2 = st.columns(2)
+    gpu = c1.number_input("$ per GPU (0 = catalog)", 0.0, 1e7, 0.0, step=500.0, key="price_per_gpu")
+    rent = c2.number_input("$ per GPU-hour (0 = catalog)", 0.0, 1e3, 0.0, step=0.1, key="rent_per_gpu_hour")
+    pue = c1.number_input("PUE", 1.0, 5.0, base.pue.value, step=0.05, key="pue", help=base.pue.source)
+    life = c2.number_input("Lifetime, years", 0.5, 20.0, base.lifetime_years.value, step=0.5,
+                           key="lifetime_years", help=base.lifetime_years.source)
+    return {"mode": mode, "kwh_price": float(kwh) or None, "price_per_gpu": float(gpu) or None,
+            "rent_per_gpu_hour": float(rent) or None, "pue": float(pue), "lifetime_years": float(life)}
 
 
 def sidebar_profile() -> tuple[str | None, str | None]:
@@ -433,7 +439,7 @@ def sidebar_profile() -> tuple[str | None, str | None]:
 
 
 # --------------------------------------------------------------------------- main area
-def show_plan(plan, top: list, prices: dict) -> None:
+def show_plan(plan, top: list, prices_json: str) -> None:
     m, r, hw = plan.model, plan.recipe, plan.hardware
     st.markdown(f"**{m['name']}** · {m['params'] / 1e9:.2f} B parameters · {r['description']}  \n"
                 f"{hw['description']} · profile: {plan.profile['name']} ({plan.profile['method']}, "
@@ -450,8 +456,7 @@ def show_plan(plan, top: list, prices: dict) -> None:
             st.warning("No nearby change fits; try a smaller model, more or larger GPUs, or offload.")
         st.caption("The closest (least-memory) strategy is shown below for reference.")
 
-    cost = plan_costs(plan, prices)
-    items = cost["items"]
+    c_ = plan_cost(plan, prices_json)
     iv = plan.interval_days
     c = st.columns(4)
     c[0].metric("Days", fmt_days(plan.days), help="optimizer steps × step time / 86,400")
@@ -461,27 +466,29 @@ def show_plan(plan, top: list, prices: dict) -> None:
                 help="the same tokens at 100% of the dense peak: no real run is faster")
     c[3].metric("Step time", f"{plan.step_time_s:.2f} s")
     c = st.columns(4)
-    if cost["basis"] == "gpu_hours":
-        c[0].metric("GPU-hours", f"{items['gpu_hours']:,.0f}")
-        price = hw.get("price_usd")
-        c[1].metric("Catalog GPU price", fmt_money(price * hw["n_gpus"]) if price else "—",
-                    help="list price × GPUs (catalog data); the cost model is not installed yet")
-        c[2].metric("MFU", f"{plan.mfu:.0%}", help=plan.conventions)
-        c[3].metric("Tokens/s", f"{plan.tokens_per_s:,.0f}")
-        st.caption("Dollar figures (buy / rent / power) appear once `simulator.costs` is installed.")
+    if c_ is None:
+        for col, label in zip(c, ("Buy", "Run share", "Rent", "Power"), strict=True):
+            col.metric(label, "—", help="no cost: nothing fits")
     else:
-        labels = {"buy": "Buy", "rent": "Rent", "power": "Power"}
-        shown = 0
-        for key, val in items.items():
-            if shown >= 2:
-                break
-            lab = next((v for k, v in labels.items() if key.startswith(k)), None)
-            if lab and key.endswith("usd"):
-                c[shown].metric(lab, fmt_money(val))
-                shown += 1
-        c[2].metric("MFU", f"{plan.mfu:.0%}", help=plan.conventions)
-        c[3].metric("Tokens/s", f"{plan.tokens_per_s:,.0f}")
-        st.caption(" · ".join(f"{k}: {v:,.2f}" for k, v in items.items()))
+        c[0].metric("Buy", fmt_money(c_["hardware_usd"]),
+                    help=f"GPUs ({c_['gpu_unit_source'] or 'no price'}) + base machine "
+                         f"({c_['base_machine_source'] or 'none'})")
+        c[1].metric("Run share of purchase", fmt_money(c_["amortized_usd"]),
+                    help=f"purchase × days / ({c_['lifetime_years']:g} × 365)")
+        c[2].metric("Rent", fmt_money(c_["rent_usd"]),
+                    help=f"{c_['gpu_hours']:,.0f} GPU-hours × {fmt_money(c_['rent_usd_per_gpu_hr'])}/h "
+                         f"({c_['rent_source'] or 'no price'})")
+        c[3].metric("Power", fmt_money(c_["energy_usd"]),
+                    help=(f"{c_['energy_kwh']:,.0f} kWh at ${c_['electricity_usd_per_kwh']:.3g}/kWh, "
+                          f"PUE {c_['pue']:g}, utilization {c_['utilization']:.0%}")
+                    if c_["energy_kwh"] is not None else "unknown board power")
+    c = st.columns(4)
+    c[0].metric("MFU", f"{plan.mfu:.0%}", help=plan.conventions)
+    c[1].metric("HFU", f"{plan.hfu:.0%}", help=plan.conventions)
+    c[2].metric("Tokens/s", f"{plan.tokens_per_s:,.0f}")
+    c[3].metric("GPU-hours", f"{plan.days * 24 * plan.hardware['n_gpus']:,.0f}")
+    if c_ is not None:
+        st.caption("cost: " + costs.format_line(c_))
 
     st.subheader("Strategy")
     st.markdown(f"`{plan.strategy_line()}`")
@@ -499,7 +506,8 @@ def show_plan(plan, top: list, prices: dict) -> None:
     with right:
         st.subheader("Step time")
         st.vega_lite_chart(breakdown_chart(breakdown_frame(plan)), width="stretch")
-        st.caption(f"compute {plan.breakdown_s['compute']:.2f} s · HFU {plan.hfu:.0%}")
+        st.caption(f"{plan.step_time_s:.2f} s per step: compute {plan.breakdown_s['compute']:.2f} s "
+                   f"({plan.strategy['grad_accum']} × micro-batch {plan.strategy['micro_batch']})")
 
     st.subheader(f"Top {len(top)} strategies" if top else "Top strategies")
     if top:
@@ -508,22 +516,22 @@ def show_plan(plan, top: list, prices: dict) -> None:
         st.caption("no feasible strategy")
 
 
-def show_sweep(model_key: str, recipe: dict, prices: dict, gpus: str, plan) -> pd.DataFrame | None:
+def show_sweep(model_key: str, recipe: dict, prices: dict, prices_json: str, gpus: str) -> None:
     st.subheader("Days against cost, whole catalog")
     t0 = time.perf_counter()
-    df = cached_sweep(model_key, json.dumps(recipe, sort_keys=True), json.dumps(prices, sort_keys=True))
+    df = sweep_frame(model_key, json.dumps(recipe, sort_keys=True), prices_json)
     if df.empty:
-        st.caption("nothing in the catalog fits this model and recipe")
-        return df
-    basis = df["cost_basis"].iloc[0] if "cost_basis" in df.columns else "cost_usd"
-    x_title = "GPU-hours (cost model pending)" if basis == "gpu_hours" else f"cost, {prices['mode']} ($)"
-    st.vega_lite_chart(pareto_chart(df, _canonical(gpus), x_title), width="stretch")
+        st.caption("nothing in the catalog fits this model and recipe (or no prices are known)")
+        return
+    x_title = "purchase price, $ (buy)" if prices["mode"] == "buy" else "rental bill, $ (rent)"
+    cur = _canonical(gpus)
+    st.vega_lite_chart(pareto_chart(df, cur, x_title), width="stretch")
     front = df[df["pareto"]].sort_values("cost_usd")
-    st.caption(f"{len(df)} catalog configurations (fastest feasible strategy each; built-in profiles); "
-               f"Pareto frontier: {', '.join(front['gpus'])}; current choice: red diamond"
-               + ("" if _canonical(gpus) in set(df["gpus"]) else " (not in the sweep)")
-               + f" · {1e3 * (time.perf_counter() - t0):.0f} ms")
-    return df
+    st.caption(f"{len(df)} catalog configurations, each with its fastest feasible strategy (built-in "
+               f"profiles, recipe above, no pins). Pareto frontier: {', '.join(front['gpus'])}. "
+               + ("Current choice: red diamond." if cur in set(df["gpus"]) else
+                  "The current choice is not among the swept configurations.")
+               + f" ({1e3 * (time.perf_counter() - t0):.0f} ms)")
 
 
 def _canonical(gpus: str) -> str:
@@ -535,14 +543,16 @@ def _canonical(gpus: str) -> str:
     return f"{cl.gpus_per_node}x{cl.gpu.id}" if cl.nodes == 1 else f"{cl.nodes}x{cl.gpus_per_node}x{cl.gpu.id}"
 
 
-def show_downloads(plan, top: list, prices: dict) -> None:
+def show_downloads(plan, top: list, prices_json: str) -> None:
     st.subheader("Downloads")
+    d = plan.to_dict()
+    d["cost"] = plan_cost(plan, prices_json)
     c = st.columns(3)
-    c[0].download_button("Plan (JSON)", json.dumps(plan.to_dict(), indent=2, default=str),
+    c[0].download_button("Plan (JSON)", json.dumps(d, indent=2, default=str),
                          file_name="plan.json", mime="application/json", key="dl_json")
     c[1].download_button("Top strategies (CSV)", top_table(top).to_csv(index=False),
                          file_name="strategies.csv", mime="text/csv", key="dl_csv")
-    md = budget_markdown(plan, prices)
+    md = budget_markdown(plan, top, prices_json)
     if md is None:
         c[2].download_button("Budget (Markdown)", "", file_name="budget.md", disabled=True, key="dl_md",
                              help="appears once simulator.budget is installed")
@@ -572,16 +582,22 @@ def main() -> None:
     except UsageError as exc:
         st.error(str(exc))
         return
+    prices_json = json.dumps(prices, sort_keys=True)
     st.session_state["last_plan"] = plan.to_dict()
-    show_plan(plan, top, prices)
+    try:
+        show_plan(plan, top, prices_json)
+    except UsageError as exc:
+        st.error(str(exc))
+        return
     sweep_box = st.container()  # laid out above the downloads, filled last (the slow part)
-    show_downloads(plan, top, prices)
+    show_downloads(plan, top, prices_json)
     with sweep_box:
         try:
-            show_sweep(model_key, recipe, prices, gpus, plan)
+            show_sweep(model_key, recipe, prices, prices_json, gpus)
         except UsageError as exc:
             st.error(f"catalog sweep: {exc}")
     st.caption(f"rendered in {1e3 * (time.perf_counter() - t0):.0f} ms")
 
 
-main()
+if __name__ == "__main__":
+    main()

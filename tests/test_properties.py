@@ -1,0 +1,98 @@
+"""Property tests (hypothesis): invariants over random models, clusters and strategies."""
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.api import run_search, simulate
+from simulator.estimate import model_flops_per_token
+from simulator.models import ModelSpec
+from simulator.strategy import SHARDINGS
+
+CLUSTERS = ["1x3090", "2x3090", "8x3090", "4xa100", "8xa100-40gb", "2x8xh100", "8xrtx4090", "4xa6000", "1xh200"]
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def models(draw):
+    heads = draw(st.sampled_from([4, 8, 16]))
+    head_dim = draw(st.sampled_from([32, 64, 128]))
+    hidden = heads * head_dim
+    gated = draw(st.booleans())
+    return ModelSpec(
+        name="random", family="llama" if gated else "gpt_neox", kind="decoder",
+        n_layers=draw(st.integers(1, 40)), hidden=hidden, n_heads=heads,
+        ffn_hidden=draw(st.sampled_from([2, 3, 4])) * hidden, gated_mlp=gated,
+        vocab_size=draw(st.sampled_from([1000, 32000, 50304])), max_positions=8192,
+        tied_embeddings=draw(st.booleans()), pos_embedding="rotary",
+        norm="rmsnorm" if gated else "layernorm", linear_bias=not gated, norm_bias=not gated,
+        head="lm", default_seq_len=2048)
+
+
+knobs = st.fixed_dictionaries({
+    "precision": st.sampled_from(["fp32", "tf32", "bf16", "fp16"]),
+    "attention": st.sampled_from(["eager", "sdpa"]),
+    "compile": st.booleans(),
+    "checkpointing": st.sampled_from(["none", "selective", "full"]),
+    "sharding": st.sampled_from(list(SHARDINGS)),
+})
+
+
+@SETTINGS
+@given(model=models(), gpus=st.sampled_from(CLUSTERS), k=knobs, seq=st.sampled_from([256, 1024, 2048]),
+       mb=st.integers(1, 8))
+def test_throughput_never_above_peak(model, gpus, k, seq, mb):
+    plan = simulate(model, gpus, seq_len=seq, global_batch=128, steps=10, micro_batch=mb, offload="none", **k)
+    n = plan.hardware["n_gpus"]
+    res = run_search(model, gpus, seq_len=seq, global_batch=128, steps=10, micro_batch=mb, offload="none", **k)
+    peak = res.setup.problem.device.gemm_peak(k["precision"])
+    # executed FLOPs per second per GPU can never exceed the dense peak
+    assert plan.hfu <= 1.0
+    # and the 6ND-convention throughput stays below the peak once causal skipping is accounted for
+    assert plan.tokens_per_s * model_flops_per_token(model, seq) <= 1.5 * n * peak
+    assert plan.step_time_s > 0 and np.isfinite(plan.step_time_s)
+
+
+@SETTINGS
+@given(model=models(), gpus=st.sampled_from(CLUSTERS), k=knobs, steps=st.integers(1, 1000))
+def test_days_linear_in_tokens(model, gpus, k, steps):
+    a = simulate(model, gpus, seq_len=512, global_batch=128, steps=steps, micro_batch=2, offload="none", **k)
+    b = simulate(model, gpus, seq_len=512, global_batch=128, steps=3 * steps, micro_batch=2, offload="none", **k)
+    assert b.days == np.float64(a.days * 3) or abs(b.days - 3 * a.days) <= 1e-9 * b.days
+
+
+@SETTINGS
+@given(model=models(), gpus=st.sampled_from(CLUSTERS), k=knobs)
+def test_more_work_never_takes_less_time(model, gpus, k):
+    kw = dict(seq_len=512, steps=10, micro_batch=2, offload="none", **k)
+    small = simulate(model, gpus, global_batch=128, **kw)
+    big = simulate(model, gpus, global_batch=256, **kw)
+    assert big.step_time_s >= small.step_time_s
+    deeper = model.model_copy(update={"n_layers": model.n_layers + 4})
+    assert simulate(deeper, gpus, global_batch=128, **kw).step_time_s >= small.step_time_s
+
+
+@SETTINGS
+@given(model=models(), gpus=st.sampled_from(CLUSTERS), k=knobs, mb=st.integers(1, 8))
+def test_memory_never_grows_with_sharding_stage(model, gpus, k, mb):
+    k = {key: v for key, v in k.items() if key != "sharding"}
+    totals = []
+    for s in ("ddp", "zero1", "zero2", "zero3"):
+        p = simulate(model, gpus, seq_len=512, global_batch=128, steps=10, micro_batch=mb, offload="none",
+                     sharding=s, **k)
+        totals.append(p.memory_gib["total"])
+    assert all(a >= b - 1e-9 for a, b in zip(totals, totals[1:], strict=False))
+    fsdp_go = simulate(model, gpus, seq_len=512, global_batch=128, steps=10, micro_batch=mb, offload="none",
+                       sharding="fsdp-grad-op", **k).memory_gib["total"]
+    fsdp_full = simulate(model, gpus, seq_len=512, global_batch=128, steps=10, micro_batch=mb, offload="none",
+                         sharding="fsdp-full", **k).memory_gib["total"]
+    assert fsdp_go >= fsdp_full - 1e-9
+
+
+@SETTINGS
+@given(model=models(), gpus=st.sampled_from(CLUSTERS), k=knobs, mb=st.integers(1, 32))
+def test_infeasible_exactly_when_memory_exceeds_capacity(model, gpus, k, mb):
+    p = simulate(model, gpus, seq_len=2048, global_batch=512, steps=10, micro_batch=mb, offload="none", **k)
+    assert p.feasible == (p.memory_gib["total"] <= p.memory_gib["capacity"])
+    if not p.feasible:
+        assert p.reasons and "GiB" in p.reasons[0]

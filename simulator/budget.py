@@ -1,0 +1,327 @@
+"""`simulate budget`: which hardware to buy or rent within a budget and a deadline, ranked, with
+a budget justification (Markdown + CSV) ready to paste into a proposal.
+
+Cost of an option: **buy** = purchase price (GPUs + base machines) + electricity for the run;
+**rent** = GPU-hours x on-demand price (power included). Options meeting both limits are ranked
+cheapest first (ties: fastest). Exit status: 0 = something fits, 1 = nothing fits (the report
+says what budget or deadline would), 2 = usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import math
+import re
+import sys
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+from rich.console import Console
+
+from . import compare
+from .costs import Prices, add_cost_args, assumptions, default_prices, prices_from_args, usd
+from .errors import UsageError
+
+MODES = ("buy", "rent", "both")
+SLOWER = 0.8  # sensitivity: throughput 20% lower -> days / 0.8
+PRICIER = 1.2  # sensitivity: prices 20% higher
+
+
+@dataclass
+class Entry:
+    """One way to run: an option of the sweep bought or rented."""
+
+    option: compare.Option
+    mode: str  # "buy" | "rent"
+    cost_usd: float
+    days: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode} {self.option.label}"
+
+    def fits(self, budget: float, deadline: float) -> bool:
+        return self.cost_usd <= budget and self.days <= deadline
+
+    def scaled(self, throughput: float = 1.0, prices: float = 1.0) -> tuple[float, float]:
+        """(days, cost) if throughput and all prices are scaled by these factors."""
+        c = self.option.cost
+        days = self.days / throughput
+        if self.mode == "rent":
+            return days, self.cost_usd / throughput * prices
+        energy = (c.get("energy_usd") or 0.0) / throughput
+        return days, (c["hardware_usd"] + energy) * prices
+
+
+def entries(options: list[compare.Option], mode: str) -> list[Entry]:
+    """Buy and/or rent entries of the feasible options whose price is known."""
+    out = []
+    for o in options:
+        if not o.feasible or not o.cost:
+            continue
+        c = o.cost
+        if mode in ("buy", "both") and c.get("hardware_usd") is not None:
+            out.append(Entry(o, "buy", c["hardware_usd"] + (c.get("energy_usd") or 0.0), o.days))
+        if mode in ("rent", "both") and c.get("rent_usd") is not None:
+            out.append(Entry(o, "rent", c["rent_usd"], o.days))
+    return out
+
+
+def rank(es: list[Entry], budget: float, deadline: float) -> list[Entry]:
+    """Entries meeting both limits, cheapest first (ties: fastest)."""
+    return sorted((e for e in es if e.fits(budget, deadline)), key=lambda e: (e.cost_usd, e.days))
+
+
+def what_would_fit(es: list[Entry], budget: float, deadline: float) -> list[str]:
+    """When nothing fits: the budget that would (at this deadline) and the deadline that would
+    (at this budget); or, if no option is fast enough at any price, the fastest one."""
+    out = []
+    if not es:
+        return ["no option is feasible with a known price; try more GPUs (--multi-node) or other GPUs"]
+    fast = [e for e in es if e.days <= deadline]
+    if fast:
+        e = min(fast, key=lambda e: (e.cost_usd, e.days))
+        out.append(f"a budget of {usd(math.ceil(e.cost_usd))} would meet the {_d(deadline)}-day deadline: "
+                   f"{e.label}, {_d(e.days)} days")
+    else:
+        e = min(es, key=lambda e: (e.days, e.cost_usd))
+        out.append(f"no option meets the {_d(deadline)}-day deadline at any price; the fastest is {e.label}: "
+                   f"a deadline of {math.ceil(e.days)} days and a budget of {usd(math.ceil(e.cost_usd))}")
+    cheap = [e for e in es if e.cost_usd <= budget]
+    if cheap:
+        e = min(cheap, key=lambda e: (e.days, e.cost_usd))
+        out.append(f"a deadline of {math.ceil(e.days)} days would fit the {usd(budget)} budget: "
+                   f"{e.label}, {usd(e.cost_usd)}")
+    else:
+        e = min(es, key=lambda e: (e.cost_usd, e.days))
+        out.append(f"no option fits the {usd(budget)} budget at any deadline; the cheapest is {e.label}: "
+                   f"a budget of {usd(math.ceil(e.cost_usd))} and a deadline of {math.ceil(e.days)} days")
+    return out
+
+
+def sensitivity(es: list[Entry], best: Entry | None, budget: float, deadline: float) -> list[str]:
+    """What if throughput is 20% lower, or prices 20% higher."""
+    out = []
+    for name, kw in (("throughput 20% lower", {"throughput": SLOWER}), ("prices 20% higher", {"prices": PRICIER})):
+        n_fit = sum(1 for e in es if _fits(e.scaled(**kw), budget, deadline))
+        if best is not None:
+            d, c = best.scaled(**kw)
+            verdict = "still within both limits" if _fits((d, c), budget, deadline) else (
+                "misses the deadline" if d > deadline else "exceeds the budget")
+            out.append(f"If {name}: the recommended option takes {_d(d)} days and costs {usd(c)} — {verdict}; "
+                       f"{n_fit} of {len(es)} options would still fit.")
+        else:
+            out.append(f"If {name}: {n_fit} of {len(es)} options would fit.")
+    return out
+
+
+def _fits(dc: tuple[float, float], budget: float, deadline: float) -> bool:
+    return dc[0] <= deadline and dc[1] <= budget
+
+
+def _d(x: float) -> str:
+    return f"{x:,.1f}" if x < 100 else f"{x:,.0f}"
+
+
+# --- writers ---------------------------------------------------------------------------------
+
+def to_csv(es: list[Entry], budget: float, deadline: float) -> str:
+    buf = io.StringIO()
+    fields = ["rank", "mode", "cluster", "gpu", "n_gpus", "fits", "days", "cost_usd", "buy_usd", "gpu_unit_usd",
+              "gpu_unit_source", "base_machine_usd", "base_machine_source", "amortized_usd", "rent_usd",
+              "rent_usd_per_gpu_hr", "rent_source", "gpu_hours", "energy_kwh", "energy_usd", "strategy"]
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    ranked = rank(es, budget, deadline)
+    order = ranked + sorted((e for e in es if e not in ranked), key=lambda e: (e.cost_usd, e.days))
+    for i, e in enumerate(order, 1):
+        c, o = e.option.cost, e.option
+        w.writerow({"rank": i if e in ranked else "", "mode": e.mode, "cluster": o.cluster, "gpu": o.gpu,
+                    "n_gpus": o.n_gpus, "fits": e.fits(budget, deadline), "days": f"{e.days:.2f}",
+                    "cost_usd": f"{e.cost_usd:.0f}", "buy_usd": _n(c.get("hardware_usd")),
+                    "gpu_unit_usd": _n(c.get("gpu_unit_usd")), "gpu_unit_source": c.get("gpu_unit_source") or "",
+                    "base_machine_usd": _n(c.get("base_machine_usd")),
+                    "base_machine_source": c.get("base_machine_source") or "",
+                    "amortized_usd": _n(c.get("amortized_usd")), "rent_usd": _n(c.get("rent_usd")),
+                    "rent_usd_per_gpu_hr": _n(c.get("rent_usd_per_gpu_hr"), 2), "rent_source": c.get("rent_source") or "",
+                    "gpu_hours": _n(c.get("gpu_hours")), "energy_kwh": _n(c.get("energy_kwh")),
+                    "energy_usd": _n(c.get("energy_usd")), "strategy": o.strategy or ""})
+    return buf.getvalue()
+
+
+def _n(x, digits: int = 0) -> str:
+    return "" if x is None else f"{x:.{digits}f}"
+
+
+def _md(s: str) -> str:
+    return str(s).replace("|", "\\|")
+
+
+def to_markdown(*, model_line: str, es: list[Entry], budget: float, deadline: float, mode: str,
+                prices: Prices, top: int = 10) -> str:
+    """The budget justification: request, recommendation, options, unit prices with sources,
+    days/GPU-hours/energy, assumptions, sensitivity (or, if nothing fits, what would)."""
+    ranked = rank(es, budget, deadline)
+    best = ranked[0] if ranked else None
+    L = [f"# Compute budget justification: {model_line}", "",
+         f"*Generated {date.today().isoformat()} by `simulate budget` (analytical pre-training simulator). "
+         f"Limits: budget {usd(budget)}, deadline {_d(deadline)} days, mode: {mode}.*", ""]
+    if best is None:
+        L += ["## Result: no option meets both limits", ""]
+        L += [f"- {s}" for s in what_would_fit(es, budget, deadline)]
+        L.append("")
+    else:
+        c, o = best.option.cost, best.option
+        L += ["## Recommendation", ""]
+        if best.mode == "buy":
+            L.append(f"We request **{usd(c['hardware_usd'])}** to purchase **{o.label}** "
+                     f"({o.n_gpus} × {usd(c['gpu_unit_usd'])} per GPU + {usd(c['base_machine_usd'])} base "
+                     f"machine{'s' if o.nodes > 1 else ''}), plus about {usd(c.get('energy_usd'))} of electricity "
+                     f"({c['energy_kwh']:,.0f} kWh). Pre-training is estimated to take **{_d(best.days)} days** "
+                     f"({c['gpu_hours']:,.0f} GPU-hours). Over a {c['lifetime_years']:g}-year lifetime this run "
+                     f"accounts for {usd(c['amortized_usd'])} of the hardware; the machine remains available "
+                     "for further work.")
+        else:
+            L.append(f"We request **{usd(best.cost_usd)}** to rent **{o.label}** on demand: "
+                     f"{c['gpu_hours']:,.0f} GPU-hours at ${c['rent_usd_per_gpu_hr']:.2f} "
+                     f"per GPU-hour. Pre-training is estimated to take **{_d(best.days)} days**.")
+        L += ["", f"Training configuration: {o.strategy}.", ""]
+        L += [f"## Options within {usd(budget)} and {_d(deadline)} days ({len(ranked)} of {len(es)}), cheapest first", "",
+              "| # | mode | hardware | days | GPU-hours | cost | energy kWh | amortized (run share) |",
+              "|---|---|---|---:|---:|---:|---:|---:|"]
+        for i, e in enumerate(ranked[:top], 1):
+            cc = e.option.cost
+            L.append(f"| {i} | {e.mode} | {_md(e.option.label)} | {_d(e.days)} | {cc['gpu_hours']:,.0f} | "
+                     f"{usd(e.cost_usd)} | {'' if e.mode == 'rent' or cc.get('energy_kwh') is None else format(cc['energy_kwh'], ',.0f')} | "
+                     f"{usd(cc.get('amortized_usd')) if e.mode == 'buy' else ''} |")
+        if len(ranked) > top:
+            L.append(f"\n({len(ranked) - top} more in the CSV.)")
+        L.append("")
+    shown = ranked[:top] if ranked else sorted(es, key=lambda e: (e.cost_usd, e.days))[:3]
+    L += ["## Unit prices and sources", "", "| item | price | source |", "|---|---:|---|"]
+    seen = set()
+    for e in shown:
+        c = e.option.cost
+        if e.mode == "buy":
+            for item, val, src in ((f"{e.option.gpu} (per GPU)", c["gpu_unit_usd"], c["gpu_unit_source"]),
+                                   (f"base machine, {e.option.gpus_per_node} GPUs (x{e.option.nodes})",
+                                    c["base_machine_usd"], c["base_machine_source"])):
+                if (item, val) not in seen:
+                    seen.add((item, val))
+                    L.append(f"| {_md(item)} | {usd(val)} | {_md(src)} |")
+        else:
+            item = f"{e.option.gpu}, per GPU-hour (rental)"
+            if (item, c["rent_usd_per_gpu_hr"]) not in seen:
+                seen.add((item, c["rent_usd_per_gpu_hr"]))
+                L.append(f"| {_md(item)} | ${c['rent_usd_per_gpu_hr']:.2f} | {_md(c['rent_source'])} |")
+    L.append(f"| electricity per kWh | ${prices.electricity_usd_per_kwh.value:.3g} | "
+             f"{_md(prices.electricity_usd_per_kwh.source)} |")
+    L += ["", "## Assumptions", ""]
+    L += [f"- workload: {model_line}"]
+    L += ["- days are the simulator's estimate for the fastest feasible training configuration "
+          "(analytical model of compute, memory and communication; data loading, evaluation, "
+          "checkpointing and failures excluded)"]
+    L += [f"- {a}" for a in assumptions(prices)]
+    L += ["- buy cost = purchase price + electricity for the run; rent cost = GPU-hours x on-demand price"]
+    L += ["", "## Sensitivity", ""]
+    L += [f"- {s}" for s in sensitivity(es, best, budget, deadline)]
+    L.append("")
+    return "\n".join(L)
+
+
+# --- command line ------------------------------------------------------------------------------
+
+_MONEY = re.compile(r"^\$?\s*([0-9][0-9,]*(?:\.[0-9]+)?)\s*([kKmM]?)$")
+_DAYS = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(d|day|days|w|wk|week|weeks|y|yr|year|years)?$", re.IGNORECASE)
+
+
+def parse_money(text: str) -> float:
+    """'60000', '60k', '$60,000', '1.2M' -> dollars."""
+    m = _MONEY.match(str(text).strip())
+    if not m:
+        raise UsageError(f"--budget must be an amount in dollars such as 60000, 60k or $1.2M; got {text!r}")
+    v = float(m.group(1).replace(",", "")) * {"": 1, "k": 1e3, "m": 1e6}[m.group(2).lower()]
+    if v <= 0:
+        raise UsageError(f"--budget must be positive, got {text!r}")
+    return v
+
+
+def parse_days(text: str) -> float:
+    """'60d', '60', '8w', '1y' -> days."""
+    m = _DAYS.match(str(text).strip())
+    if not m:
+        raise UsageError(f"--deadline must be a duration such as 60d, 8w or 1y; got {text!r}")
+    unit = (m.group(2) or "d").lower()[0]
+    v = float(m.group(1)) * {"d": 1, "w": 7, "y": 365}[unit]
+    if v <= 0:
+        raise UsageError(f"--deadline must be positive, got {text!r}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .cli import _Parser
+
+    p = _Parser(prog="simulate budget", description="Hardware to buy or rent within a budget and deadline, "
+                "ranked, with a Markdown/CSV budget justification.")
+    p.add_argument("--model", required=True, help="preset (e.g. pythia-1b) or a Hugging Face config.json")
+    p.add_argument("--budget", required=True, help="dollars, e.g. 60000, 60k, $1.2M")
+    p.add_argument("--deadline", required=True, help="wall-clock limit, e.g. 60d, 8w, 1y")
+    p.add_argument("--mode", choices=MODES, default="both", help="buy, rent or both (default both)")
+    p.add_argument("--gpu", action="append", metavar="GPU[,GPU]", help="only these GPUs (ids or aliases)")
+    p.add_argument("--counts", type=compare._counts, default=compare.COUNTS, help="GPUs per node (default 1,2,4,8)")
+    p.add_argument("--multi-node", action="store_true", help="also 2 and 4 nodes of 8 GPUs")
+    compare.add_recipe_args(p)
+    add_cost_args(p)
+    o = p.add_argument_group("output")
+    o.add_argument("--out", default=".", metavar="DIR", help="folder for budget-<model>.md and .csv (default .)")
+    o.add_argument("--top", type=int, default=10, help="options listed (default 10)")
+    return p
+
+
+def run_budget(model, budget: float, deadline: float, mode: str = "both", prices: Prices | None = None,
+               gpus=None, counts=compare.COUNTS, multi_node: bool = False, progress: bool = False, **knobs):
+    """Sweep, then (entries, ranked, model_line)."""
+    prices = prices or default_prices()
+    opts = compare.sweep(model, gpus, counts, multi_node, prices, "buy", progress=progress, **knobs)
+    es = entries(opts, mode)
+    first = next((o.plan for o in opts if o.plan is not None), None)
+    line = f"{first.model['name']}, {first.recipe['description']}" if first else str(model)
+    return es, rank(es, budget, deadline), line
+
+
+def main(argv: list[str]) -> int:
+    a = build_parser().parse_args(argv)
+    budget, deadline = parse_money(a.budget), parse_days(a.deadline)
+    if a.top <= 0:
+        raise UsageError(f"--top must be a positive integer, got {a.top}")
+    prices = prices_from_args(a)
+    names = [n for g in (a.gpu or []) for n in g.split(",") if n.strip()]
+    es, ranked, line = run_budget(a.model, budget, deadline, a.mode, prices, names or None, a.counts,
+                                  a.multi_node, progress=True, **compare.recipe_knobs(a))
+    md = to_markdown(model_line=line, es=es, budget=budget, deadline=deadline, mode=a.mode, prices=prices, top=a.top)
+    from .atomic import write_text_atomic
+
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(a.model)).stem if str(a.model).endswith(".json") else str(a.model))
+    md_path = write_text_atomic(Path(a.out) / f"budget-{stem}.md", md)
+    csv_path = write_text_atomic(Path(a.out) / f"budget-{stem}.csv", to_csv(es, budget, deadline))
+    con = Console()
+    con.print(f"[bold]{line}[/] · budget {usd(budget)} · deadline {_d(deadline)} days · mode {a.mode}")
+    if ranked:
+        con.print(f"{len(ranked)} of {len(es)} options meet both limits, cheapest first:")
+        for i, e in enumerate(ranked[:a.top], 1):
+            con.print(f"  {i:>2}. {e.label:<34} {_d(e.days):>7} days  {usd(e.cost_usd):>10}")
+        for s in sensitivity(es, ranked[0], budget, deadline):
+            con.print(f"  [dim]{s}[/]")
+    else:
+        con.print("[bold red]No option meets both limits.[/]")
+        for s in what_would_fit(es, budget, deadline):
+            con.print(f"  [yellow]would fit:[/] {s}")
+    con.print(f"wrote {md_path} and {csv_path}")
+    return 0 if ranked else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

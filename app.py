@@ -8,6 +8,7 @@ and budget modules when they are installed); this file only collects inputs, cac
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
@@ -36,6 +37,7 @@ AUTO = "auto"
 DEFAULT_MODEL, DEFAULT_GPU, DEFAULT_PER_NODE = "pythia-1b", "rtx3090", 8
 SWEEP_COUNTS = ((1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (4, 8))  # (nodes, GPUs per node)
 TOP_N = 10
+PRICE_OVERRIDES = ("price_per_gpu", "rent_per_gpu_hour", "kwh_price", "pue", "lifetime_years")
 
 
 # --------------------------------------------------------------------------- optional modules
@@ -112,12 +114,17 @@ def cached_search(model_key: str, gpus: str, knobs_json: str, profile_json: str 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def cached_sweep(model_key: str, recipe_json: str) -> list:
-    """Fastest feasible plan of every catalog GPU and count (the expensive part; prices apart).
+    """Every catalog GPU × {1, 2, 4, 8} and 2 / 4 nodes of 8, each with its fastest feasible plan.
 
-    HOOK: when ``simulator.compare`` lands with its catalog sweep, call it here instead.
+    The expensive part of a render (~80 searches), so it is cached apart from the prices. Uses
+    ``simulator.compare.sweep`` (a list of ``compare.Option``); without that module, the same
+    cells through ``api.run_search`` as ``(cluster, gpu name, plan)`` tuples.
     """
     model = _model(model_key)
     recipe = json.loads(recipe_json)
+    compare = _optional("simulator.compare")
+    if compare is not None:
+        return compare.sweep(model, multi_node=True, prices=default_prices(), **recipe)
     out = []
     for g in hardware.list_gpus():
         for nodes, per in SWEEP_COUNTS:
@@ -134,19 +141,31 @@ def cached_sweep(model_key: str, recipe_json: str) -> list:
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def sweep_frame(model_key: str, recipe_json: str, prices_json: str) -> pd.DataFrame:
-    """Days and the headline dollars of each swept plan, with the Pareto frontier marked."""
+def priced_sweep(model_key: str, recipe_json: str, prices_json: str) -> tuple[pd.DataFrame, list]:
+    """The sweep priced with the sidebar's prices: (frame for the chart, compare.Options or [])."""
     mode = json.loads(prices_json)["mode"]
     prices = cached_prices(prices_json)
-    rows = [{"gpus": text, "gpu": name, "n_gpus": p.hardware["n_gpus"], "days": p.days,
-             "cost_usd": headline_cost(costs.plan_cost(p, prices), mode), "mfu": p.mfu,
-             "strategy": p.strategy_line()} for text, name, p in cached_sweep(model_key, recipe_json)]
-    df = pd.DataFrame(rows, columns=["gpus", "gpu", "n_gpus", "days", "cost_usd", "mfu", "strategy"])
-    return _frontier(df)
+    sweep = cached_sweep(model_key, recipe_json)
+    compare = _optional("simulator.compare")
+    options: list = []
+    if compare is not None:
+        options = [dataclasses.replace(o, cost=costs.plan_cost(o.plan, prices)) if o.feasible else o
+                   for o in sweep]
+        compare.mark_pareto(options, mode)
+        rows = [{"gpus": o.cluster, "gpu": o.gpu, "n_gpus": o.n_gpus, "days": o.days,
+                 "cost_usd": o.cost_of(mode), "mfu": o.mfu, "strategy": o.strategy, "pareto": o.pareto}
+                for o in options if o.feasible]
+    else:
+        rows = [{"gpus": text, "gpu": name, "n_gpus": p.hardware["n_gpus"], "days": p.days,
+                 "cost_usd": headline_cost(costs.plan_cost(p, prices), mode), "mfu": p.mfu,
+                 "strategy": p.strategy_line()} for text, name, p in sweep]
+    df = pd.DataFrame(rows, columns=["gpus", "gpu", "n_gpus", "days", "cost_usd", "mfu", "strategy"]
+                      + (["pareto"] if compare is not None else []))
+    return _frontier(df), options
 
 
 def _frontier(df: pd.DataFrame) -> pd.DataFrame:
-    """Mark rows no other row beats on both days and cost (ordering only, no physics)."""
+    """Mark the rows no other row beats on both days and cost (fallback without compare)."""
     df = df.dropna(subset=["days", "cost_usd"]).reset_index(drop=True)
     if "pareto" in df.columns:
         return df
@@ -165,7 +184,7 @@ def _frontier(df: pd.DataFrame) -> pd.DataFrame:
 @st.cache_resource(max_entries=64, show_spinner=False)
 def cached_prices(prices_json: str) -> costs.Prices:
     """Built-in prices with the sidebar's overrides (``costs.with_overrides``)."""
-    over = {k: v for k, v in json.loads(prices_json).items() if k != "mode" and v is not None}
+    over = {k: v for k, v in json.loads(prices_json).items() if k in PRICE_OVERRIDES and v is not None}
     return costs.with_overrides(default_prices(), **over)
 
 
@@ -270,20 +289,19 @@ def pareto_chart(df: pd.DataFrame, current: str, x_title: str) -> dict:
     }
 
 
-def budget_markdown(plan, top: list, prices_json: str) -> str | None:
-    """HOOK: ``simulator.budget`` writes the Markdown budget once it lands (None until then)."""
+@st.cache_resource(max_entries=64, show_spinner=False)
+def budget_markdown(model_key: str, recipe_json: str, prices_json: str, limits_json: str,
+                    model_line: str) -> str | None:
+    """The Markdown budget justification (``simulator.budget``) over the priced sweep."""
     budget = _optional("simulator.budget")
-    if budget is None:
+    _df, options = priced_sweep(model_key, recipe_json, prices_json)
+    if budget is None or not options:
         return None
-    prices = cached_prices(prices_json)
-    for fn_name in ("budget_markdown", "render_budget", "write_budget", "markdown"):
-        fn = getattr(budget, fn_name, None)
-        if callable(fn):
-            try:
-                return fn(plan, prices=prices)
-            except TypeError:
-                return fn(plan)
-    return None
+    mode = json.loads(prices_json)["mode"]
+    limits = json.loads(limits_json)
+    return budget.to_markdown(model_line=model_line, es=budget.entries(options, mode),
+                              budget=limits["budget_usd"], deadline=limits["deadline_days"], mode=mode,
+                              prices=cached_prices(prices_json))
 
 
 # --------------------------------------------------------------------------- sidebar
@@ -422,6 +440,16 @@ def sidebar_prices() -> dict:
             "rent_per_gpu_hour": float(rent) or None, "pue": float(pue), "lifetime_years": float(life)}
 
 
+def sidebar_limits() -> dict:
+    st.header("Budget report")
+    st.checkbox("Sweep the whole catalog (days against cost)", True, key="show_sweep",
+                help="about 80 searches the first time a model or recipe is shown; cached after")
+    c1, c2 = st.columns(2)
+    budget = c1.number_input("Budget, $", 1.0, 1e9, 60_000.0, step=5_000.0, key="budget_usd")
+    deadline = c2.number_input("Deadline, days", 1.0, 36_500.0, 60.0, step=5.0, key="deadline_days")
+    return {"budget_usd": float(budget), "deadline_days": float(deadline)}
+
+
 def sidebar_profile() -> tuple[str | None, str | None]:
     """-> (profile JSON or None for built-in, error message)."""
     st.header("Efficiency profile")
@@ -516,19 +544,24 @@ def show_plan(plan, top: list, prices_json: str) -> None:
         st.caption("no feasible strategy")
 
 
-def show_sweep(model_key: str, recipe: dict, prices: dict, prices_json: str, gpus: str) -> None:
+def show_sweep(model_key: str, recipe_json: str, prices_json: str, gpus: str) -> None:
     st.subheader("Days against cost, whole catalog")
+    if not st.session_state.get("show_sweep", True):
+        st.caption("catalog sweep off (sidebar)")
+        return
     t0 = time.perf_counter()
-    df = sweep_frame(model_key, json.dumps(recipe, sort_keys=True), prices_json)
+    mode = json.loads(prices_json)["mode"]
+    df, _options = priced_sweep(model_key, recipe_json, prices_json)
     if df.empty:
         st.caption("nothing in the catalog fits this model and recipe (or no prices are known)")
         return
-    x_title = "purchase price, $ (buy)" if prices["mode"] == "buy" else "rental bill, $ (rent)"
+    x_title = "purchase price, $ (buy)" if mode == "buy" else "rental bill, $ (rent)"
     cur = _canonical(gpus)
     st.vega_lite_chart(pareto_chart(df, cur, x_title), width="stretch")
     front = df[df["pareto"]].sort_values("cost_usd")
-    st.caption(f"{len(df)} catalog configurations, each with its fastest feasible strategy (built-in "
-               f"profiles, recipe above, no pins). Pareto frontier: {', '.join(front['gpus'])}. "
+    st.caption(f"{len(df)} feasible catalog configurations, each with its fastest strategy (built-in "
+               f"profiles and prices above, this recipe, no pins). Pareto frontier ({mode}): "
+               f"{', '.join(front['gpus'])}. "
                + ("Current choice: red diamond." if cur in set(df["gpus"]) else
                   "The current choice is not among the swept configurations.")
                + f" ({1e3 * (time.perf_counter() - t0):.0f} ms)")
@@ -543,7 +576,8 @@ def _canonical(gpus: str) -> str:
     return f"{cl.gpus_per_node}x{cl.gpu.id}" if cl.nodes == 1 else f"{cl.nodes}x{cl.gpus_per_node}x{cl.gpu.id}"
 
 
-def show_downloads(plan, top: list, prices_json: str) -> None:
+def show_downloads(plan, top: list, model_key: str, recipe_json: str, prices_json: str,
+                   limits: dict) -> None:
     st.subheader("Downloads")
     d = plan.to_dict()
     d["cost"] = plan_cost(plan, prices_json)
@@ -552,17 +586,28 @@ def show_downloads(plan, top: list, prices_json: str) -> None:
                          file_name="plan.json", mime="application/json", key="dl_json")
     c[1].download_button("Top strategies (CSV)", top_table(top).to_csv(index=False),
                          file_name="strategies.csv", mime="text/csv", key="dl_csv")
-    md = budget_markdown(plan, top, prices_json)
+    md = budget_markdown(model_key, recipe_json, prices_json, json.dumps(limits, sort_keys=True),
+                         f"{plan.model['name']}, {plan.recipe['description']}")
     if md is None:
         c[2].download_button("Budget (Markdown)", "", file_name="budget.md", disabled=True, key="dl_md",
-                             help="appears once simulator.budget is installed")
+                             help="needs simulator.budget and at least one feasible catalog option")
     else:
         c[2].download_button("Budget (Markdown)", md, file_name="budget.md", mime="text/markdown",
-                             key="dl_md")
+                             key="dl_md", help=f"budget ${limits['budget_usd']:,.0f}, deadline "
+                             f"{limits['deadline_days']:g} days, {json.loads(prices_json)['mode']}")
 
 
 def main() -> None:
     st.set_page_config(page_title="Pre-training what-if explorer", layout="wide")
+    try:
+        render()
+    except UsageError as exc:
+        st.error(str(exc))
+    except Exception as exc:  # a bug, not bad input: say so in one line rather than a traceback
+        st.error(f"internal error ({type(exc).__name__}: {exc}); please report it with the inputs above")
+
+
+def render() -> None:
     t0 = time.perf_counter()
     with st.sidebar:
         model_key, model_err = sidebar_model()
@@ -570,6 +615,7 @@ def main() -> None:
         gpus, hw_knobs = sidebar_hardware()
         pins = sidebar_strategy()
         prices = sidebar_prices()
+        limits = sidebar_limits()
         profile_json, profile_err = sidebar_profile()
     st.title("Pre-training what-if explorer")
     if model_err or profile_err:
@@ -589,13 +635,13 @@ def main() -> None:
     except UsageError as exc:
         st.error(str(exc))
         return
-    sweep_box = st.container()  # laid out above the downloads, filled last (the slow part)
-    show_downloads(plan, top, prices_json)
-    with sweep_box:
-        try:
-            show_sweep(model_key, recipe, prices, prices_json, gpus)
-        except UsageError as exc:
-            st.error(f"catalog sweep: {exc}")
+    # the headline above is already on screen; the catalog sweep (the slow part when cold) follows
+    recipe_json = json.dumps(recipe, sort_keys=True)
+    try:
+        show_sweep(model_key, recipe_json, prices_json, gpus)
+        show_downloads(plan, top, model_key, recipe_json, prices_json, limits)
+    except UsageError as exc:
+        st.error(f"catalog sweep: {exc}")
     st.caption(f"rendered in {1e3 * (time.perf_counter() - t0):.0f} ms")
 
 

@@ -14,15 +14,22 @@ import numpy as np
 
 from . import communication as comm
 from . import hardware, uncertainty
-from .device import GIB, Device, device_from_profile, device_from_spec
+from .device import GIB, device_from_profile, device_from_spec
 from .errors import UsageError
 from .estimate import Problem, Space, Table, evaluate, model_flops_per_token
 from .models import ModelSpec, resolve_model
 from .plan import SECONDS_PER_DAY, Plan
 from .profile import Profile, load_profile
 from .recipes import Recipe, make_recipe
-from .strategy import (ATTENTIONS, CHECKPOINTINGS, COMPILES, OFFLOADS, SHARDINGS, check_choice,
-                       check_pins)
+from .strategy import (
+    ATTENTIONS,
+    CHECKPOINTINGS,
+    COMPILES,
+    OFFLOADS,
+    SHARDINGS,
+    check_choice,
+    check_pins,
+)
 
 #: Default host RAM per node when offloading (GiB): twice the node's GPU memory, at least 64.
 #: Assumption (common server sizing rule for offload-capable training boxes); --host-memory.
@@ -332,30 +339,38 @@ def simulate(model, gpus, prices=None, **knobs) -> Plan:
 
 
 def suggest_fixes(model, gpus, knobs: dict, res: SearchResult) -> list[str]:
-    """Smallest changes that would fit: unpin memory knobs, more GPUs, a larger card."""
+    """Smallest changes that would fit: unpin memory knobs, more host RAM, more GPUs, a larger card.
+
+    Memory-saving knobs (sharding, offload, checkpointing, micro-batch) are left free in the
+    alternatives, so each suggestion names the strategy that makes it fit.
+    """
     out: list[str] = []
     sk, pins = _split(knobs)
     hw = res.setup.hardware
-    closest = res.best
+    memory_keys = ("sharding", "offload", "checkpointing", "micro_batch")
+    memory_pins = [k for k in memory_keys if k in pins]
+    free_pins = {k: v for k, v in pins.items() if k not in memory_keys}
+    free = run_search(model, gpus, **sk, **free_pins) if memory_pins else res
+    if memory_pins and free.order.size:
+        b = free.best
+        out.append("unpin " + ", ".join("--" + k.replace("_", "-") for k in memory_pins)
+                   + f": {b.strategy_line()} fits ({b.memory_gib['total']:.1f} GiB)")
+        return out
+    closest = free.best
     need = closest.memory_gib.get("host_offload_per_node", 0.0)
-    if closest.memory_gib["total"] <= closest.memory_gib["capacity"] and need > _gib(res.setup.problem.host_memory):
-        out.append(f"more host RAM: --host-memory {math.ceil(need * 1.1)} (GiB per node) makes the offloaded plan fit")
-    memory_pins = {k: v for k, v in pins.items() if k in ("sharding", "offload", "checkpointing", "micro_batch", "precision")}
-    if memory_pins:
-        free = run_search(model, gpus, **sk, **{k: v for k, v in pins.items() if k not in memory_pins})
-        if free.order.size:
-            b = free.best
-            out.append("unpin " + ", ".join("--" + k.replace("_", "-") for k in memory_pins)
-                       + f": {b.strategy_line()} fits ({b.memory_gib['total']:.1f} GiB)")
+    if closest.memory_gib["total"] <= closest.memory_gib["capacity"] and need > _gib(free.setup.problem.host_memory):
+        out.append(f"more host RAM: --host-memory {math.ceil(need * 1.1)} (GiB per node) lets "
+                   f"{closest.strategy_line()} fit")
     if hw["gpu_id"] == "local":
         return out
     gid = hw["gpu_id"]
+    other = {k: v for k, v in sk.items() if k not in ("profile", "intra_node")}
     for nodes, per in ((1, 2), (1, 4), (1, 8), (2, 8), (4, 8), (8, 8)):
         if nodes * per <= hw["n_gpus"]:
             continue
         text = f"{per}x{gid}" if nodes == 1 else f"{nodes}x{per}x{gid}"
         try:
-            r = run_search(model, text, **{k: v for k, v in sk.items() if k != "profile"}, **pins)
+            r = run_search(model, text, **other, **free_pins)
         except UsageError:
             continue
         if r.order.size:
@@ -368,11 +383,11 @@ def suggest_fixes(model, gpus, knobs: dict, res: SearchResult) -> list[str]:
     for g in bigger:
         text = f"{hw['n_gpus']}x{g.id}" if hw["nodes"] == 1 else f"{hw['nodes']}x{hw['gpus_per_node']}x{g.id}"
         try:
-            r = run_search(model, text, **{k: v for k, v in sk.items() if k not in ("profile", "intra_node")}, **pins)
+            r = run_search(model, text, **other, **free_pins)
         except UsageError:
             continue
         if r.order.size:
-            out.append(f"a larger card: --gpus {text} ({g.usable_memory_gib.value:.1f} GiB usable) fits; "
-                       f"{r.best.days:,.0f} days")
+            out.append(f"a larger card: --gpus {text} ({g.usable_memory_gib.value:.1f} GiB usable) fits "
+                       f"({r.best.strategy_line()}; {r.best.days:,.0f} days)")
             break
     return out

@@ -1,6 +1,8 @@
 """Time of one micro-batch's forward and backward on one device (roofline + profile efficiencies).
 
-Pure and vectorized over the micro-batch size. Seconds and FLOPs.
+Pure and vectorized over the micro-batch size. Seconds and FLOPs. Parts that do not depend on
+a knob are computed once per search (``memo``): GEMMs depend only on precision, attention on
+precision and backend, bandwidth-bound ops on precision and compilation.
 """
 
 from __future__ import annotations
@@ -28,108 +30,125 @@ class MicroBatchTime:
         return self.fwd + self.bwd + self.recompute
 
 
-class _Ctx:
-    """Per-(device, precision, compile) constants used by every op."""
+@dataclass(frozen=True)
+class _Part:
+    """Seconds (without kernel launches), FLOPs and kernel counts of a group of ops."""
 
-    def __init__(self, dev: Device, precision: str, compiled: bool):
-        prof = dev.profile
-        self.peak = dev.gemm_peak(precision)
-        g = prof.gemm_for(precision)
-        self.e_max, self.x_half = g.e_max, g.x_half
-        self.bw = dev.mem_bw
-        self.bw_eff = prof.memory_bw_eff
-        self.launch = 1e-6 * (prof.compiled_launch_overhead_us if compiled else prof.launch_overhead_us)
-        self.e = workload.act_bytes(precision)
+    t_fwd: np.ndarray
+    t_bwd: np.ndarray
+    fl_fwd: np.ndarray
+    fl_bwd: np.ndarray
+    k_fwd: float
+    k_bwd: float
 
 
-def _gemm_time(c: _Ctx, g: Gemm, transpose: str = "fwd") -> tuple[np.ndarray, np.ndarray]:
-    """(seconds, FLOPs) of a GEMM's forward, or of its two backward GEMMs."""
-    m, n, k = g.m, g.n, g.k
-    shapes = [(m, n, k)] if transpose == "fwd" else [(m, k, n), (np.full_like(m, k), n, m)]
-    t = 0.0
-    flops = 0.0
-    for mm, nn, kk in shapes:
-        one = kernels.gemm_time(mm, nn, kk, c.peak, c.e_max, c.x_half, c.e, c.bw, c.bw_eff, 0.0)
-        t = t + g.count * (c.launch + g.batch * one)
-        flops = flops + g.count * g.batch * 2.0 * mm * nn * kk
-    return t, flops
+def _peak_eff(dev: Device, precision: str):
+    g = dev.profile.gemm_for(precision)
+    return dev.gemm_peak(precision), g.e_max, g.x_half
 
 
-def _mem_time(c: _Ctx, ops: MemOps) -> np.ndarray:
-    return kernels.memory_bound_time(ops.nbytes, c.bw, c.bw_eff, c.launch, ops.kernels)
+def _gemm_part(dev: Device, precision: str, gemms: list[Gemm], B: int) -> _Part:
+    """All GEMMs of ``gemms`` at once: forward (m,n,k); backward (m,k,n) and (k,n,m)."""
+    peak, e_max, x_half = _peak_eff(dev, precision)
+    e = workload.act_bytes(precision)
+    bw, bw_eff = dev.mem_bw, dev.profile.memory_bw_eff
+    m = np.stack([np.broadcast_to(np.asarray(g.m, float), (B,)) for g in gemms])  # (G, B)
+    n = np.array([float(g.n) for g in gemms])[:, None]
+    k = np.array([float(g.k) for g in gemms])[:, None]
+    w = np.stack([np.broadcast_to(np.asarray(g.batch, float), (B,)) for g in gemms]) \
+        * np.array([float(g.count) for g in gemms])[:, None]  # repetitions per micro-batch
+
+    def t(mm, nn, kk):
+        return (w * kernels.gemm_time(mm, nn, kk, peak, e_max, x_half, e, bw, bw_eff, 0.0)).sum(0)
+
+    kk_full = np.broadcast_to(k, m.shape)
+    nn_full = np.broadcast_to(n, m.shape)
+    fl = (w * 2.0 * m * n * k).sum(0)
+    t_f = t(m, nn_full, kk_full)
+    t_b = t(m, kk_full, nn_full) + t(kk_full, nn_full, m)
+    count = float(sum(g.count for g in gemms))
+    return _Part(t_f, t_b, fl, 2.0 * fl, count, 2.0 * count)
 
 
-def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
-                     compiled: bool, checkpointing: str, dev: Device, half_params: bool,
-                     n_params: float) -> MicroBatchTime:
-    """Seconds for one micro-batch of ``mb`` samples (array) under the given knobs.
+def _mem_part(dev: Device, fwd: MemOps, bwd: MemOps) -> _Part:
+    eff_bw = dev.mem_bw * dev.profile.memory_bw_eff
+    z = np.zeros_like(np.asarray(fwd.nbytes, float))
+    return _Part(fwd.nbytes / eff_bw, bwd.nbytes / eff_bw, z, z, float(fwd.kernels), float(bwd.kernels))
 
-    Full checkpointing re-runs every layer's forward during backward; selective re-runs
-    only the attention core (Korthikanti et al. 2022).
-    """
-    mb = np.asarray(mb, dtype=float)
-    c = _Ctx(dev, precision, compiled)
+
+def _sum(*parts: _Part) -> _Part:
+    return _Part(sum(p.t_fwd for p in parts), sum(p.t_bwd for p in parts), sum(p.fl_fwd for p in parts),
+                 sum(p.fl_bwd for p in parts), sum(p.k_fwd for p in parts), sum(p.k_bwd for p in parts))
+
+
+def _attention_part(model, seq_len: int, mb: np.ndarray, precision: str, attention: str, dev: Device) -> _Part:
     prof = dev.profile
-    tokens = mb * seq_len
-
-    # Transformer-layer GEMMs.
-    lf = lb = lfl = lbl = 0.0
-    for g in workload.layer_gemms(model, tokens):
-        t, f = _gemm_time(c, g, "fwd")
-        lf, lfl = lf + t, lfl + f
-        t, f = _gemm_time(c, g, "bwd")
-        lb, lbl = lb + t, lbl + f
-
-    # Attention core.
-    fused = attention == "sdpa"
-    if fused:
+    if attention == "sdpa":
         if precision in ("bf16", "fp16"):
-            peak, e_f, e_b = c.peak, prof.attention.flash_fwd, prof.attention.flash_bwd
+            peak, e_f, e_b = dev.gemm_peak(precision), prof.attention.flash_fwd, prof.attention.flash_bwd
         else:  # SDPA on fp32 inputs picks the memory-efficient kernel on CUDA cores
             peak = dev.peak_flops["fp32"]
             e_f, e_b = prof.attention.mem_efficient_fwd, prof.attention.mem_efficient_bwd
-        af_fl = workload.attention_flops_fwd(model, mb, seq_len, fused=True)
-        ab_fl = 2.5 * af_fl
-        af = af_fl / (peak * e_f) + model.n_layers * c.launch
-        ab = ab_fl / (peak * e_b) + model.n_layers * c.launch
-    else:
-        af = ab = af_fl = ab_fl = 0.0
-        for g in workload.eager_attention_gemms(model, mb, seq_len):
-            t, f = _gemm_time(c, g, "fwd")
-            af, af_fl = af + t, af_fl + f
-            t, f = _gemm_time(c, g, "bwd")
-            ab, ab_fl = ab + t, ab_fl + f
-        sf, sb = workload.eager_softmax_bytes(model, mb, seq_len, c.e)
-        af = af + _mem_time(c, sf)
-        ab = ab + _mem_time(c, sb)
+        fl = workload.attention_flops_fwd(model, mb, seq_len, fused=True)
+        # FlashAttention's backward executes 2.5x the forward FLOPs (it recomputes the scores)
+        return _Part(fl / (peak * e_f), 2.5 * fl / (peak * e_b), fl, 2.5 * fl,
+                     float(model.n_layers), float(model.n_layers))
+    g = _gemm_part(dev, precision, workload.eager_attention_gemms(model, mb, seq_len), mb.size)
+    sf, sb = workload.eager_softmax_bytes(model, mb, seq_len, workload.act_bytes(precision))
+    return _sum(g, _mem_part(dev, sf, sb))
 
-    # Bandwidth-bound layer ops.
-    ef, eb = workload.layer_elementwise(model, mb, seq_len, c.e, compiled)
-    ef_t, eb_t = _mem_time(c, ef), _mem_time(c, eb)
 
-    # Outside the layers: embeddings, head GEMMs, loss, autocast weight casts.
-    hf = hb = hfl = hbl = 0.0
-    for g in workload.head_gemms(model, mb, seq_len):
-        t, f = _gemm_time(c, g, "fwd")
-        hf, hfl = hf + t, hfl + f
-        t, f = _gemm_time(c, g, "bwd")
-        hb, hbl = hb + t, hbl + f
-    lsf, lsb = workload.loss_bytes(model, mb, seq_len, c.e, compiled)
-    emf, emb = workload.embedding_bytes(model, mb, seq_len, c.e)
-    cast = workload.autocast_cast_bytes(n_params, precision, half_params)
-    cast_t = cast.nbytes / (c.bw * c.bw_eff) + 4 * model.n_layers * c.launch * (cast.nbytes > 0)
-    hf = hf + _mem_time(c, lsf) + _mem_time(c, emf) + cast_t
-    hb = hb + _mem_time(c, lsb) + _mem_time(c, emb)
+def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
+                     compiled: bool, checkpointing: str, dev: Device, memo: dict | None = None) -> MicroBatchTime:
+    """Seconds for one micro-batch of ``mb`` samples (array) under the given knobs.
 
-    layer_fwd = lf + af + ef_t
+    Full checkpointing re-runs every layer's forward during backward; selective re-runs
+    only the attention core (Korthikanti et al. 2022). Each kernel costs the profile's launch
+    overhead (eager, or per fused kernel under torch.compile).
+    """
+    mb = np.asarray(mb, dtype=float)
+    memo = {} if memo is None else memo
+    e = workload.act_bytes(precision)
+    B = mb.size
+
+    def cached(key, fn):
+        if key not in memo:
+            memo[key] = fn()
+        return memo[key]
+
+    layers = cached(("gemm", precision), lambda: _gemm_part(dev, precision, workload.layer_gemms(model, mb * seq_len), B))
+    heads_g = workload.head_gemms(model, mb, seq_len)
+    head = cached(("head", precision), lambda: _gemm_part(dev, precision, heads_g, B) if heads_g
+                  else _Part(0 * mb, 0 * mb, 0 * mb, 0 * mb, 0.0, 0.0))
+    attn = cached(("attn", precision, attention), lambda: _attention_part(model, seq_len, mb, precision, attention, dev))
+
+    def elementwise():
+        lf, lb = workload.layer_elementwise(model, mb, seq_len, e, compiled)
+        return _mem_part(dev, lf, lb)
+
+    def outside():
+        lsf, lsb = workload.loss_bytes(model, mb, seq_len, e, compiled)
+        emf, emb = workload.embedding_bytes(model, mb, seq_len, e)
+        return _sum(_mem_part(dev, lsf, lsb), _mem_part(dev, emf, emb))
+
+    elem = cached(("elem", precision, compiled), elementwise)
+    out = cached(("outside", precision, compiled), outside)
+    prof = dev.profile
+    launch = 1e-6 * (prof.compiled_launch_overhead_us if compiled else prof.launch_overhead_us)
+
+    def time_of(p: _Part, which: str):
+        return (p.t_fwd + p.k_fwd * launch) if which == "fwd" else (p.t_bwd + p.k_bwd * launch)
+
+    layer_fwd = time_of(layers, "fwd") + time_of(attn, "fwd") + time_of(elem, "fwd")
     if checkpointing == "full":
-        rec, rec_fl = layer_fwd, lfl + af_fl
+        rec, rec_fl = layer_fwd, layers.fl_fwd + attn.fl_fwd
     elif checkpointing == "selective":
-        rec, rec_fl = af, af_fl
+        rec, rec_fl = time_of(attn, "fwd"), attn.fl_fwd
     else:
         rec, rec_fl = 0.0 * mb, 0.0 * mb
-    fwd = layer_fwd + hf
-    bwd = lb + ab + eb_t + hb
-    hw = lfl + lbl + af_fl + ab_fl + hfl + hbl + rec_fl
+    fwd = layer_fwd + time_of(head, "fwd") + time_of(out, "fwd")
+    bwd = time_of(layers, "bwd") + time_of(attn, "bwd") + time_of(elem, "bwd") + time_of(head, "bwd") \
+        + time_of(out, "bwd")
+    hw = layers.fl_fwd + layers.fl_bwd + attn.fl_fwd + attn.fl_bwd + head.fl_fwd + head.fl_bwd + rec_fl
     z = np.zeros_like(mb)
     return MicroBatchTime(fwd + z, bwd + z, rec + z, hw + z)

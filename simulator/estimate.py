@@ -2,7 +2,8 @@
 
 Every strategy (precision x attention x compile x checkpointing x sharding x offload x
 micro-batch) becomes one element of flat numpy arrays: step time and its parts (seconds),
-memory per GPU by component (bytes), feasibility. No I/O; DESIGN.md "Physics" 1-7.
+memory per GPU by component (bytes), feasibility. No I/NO
+DESIGN.md "Physics" 1-7.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def _layer_params(model) -> float:
 
 
 def evaluate(pb: Problem, space: Space) -> Table:
-    """Evaluate every strategy of ``space`` on ``pb``; returns a Table of flat arrays."""
+    """Evaluate every strategy of ``space`` on ``pb``
+    returns a Table of flat arrays."""
     model, dev, fab = pb.model, pb.device, pb.fabric
     n, B, seq = pb.n_gpus, pb.per_gpu_batch, pb.seq_len
     P = float(model.n_params())
@@ -110,20 +112,28 @@ def evaluate(pb: Problem, space: Space) -> Table:
     mb_all = np.arange(1, B + 1, dtype=float)
 
     # --- per pack, per micro-batch size (1..B): compute time and activation memory
-    fwd = np.empty((K, B)); bwd = np.empty((K, B)); rec = np.empty((K, B)); hw = np.empty((K, B))
-    act = np.empty((K, B)); logit = np.empty((K, B)); cast = np.zeros(K); supported = np.ones(K, bool)
+    fwd = np.empty((K, B))
+    bwd = np.empty((K, B))
+    rec = np.empty((K, B))
+    hw = np.empty((K, B))
+    act = np.empty((K, B))
+    logit = np.empty((K, B))
+    cast = np.zeros(K)
+    supported = np.ones(K, bool)
+    memo: dict = {}
     for i, (p, att, c, ck) in enumerate(packs):
         if dev.gemm_peak(p) is None:
             supported[i] = False
             fwd[i] = bwd[i] = rec[i] = hw[i] = np.inf
             act[i] = logit[i] = np.inf
             continue
-        t = micro_batch_time(model, seq, mb_all, p, att, c, ck, dev, half_params=True, n_params=P)
+        t = micro_batch_time(model, seq, mb_all, p, att, c, ck, dev, memo)
         fwd[i], bwd[i], rec[i], hw[i] = t.fwd, t.bwd, t.recompute, t.hw_flops
         act[i] = memory.activations(model, seq, mb_all, p, att, ck)
         logit[i] = memory.logits_bytes(model, seq, mb_all, p, c)
-        if p in ("bf16", "fp16"):  # autocast weight casts once per micro-batch (DDP keeps fp32 weights)
-            cast[i] = 6.0 * P / (dev.mem_bw * dev.profile.memory_bw_eff)
+        # autocast weight casts once per micro-batch, only where the weights stay fp32 (DDP)
+        cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / (
+            dev.mem_bw * dev.profile.memory_bw_eff)
 
     # --- micro-batch candidates: pinned, or every size whose activations could fit at all
     if space.micro_batches is not None:
@@ -148,15 +158,19 @@ def evaluate(pb: Problem, space: Space) -> Table:
     compute = step_sum(tmb)  # (K,M)
     hw_step = step_sum(hw)
 
-    Z, O = len(space.shardings), len(space.offloads)
-    shape = (K, M, Z, O)
+    Z, NO = len(space.shardings), len(space.offloads)
+    shape = (K, M, Z, NO)
     prec = [pk[0] for pk in packs]
     stage = np.array([SHARD_STAGE[s] for s in space.shardings])
     ddp = np.array([s == "ddp" for s in space.shardings])
 
-    # --- model states (K, Z, O) and host RAM
-    w = np.zeros((K, Z, O)); g = np.zeros((K, Z, O)); o = np.zeros((K, Z, O)); host = np.zeros((K, Z, O))
-    gc = np.zeros((K, Z)); wc = np.zeros((K, Z))
+    # --- model states (K, Z, NO) and host RAM
+    w = np.zeros((K, Z, NO))
+    g = np.zeros((K, Z, NO))
+    o = np.zeros((K, Z, NO))
+    host = np.zeros((K, Z, NO))
+    gc = np.zeros((K, Z))
+    wc = np.zeros((K, Z))
     for i, p in enumerate(prec):
         for j, s in enumerate(space.shardings):
             wb, gb, _ = memory.state_bytes_per_param(p, s, pb.optimizer)
@@ -167,8 +181,10 @@ def evaluate(pb: Problem, space: Space) -> Table:
                     st["weights"], st["gradients"], st["optimizer"], st["host"])
 
     # --- communication (K, M, Z)
-    bwd_mb = (bwd + rec)[:, mi][:, :, None]; bwd_last = (bwd + rec)[:, li][:, :, None]
-    fwd_mb = fwd[:, mi][:, :, None]; fwd_last = fwd[:, li][:, :, None]
+    bwd_mb = (bwd + rec)[:, mi][:, :, None]
+    bwd_last = (bwd + rec)[:, li][:, :, None]
+    fwd_mb = fwd[:, mi][:, :, None]
+    fwd_last = fwd[:, li][:, :, None]
     gaz = ga[None, :, None]
     grad_bytes = (P * gc)[:, None, :]
     w_bytes = (P * wc)[:, None, :]
@@ -194,7 +210,7 @@ def evaluate(pb: Problem, space: Space) -> Table:
                 e = per_mb(ag[sl], fwd_mb, fwd_last, L) + per_mb(ag[sl] + rs[sl], bwd_mb, bwd_last, L)
             exposed_comm[:, :, j] = np.broadcast_to(e, (K, M, 1))[:, :, 0]
 
-    # --- optimizer step and offload (K, Z, O) / (K, M, Z, O)
+    # --- optimizer step and offload (K, Z, NO) / (K, M, Z, NO)
     prof = dev.profile
     local = np.where(stage >= 1, P / n, P)[None, :, None]  # params each rank updates
     opt_bytes = np.zeros((K, Z, 1))
@@ -209,8 +225,8 @@ def evaluate(pb: Problem, space: Space) -> Table:
     cpu_rate = prof.cpu_adam_gparams_per_s * 1e9 / fab.gpus_per_node  # node's CPU shared by its GPUs
     off_step = np.where(offl != "none",
                         local / cpu_rate + local * (gc + wc)[:, :, None] / dev.host_bw, 0.0)
-    optimizer_t = np.where(offl == "none", gpu_opt, 0.0)  # (K,Z,O); offloaded steps run on the CPU
-    optimizer_t = np.broadcast_to(optimizer_t, (K, Z, O))
+    optimizer_t = np.where(offl == "none", gpu_opt, 0.0)  # (K,Z,NO); offloaded steps run on the CPU
+    optimizer_t = np.broadcast_to(optimizer_t, (K, Z, NO))
     stream = (2 * P * wc / n + P * gc / n)[:, :, None] / dev.host_bw  # per micro-batch, offload 'all'
     win = (tmb[:, mi])[:, :, None, None]
     win_last = (tmb[:, li])[:, :, None, None]
@@ -220,11 +236,13 @@ def evaluate(pb: Problem, space: Space) -> Table:
 
     cast_step = (cast[:, None] * ga[None, :])[:, :, None] * ddp[None, None, :]  # (K,M,Z)
 
-    # --- assemble (K, M, Z, O)
+    # --- assemble (K, M, Z, NO)
     comp4 = (compute[:, :, None] + cast_step)[..., None]
     step = comp4 + exposed_comm[..., None] + optimizer_t[:, None] + offload_t
-    act4 = act[:, mi][:, :, None, None]; log4 = logit[:, mi][:, :, None, None]
-    mem_w = np.broadcast_to(w[:, None], shape); mem_g = np.broadcast_to(g[:, None], shape)
+    act4 = act[:, mi][:, :, None, None]
+    log4 = logit[:, mi][:, :, None, None]
+    mem_w = np.broadcast_to(w[:, None], shape)
+    mem_g = np.broadcast_to(g[:, None], shape)
     mem_o = np.broadcast_to(o[:, None], shape)
     other = memory.COMM_BUFFER_BYTES + memory.FRAGMENTATION * act4
     total = mem_w + mem_g + mem_o + act4 + log4 + other

@@ -586,11 +586,14 @@ def show_downloads(plan, top: list, model_key: str, recipe_json: str, prices_jso
                          file_name="plan.json", mime="application/json", key="dl_json")
     c[1].download_button("Top strategies (CSV)", top_table(top).to_csv(index=False),
                          file_name="strategies.csv", mime="text/csv", key="dl_csv")
-    md = budget_markdown(model_key, recipe_json, prices_json, json.dumps(limits, sort_keys=True),
-                         f"{plan.model['name']}, {plan.recipe['description']}")
+    md = None
+    if st.session_state.get("show_sweep", True):
+        md = budget_markdown(model_key, recipe_json, prices_json, json.dumps(limits, sort_keys=True),
+                             f"{plan.model['name']}, {plan.recipe['description']}")
     if md is None:
         c[2].download_button("Budget (Markdown)", "", file_name="budget.md", disabled=True, key="dl_md",
-                             help="needs simulator.budget and at least one feasible catalog option")
+                             help="needs the catalog sweep (sidebar), simulator.budget and at least "
+                                  "one feasible catalog option")
     else:
         c[2].download_button("Budget (Markdown)", md, file_name="budget.md", mime="text/markdown",
                              key="dl_md", help=f"budget ${limits['budget_usd']:,.0f}, deadline "

@@ -144,8 +144,14 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
         # (+2 bytes) that the next linear casts back to half (read 4 + write 2): +8 bytes/element.
         nbytes = nbytes + tokens * 2 * h * 8.0 * L
         kernels += 2
+    bwd_bytes, bwd_kernels = 2.0 * nbytes, float(2 * kernels * L)
+    if model.linear_bias:
+        # each linear's bias gradient is a reduction over all tokens of its output gradient
+        up = 2 * f if model.gated_mlp else f
+        bwd_bytes = bwd_bytes + tokens * (h + 2 * kv + h + up + h) * e * L
+        bwd_kernels += 4 * L
     fwd = MemOps(nbytes, float(kernels * L))
-    bwd = MemOps(2.0 * nbytes, float(2 * kernels * L))
+    bwd = MemOps(bwd_bytes, bwd_kernels)
     return fwd, bwd
 
 

@@ -146,3 +146,22 @@ def test_offload_needs_host_ram():
     big = simulate("llama-2-7b", "1xa100", host_memory=512, **kw)
     assert not small.feasible and any("host RAM" in r for r in small.reasons)
     assert big.feasible
+
+
+def test_default_profile_intervals_match_current_physics():
+    """The residuals stored in the default profiles must come from the current model
+    (re-run `simulate validate-published --write-intervals` after changing the physics)."""
+    from simulator import hardware, published
+
+    res = published.validate(published.DEFAULT_FILE)
+    s = published.summary(res)
+    stored = hardware.default_profile("h100-sxm").validation
+    assert stored is not None and stored.n == s["n"]
+    assert stored.mape == pytest.approx(s["mape"], abs=0.05)
+
+
+def test_interval_brackets_estimate():
+    plan = simulate("pythia-1b", "4xa100")
+    lo, hi = plan.interval_days
+    assert lo <= plan.days <= hi
+    assert "validate-published" in plan.interval_source

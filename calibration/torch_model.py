@@ -1,0 +1,201 @@
+"""A real torch decoder built from a :class:`simulator.models.ModelSpec`, for validation runs.
+
+The structure follows the spec: LayerNorm or RMSNorm (with or without bias), rotary (partial,
+``rotary_pct``), learned or ALiBi positions, gated (SiLU) or plain (GELU) MLP, grouped-query
+attention via ``n_kv_heads``, parallel (GPT-NeoX) or sequential residual, tied or untied LM head.
+Its parameter count equals ``spec.n_params()`` exactly.
+
+The GEMMs are laid out as the simulator's workload counts them (:mod:`simulator.workload`): one
+fused QKV projection, one output projection, one MLP up projection (``2 * ffn_hidden`` wide when
+gated: gate and up in one matrix) and one down projection per layer, plus the logits GEMM.
+Shapes: tokens are ``(batch, seq)`` int64; hidden states ``(batch, seq, hidden)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from simulator.errors import UsageError
+from simulator.models import ModelSpec
+
+ATTENTION_BACKENDS = ("eager", "sdpa")
+
+
+def _norm(spec: ModelSpec) -> nn.Module:
+    if spec.norm == "rmsnorm":
+        return nn.RMSNorm(spec.hidden, eps=1e-5)
+    return nn.LayerNorm(spec.hidden, eps=1e-5, bias=spec.norm_bias)
+
+
+def _rotary_tables(seq_len: int, rot_dim: int, device, base: float = 10000.0):
+    """cos/sin tables of shape (seq, rot_dim) in fp32 (GPT-NeoX / Llama half-split layout)."""
+    inv = 1.0 / (base ** (torch.arange(0, rot_dim, 2, device=device, dtype=torch.float32) / rot_dim))
+    t = torch.arange(seq_len, device=device, dtype=torch.float32)
+    freqs = torch.outer(t, inv)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def _apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rot_dim: int) -> torch.Tensor:
+    """Rotate the first ``rot_dim`` dims of each head of ``x`` (batch, heads, seq, head_dim)."""
+    xr, xp = x[..., :rot_dim], x[..., rot_dim:]
+    x1, x2 = xr.chunk(2, dim=-1)
+    rotated = torch.cat((-x2, x1), dim=-1)
+    xr = xr * cos.to(x.dtype) + rotated * sin.to(x.dtype)
+    return torch.cat((xr, xp), dim=-1) if xp.numel() else xr
+
+
+def _alibi_slopes(n_heads: int) -> torch.Tensor:
+    """ALiBi head slopes (Press et al. 2022), for any number of heads."""
+    p = 2 ** math.floor(math.log2(n_heads))
+    base = [2 ** (-8.0 * (i + 1) / p) for i in range(p)]
+    extra = [2 ** (-4.0 * (2 * i + 1) / p) for i in range(n_heads - p)]
+    return torch.tensor(base + extra, dtype=torch.float32)
+
+
+class Attention(nn.Module):
+    """Causal self-attention: fused QKV, GQA, rotary/ALiBi, eager or SDPA core."""
+
+    def __init__(self, spec: ModelSpec, backend: str):
+        super().__init__()
+        self.n_heads, self.kv_heads, self.head_dim = spec.n_heads, spec.kv_heads, spec.head_dim
+        self.backend = backend
+        self.qkv = nn.Linear(spec.hidden, spec.hidden + 2 * spec.kv_dim, bias=spec.linear_bias)
+        self.out = nn.Linear(spec.hidden, spec.hidden, bias=spec.linear_bias)
+        rot = int(spec.head_dim * spec.rotary_pct) if spec.pos_embedding == "rotary" else 0
+        self.rot_dim = rot - rot % 2
+        self.alibi = spec.pos_embedding == "alibi"
+        if self.alibi:
+            self.register_buffer("slopes", _alibi_slopes(spec.n_heads), persistent=False)
+
+    def _alibi_bias(self, s: int, device, dtype) -> torch.Tensor:
+        pos = torch.arange(s, device=device, dtype=torch.float32)
+        rel = (pos[None, :] - pos[:, None])  # j - i (<= 0 below the diagonal)
+        bias = self.slopes.to(device)[:, None, None] * rel[None]
+        causal = torch.ones(s, s, device=device, dtype=torch.bool).triu(1)
+        return bias.masked_fill(causal, float("-inf")).to(dtype)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).split(
+            [self.n_heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1)
+        q = q.view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        if self.rot_dim and rope is not None:
+            q = _apply_rotary(q, *rope, self.rot_dim)
+            k = _apply_rotary(k, *rope, self.rot_dim)
+        if self.kv_heads != self.n_heads:
+            rep = self.n_heads // self.kv_heads
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        bias = self._alibi_bias(s, x.device, q.dtype) if self.alibi else None
+        if self.backend == "sdpa":
+            if bias is None:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        else:  # eager / "math": materialised s x s scores
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+            if bias is None:
+                causal = torch.ones(s, s, device=x.device, dtype=torch.bool).triu(1)
+                scores = scores.masked_fill(causal, float("-inf"))
+            else:
+                scores = scores + bias
+            y = torch.softmax(scores, dim=-1).to(v.dtype) @ v
+        return self.out(y.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """Plain (GELU) or gated (SiLU, gate and up fused in one matrix) MLP."""
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__()
+        self.gated = spec.gated_mlp
+        up = 2 * spec.ffn_hidden if self.gated else spec.ffn_hidden
+        self.up = nn.Linear(spec.hidden, up, bias=spec.linear_bias)
+        self.down = nn.Linear(spec.ffn_hidden, spec.hidden, bias=spec.linear_bias)
+        self.approx = "tanh" if spec.family == "gpt2" else "none"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.up(x)
+        if self.gated:
+            g, u = h.chunk(2, dim=-1)
+            return self.down(F.silu(g) * u)
+        return self.down(F.gelu(h, approximate=self.approx))
+
+
+class Block(nn.Module):
+    """One pre-norm transformer layer, sequential or parallel residual."""
+
+    def __init__(self, spec: ModelSpec, backend: str):
+        super().__init__()
+        self.ln1, self.ln2 = _norm(spec), _norm(spec)
+        self.attn, self.mlp = Attention(spec, backend), MLP(spec)
+        self.parallel = spec.parallel_residual
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor | None = None,
+                sin: torch.Tensor | None = None) -> torch.Tensor:
+        rope = (cos, sin) if cos is not None and sin is not None else None
+        if self.parallel:
+            return x + self.attn(self.ln1(x), rope) + self.mlp(self.ln2(x))
+        x = x + self.attn(self.ln1(x), rope)
+        return x + self.mlp(self.ln2(x))
+
+
+class DecoderLM(nn.Module):
+    """Causal language model with the structure of ``spec``; ``forward`` returns the mean loss."""
+
+    def __init__(self, spec: ModelSpec, attention: str = "sdpa", checkpointing: str = "none"):
+        super().__init__()
+        if spec.kind != "decoder" or spec.head != "lm":
+            raise UsageError(f"validation builds decoder LMs only; {spec.name!r} is a {spec.family} {spec.kind}")
+        if attention not in ATTENTION_BACKENDS:
+            raise UsageError(f"attention must be one of {', '.join(ATTENTION_BACKENDS)}, got {attention!r}")
+        if checkpointing not in ("none", "full"):
+            raise UsageError(f"checkpointing must be 'none' or 'full', got {checkpointing!r}")
+        self.spec, self.checkpointing = spec, checkpointing
+        self.embed = nn.Embedding(spec.vocab_size, spec.hidden)
+        self.pos = nn.Embedding(spec.max_positions, spec.hidden) if spec.pos_embedding == "learned" else None
+        self.blocks = nn.ModuleList(Block(spec, attention) for _ in range(spec.n_layers))
+        self.final_norm = _norm(spec) if spec.final_norm else None
+        self.lm_head = None if spec.tied_embeddings else nn.Linear(spec.hidden, spec.vocab_size, bias=False)
+        rot = int(spec.head_dim * spec.rotary_pct) if spec.pos_embedding == "rotary" else 0
+        self.rot_dim = rot - rot % 2
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Mean next-token cross-entropy (fp32) of ``tokens`` (batch, seq) against ``targets``."""
+        s = tokens.shape[1]
+        x = self.embed(tokens)
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(s, device=tokens.device))[None]
+        cos = sin = None
+        if self.rot_dim:
+            cos, sin = _rotary_tables(s, self.rot_dim, tokens.device)
+        for blk in self.blocks:
+            if self.checkpointing == "full" and self.training and torch.is_grad_enabled():
+                x = checkpoint(blk, x, cos, sin, use_reentrant=False)
+            else:
+                x = blk(x, cos, sin)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        w = self.embed.weight if self.lm_head is None else self.lm_head.weight
+        logits = F.linear(x, w)
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def build_model(spec: ModelSpec, attention: str = "sdpa", checkpointing: str = "none",
+                device: str | torch.device = "cpu") -> DecoderLM:
+    """A freshly initialised :class:`DecoderLM` on ``device`` (use ``'meta'`` to only count)."""
+    with torch.device(device):
+        return DecoderLM(spec, attention, checkpointing)
+
+
+def count_params(model: nn.Module) -> int:
+    """Parameters as Hugging Face counts them (tied weights once)."""
+    return sum(p.numel() for p in model.parameters())

@@ -149,7 +149,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     errc = Console(stderr=True, highlight=False)
 
     def err(msg: str) -> None:
-        errc.print(msg, markup=False)
+        errc.print(msg, markup=False, soft_wrap=True)
 
     t_start = time.perf_counter()
     dev = detect(a.device)
@@ -163,7 +163,14 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     meas = measurements_path(out)
     command = "calibrate " + " ".join(shlex.quote(x) for x in argv)
     run_info = {"started": now(), "command": command, "mode": mode}
-    if _prepare_outputs(out, meas, a, err):
+    resume = _prepare_outputs(out, meas, a, err)
+    if hasattr(os, "getloadavg"):
+        load = os.getloadavg()[0]
+        run_info["loadavg_1min"] = round(load, 2)
+        if dev.kind == "cpu" and load > 0.5 * (os.cpu_count() or 1):
+            err(f"warning: machine is busy (load average {load:.1f} on {os.cpu_count()} cores); "
+                "CPU timings will be inflated")
+    if resume:
         store = MeasurementStore.load(meas)
         store.resume(dev.describe(), run_info)
     else:

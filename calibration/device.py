@@ -89,13 +89,17 @@ class DeviceContext:
 
 def detect(device: str | None = None) -> DeviceContext:
     """Describe ``device`` ('cpu', 'cuda', 'cuda:1'; default: cuda if available else cpu)."""
-    dev = torch.device(device) if device else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    from simulator.errors import UsageError
+
+    try:
+        dev = torch.device(device) if device else torch.device(
+            "cuda" if torch.cuda.is_available() else "cpu")
+    except RuntimeError:
+        raise UsageError(f"unknown device {device!r}; use 'cpu', 'cuda' or 'cuda:N'") from None
     total, avail = _meminfo_gib()
     versions: dict[str, str | None] = {"torch": torch.__version__, "python": platform.python_version()}
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            from simulator.errors import UsageError
-
             raise UsageError("--device cuda requested but torch reports no CUDA device")
         idx = dev.index if dev.index is not None else torch.cuda.current_device()
         dev = torch.device("cuda", idx)
@@ -111,8 +115,6 @@ def detect(device: str | None = None) -> DeviceContext:
         return DeviceContext("cuda", dev, name, slugify(name), precisions, total_b / 2**30,
                              free / 2**30, total, torch.get_num_threads(), versions)
     if dev.type != "cpu":
-        from simulator.errors import UsageError
-
         raise UsageError(f"unsupported device {device!r}; use 'cpu' or 'cuda[:N]'")
     threads = torch.get_num_threads()
     model = _cpu_model()

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 from rich.console import Console
-from rich.progress import (BarColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .benches import Bench, RunContext, TooSlow
 from .store import MeasurementStore, now
@@ -51,7 +50,7 @@ def run_benches(benches: list[Bench], ctx: RunContext, store: MeasurementStore,
             except TooSlow:
                 summary.too_slow += 1
                 rec = None
-            except (RuntimeError, ValueError, MemoryError) as exc:  # OOM, kernel errors
+            except Exception as exc:  # noqa: BLE001 - OOM, kernel errors: record, go on
                 msg = str(exc).strip().splitlines()[0][:300] if str(exc) else type(exc).__name__
                 rec = {"status": "error", "reason": f"{type(exc).__name__}: {msg}"}
                 summary.errors.append(f"{bench.key}: {msg}")

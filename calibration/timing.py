@@ -57,25 +57,28 @@ def measure(fn: Callable[[], object], budget_s: float, device: torch.device | st
             *, min_runs: int = 3, warmup: int = 1) -> Timing:
     """Time ``fn()`` per call within roughly ``budget_s`` seconds (plus warm-up).
 
-    Warm-up calls run first (compilation, allocator, caches). If one call takes more than
-    ``budget_s / min_runs``, ``min_runs`` calls are timed one by one (each synchronised);
-    otherwise ``blocked_autorange`` repeats blocks of calls for ``budget_s`` seconds and the
-    device is synchronised at block boundaries (throughput of back-to-back launches).
+    ``warmup`` untimed calls run first (compilation, allocator, caches), then up to three
+    single calls are timed to estimate the cost of one call. If one call takes more than
+    ``budget_s / min_runs``, calls are timed one by one (each synchronised) until there
+    are ``min_runs``; otherwise ``blocked_autorange`` repeats blocks of back-to-back calls
+    for ``budget_s`` seconds, synchronising the device at block boundaries.
     """
     sync = synchronizer(device)
     timer = _sync_timer(sync)
-    t_warm = 0.0
     for _ in range(max(1, warmup)):
+        fn()
+    single: list[float] = []
+    while len(single) < 3 and sum(single) < budget_s / 2:
         t0 = timer()
         fn()
-        t_warm = timer() - t0
-    if t_warm * min_runs >= budget_s:
-        times = []
-        for _ in range(min_runs):
+        single.append(timer() - t0)
+    if min(single) * min_runs >= budget_s:
+        while len(single) < min_runs:
             t0 = timer()
             fn()
-            times.append(timer() - t0)
-        return Timing(statistics.median(times), _iqr(times), min(times), len(times), len(times))
+            single.append(timer() - t0)
+        return Timing(statistics.median(single), _iqr(single), min(single), len(single),
+                      len(single))
     t = benchmark.Timer(stmt="fn()", globals={"fn": fn}, timer=timer,
                         num_threads=torch.get_num_threads())
     m = t.blocked_autorange(min_run_time=budget_s)

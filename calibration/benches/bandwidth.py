@@ -108,7 +108,7 @@ def _launch_bench(op: str):
 
         t = ctx.time(loop)
         rec = ok(t, ops=TINY_LOOP)
-        rec["time_s"] = t.median_s / TINY_LOOP  # per op
+        rec["time_s"] = t.min_s / TINY_LOOP  # per op
         return rec
 
     return run
@@ -136,7 +136,7 @@ def _compiled_launch(ctx: RunContext) -> dict:
         f(x)
     except Exception as exc:  # noqa: BLE001 - any compile failure means "not available here"
         return unsupported(f"torch.compile failed: {type(exc).__name__}: {exc}")
-    t = ctx.time(f, warmup=3)
+    t = ctx.time(lambda: f(x), warmup=3)
     return ok(t, fused_kernels=1, eager_ops=8)
 
 
@@ -154,7 +154,7 @@ def _compiled_bw(op: str, sizes: list[int], precision: str):
                 f(x)
                 t = ctx.time(lambda x=x: f(x), warmup=2)
                 points.append({"elements": n, "bytes": float(2 * n * x.element_size()),
-                               "time_s": t.median_s, "timing": t.as_dict()})
+                               "time_s": t.min_s, "timing": t.as_dict()})
         except Exception as exc:  # noqa: BLE001
             return unsupported(f"torch.compile failed: {type(exc).__name__}: {exc}")
         best = min(points, key=lambda p: p["time_s"] / p["bytes"])

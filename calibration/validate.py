@@ -1,0 +1,591 @@
+"""``validate``: real training steps in torch against the simulator's predicted step time.
+
+For every configuration of a suite (``calibration/suites/*.yaml``) it builds the model
+(:mod:`calibration.torch_model`), runs warm-up steps and then timed optimizer steps (forward,
+backward, AdamW; gradient accumulation; bf16 autocast; eager or SDPA attention; full activation
+checkpointing; ``torch.compile``), takes the median of the timed steps, and compares it with
+``simulator.api.simulate(..., "Nxlocal", profile=...)``. Times are in seconds.
+
+Under ``torchrun --nproc-per-node N`` (or ``--nproc N``, which launches torchrun) the model is
+wrapped in DDP (gloo on CPU, NCCL on CUDA), accumulation skips gradient sync until the last
+micro-batch, and each rank's step time is reduced to the slowest rank's.
+
+The training steps are the check, never the fit: nothing here changes simulator constants;
+``--update-profile`` only stores the residuals log(measured / predicted) for intervals.
+
+Exit status: 0 success, 1 runtime failure, 2 usage error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as _dt
+import io
+import json
+import math
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.errors import UsageError
+from simulator.models import ModelSpec, get_model
+
+SUITE_DIR = Path(__file__).resolve().parent / "suites"
+DEFAULT_SUITE = SUITE_DIR / "cpu_default.yaml"
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+CSV_FIELDS = (
+    "id", "model", "params", "n_layers", "hidden", "seq_len", "micro_batch", "grad_accum", "world",
+    "precision", "attention", "checkpointing", "compile", "status", "reason",
+    "measured_step_s", "predicted_step_s", "error_pct", "log_ratio",
+    "measured_fwd_s", "predicted_fwd_s", "measured_bwd_s", "predicted_bwd_s",
+    "measured_opt_s", "predicted_opt_s", "compile_s", "steps", "warmup",
+    "device", "profile", "suite", "date", "torch",
+)
+
+
+# ---------------------------------------------------------------------------- suites
+@dataclass(frozen=True)
+class Config:
+    """One validation configuration: model, shape of a step and execution knobs."""
+
+    id: str
+    model: str
+    spec: ModelSpec
+    seq_len: int  # tokens per sequence
+    micro_batch: int  # sequences per micro-batch per rank
+    grad_accum: int  # micro-batches per optimizer step
+    precision: str = "fp32"
+    attention: str = "sdpa"
+    checkpointing: str = "none"
+    compile: bool = False
+
+
+@dataclass
+class Suite:
+    """A named list of configurations with timing settings (``warmup`` and timed ``steps``)."""
+
+    name: str
+    configs: list[Config]
+    warmup: int = 2
+    steps: int = 5
+    path: str = ""
+
+
+def _spec_from(name: str, entry: Any) -> ModelSpec:
+    """A preset name, or a mapping with optional ``base`` preset plus ModelSpec field overrides."""
+    if isinstance(entry, str):
+        return get_model(entry)
+    if not isinstance(entry, dict):
+        raise UsageError(f"suite model {name!r}: expected a preset name or a mapping")
+    data = dict(entry)
+    base = data.pop("base", None)
+    fields = get_model(base).model_dump() if base else {}
+    fields.update(name=name, display=None, hf_id=None, source="validation suite")
+    fields.update(data)
+    try:
+        return ModelSpec(**fields)
+    except Exception as exc:  # pydantic ValidationError: one line
+        msg = str(exc).splitlines()
+        raise UsageError(f"suite model {name!r} is invalid: {' '.join(msg[:3])}") from None
+
+
+def config_id(model: str, seq_len: int, mb: int, ga: int, precision: str, attention: str,
+              checkpointing: str, compiled: bool) -> str:
+    """Stable id, e.g. ``neox-4x256-s128-mb4x2-bf16-sdpa-ckpt-compiled``."""
+    parts = [model, f"s{seq_len}", f"mb{mb}x{ga}", precision, attention]
+    if checkpointing != "none":
+        parts.append("ckpt" if checkpointing == "full" else checkpointing)
+    if compiled:
+        parts.append("compiled")
+    return "-".join(parts)
+
+
+def load_suite(path: str | os.PathLike) -> Suite:
+    """Read a YAML/JSON suite: ``name``, ``warmup``, ``steps``, ``models`` and ``configs``."""
+    p = Path(path)
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read suite {str(p)!r}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"suite {str(p)!r} is not valid YAML/JSON: {str(exc).splitlines()[0]}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("configs"), list) or not raw["configs"]:
+        raise UsageError(f"suite {str(p)!r}: needs a non-empty 'configs' list")
+    models = {str(k): _spec_from(str(k), v) for k, v in (raw.get("models") or {}).items()}
+    defaults = raw.get("defaults") or {}
+    configs: list[Config] = []
+    seen: set[str] = set()
+    for i, c in enumerate(raw["configs"]):
+        if not isinstance(c, dict) or "model" not in c:
+            raise UsageError(f"suite {str(p)!r}: config #{i + 1} needs a 'model'")
+        c = {**defaults, **c}
+        name = str(c["model"])
+        spec = models.get(name) or get_model(name)
+        try:
+            seq = int(c.get("seq_len", min(spec.default_seq_len, 128)))
+            mb, ga = int(c.get("micro_batch", 1)), int(c.get("grad_accum", 1))
+        except (TypeError, ValueError):
+            raise UsageError(f"suite {str(p)!r}: config #{i + 1}: seq_len, micro_batch and grad_accum "
+                             "must be integers") from None
+        prec, attn = str(c.get("precision", "fp32")), str(c.get("attention", "sdpa"))
+        ckpt, comp = str(c.get("checkpointing", "none")), bool(c.get("compile", False))
+        if min(seq, mb, ga) < 1:
+            raise UsageError(f"suite {str(p)!r}: config #{i + 1}: sizes must be positive")
+        if prec not in PRECISIONS or attn not in ("eager", "sdpa") or ckpt not in ("none", "full"):
+            raise UsageError(f"suite {str(p)!r}: config #{i + 1}: precision in {PRECISIONS}, attention "
+                             "eager|sdpa, checkpointing none|full")
+        if spec.pos_embedding == "learned" and seq > spec.max_positions:
+            raise UsageError(f"suite {str(p)!r}: config #{i + 1}: seq_len {seq} > max_positions "
+                             f"{spec.max_positions} of {name!r}")
+        cid = str(c.get("id") or config_id(name, seq, mb, ga, prec, attn, ckpt, comp))
+        if cid in seen:
+            raise UsageError(f"suite {str(p)!r}: duplicate config id {cid!r}")
+        seen.add(cid)
+        configs.append(Config(cid, name, spec, seq, mb, ga, prec, attn, ckpt, comp))
+    return Suite(str(raw.get("name") or p.stem), configs, int(raw.get("warmup", 2)),
+                 int(raw.get("steps", 5)), str(p))
+
+
+# ---------------------------------------------------------------------------- distributed
+@dataclass
+class Dist:
+    """Process-group facts: world size, rank, local rank, and the torch device of this rank."""
+
+    world: int = 1
+    rank: int = 0
+    local_rank: int = 0
+    device: Any = None
+    initialized: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_dist(device_arg: str | None) -> Dist:
+    """Join torchrun's process group if WORLD_SIZE > 1 (gloo on CPU, NCCL on CUDA)."""
+    import torch
+    import torch.distributed as tdist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    want = device_arg or ("cuda" if torch.cuda.is_available() else "cpu")
+    if want.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda requested but torch reports no CUDA device")
+        idx = local if world > 1 else (torch.device(want).index or 0)
+        torch.cuda.set_device(idx)
+        device = torch.device("cuda", idx)
+    elif want == "cpu":
+        device = torch.device("cpu")
+    else:
+        raise UsageError(f"unsupported device {device_arg!r}; use 'cpu' or 'cuda[:N]'")
+    d = Dist(world, rank, local, device)
+    if world > 1:
+        tdist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        d.initialized = True
+    return d
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ---------------------------------------------------------------------------- measuring
+@dataclass
+class Measured:
+    """Medians over timed steps (s): whole step, forward (all micro-batches), backward, optimizer."""
+
+    status: str = "ok"
+    reason: str = ""
+    step_s: float | None = None
+    fwd_s: float | None = None
+    bwd_s: float | None = None
+    opt_s: float | None = None
+    compile_s: float | None = None
+    samples: list[float] = field(default_factory=list)
+
+
+def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int = 0) -> Measured:
+    """Run ``warmup`` + ``steps`` optimizer steps of ``cfg`` and time them (median, seconds).
+
+    Every phase boundary synchronises the device, so the times are what the device executed.
+    Under DDP the slowest rank's medians are reported.
+    """
+    import torch
+
+    from .torch_model import build_model
+
+    dev = dist.device
+    torch.manual_seed(seed + dist.rank)
+    if cfg.precision == "fp16" and dev.type != "cuda":
+        return Measured("skipped", "fp16 mixed precision needs CUDA (GradScaler)")
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = cfg.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = cfg.precision == "tf32"
+    elif cfg.precision == "tf32":
+        return Measured("skipped", "tf32 exists only on CUDA tensor cores")
+    model = build_model(cfg.spec, cfg.attention, cfg.checkpointing, device=dev)
+    model.train()
+    # foreach is the implementation the simulator's optimizer term models (profile 'foreach')
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    runner: Any = model
+    if dist.world > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        runner = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    if cfg.compile:
+        runner = torch.compile(runner)
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
+    scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" else None
+    gen = torch.Generator(device="cpu").manual_seed(seed + 1000 * dist.rank)
+    v = cfg.spec.vocab_size
+    data = [(torch.randint(0, v, (cfg.micro_batch, cfg.seq_len), generator=gen).to(dev),
+             torch.randint(0, v, (cfg.micro_batch, cfg.seq_len), generator=gen).to(dev))
+            for _ in range(cfg.grad_accum)]
+
+    def one_step() -> tuple[float, float, float, float]:
+        t_f = t_b = 0.0
+        _sync(dev)
+        t0 = time.perf_counter()
+        for i, (x, y) in enumerate(data):
+            last = i == len(data) - 1
+            ctx = runner.no_sync() if (dist.world > 1 and not last and hasattr(runner, "no_sync")) \
+                else _null()
+            with ctx:
+                a = time.perf_counter()
+                with torch.autocast(dev.type, dtype=amp, enabled=amp is not None):
+                    loss = runner(x, y) / cfg.grad_accum
+                _sync(dev)
+                b = time.perf_counter()
+                (scaler.scale(loss) if scaler else loss).backward()
+                _sync(dev)
+                c = time.perf_counter()
+            t_f, t_b = t_f + (b - a), t_b + (c - b)
+        a = time.perf_counter()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        _sync(dev)
+        end = time.perf_counter()
+        return end - t0, t_f, t_b, end - a
+
+    out = Measured()
+    try:
+        t0 = time.perf_counter()
+        one_step()
+        if cfg.compile:
+            out.compile_s = time.perf_counter() - t0
+        for _ in range(max(0, warmup - 1)):
+            one_step()
+    except Exception as exc:  # noqa: BLE001 - a failed config is a row, not a crash
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        what = "torch.compile failed" if cfg.compile else "training step failed"
+        return Measured("skipped" if cfg.compile else "error", f"{what}: {type(exc).__name__}: {first}")
+    samples = []
+    for _ in range(steps):
+        if dist.initialized:
+            import torch.distributed as tdist
+
+            tdist.barrier()
+        samples.append(one_step())
+    med = [statistics.median(s[j] for s in samples) for j in range(4)]
+    if dist.initialized:
+        import torch.distributed as tdist
+
+        t = torch.tensor(med, dtype=torch.float64)
+        tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+        med = t.tolist()
+    out.step_s, out.fwd_s, out.bwd_s, out.opt_s = med
+    out.samples = [s[0] for s in samples]
+    return out
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+# ---------------------------------------------------------------------------- predicting
+def predict(cfg: Config, profile, world: int = 1) -> dict[str, Any]:
+    """The simulator's step time (s) and breakdown for ``cfg`` on ``world`` local devices.
+
+    Returns keys ``step``, ``fwd``, ``bwd`` (backward + recomputation), ``opt`` and ``note``
+    (why there is no prediction, else empty).
+    """
+    from simulator.api import simulate
+
+    if world > 1 and "local" not in profile.collectives:
+        return {"step": None, "note": f"profile {profile.name!r} has no 'local' collectives fit "
+                "(run `calibrate --collectives`); no prediction for multi-process runs"}
+    try:
+        plan = simulate(cfg.spec, f"{world}xlocal", profile=profile, seq_len=cfg.seq_len,
+                        global_batch=cfg.micro_batch * cfg.grad_accum * world, steps=1,
+                        optimizer="adamw", precision=cfg.precision, attention=cfg.attention,
+                        compile=cfg.compile, checkpointing=cfg.checkpointing, sharding="ddp",
+                        offload="none", micro_batch=cfg.micro_batch)
+    except UsageError as exc:
+        return {"step": None, "note": f"simulate: {exc}"}
+    b = plan.breakdown_s
+    if plan.strategy.get("grad_accum") != cfg.grad_accum:
+        return {"step": None, "note": f"simulate chose grad_accum {plan.strategy.get('grad_accum')}"}
+    return {"step": plan.step_time_s, "fwd": b["forward"], "bwd": b["backward"] + b["recompute"],
+            "opt": b["optimizer"], "note": "" if plan.feasible else "predicted infeasible: "
+            + "; ".join(plan.reasons)}
+
+
+# ---------------------------------------------------------------------------- rows and summary
+def make_row(cfg: Config, m: Measured, pred: dict[str, Any], world: int, meta: dict[str, Any]) -> dict[str, Any]:
+    """One result row (CSV_FIELDS); error_pct = 100 (predicted - measured) / measured."""
+    p = pred.get("step")
+    row: dict[str, Any] = {
+        "id": cfg.id if world == 1 else f"{cfg.id}-w{world}", "model": cfg.model,
+        "params": cfg.spec.n_params(), "n_layers": cfg.spec.n_layers, "hidden": cfg.spec.hidden,
+        "seq_len": cfg.seq_len, "micro_batch": cfg.micro_batch, "grad_accum": cfg.grad_accum,
+        "world": world, "precision": cfg.precision, "attention": cfg.attention,
+        "checkpointing": cfg.checkpointing, "compile": cfg.compile, "status": m.status,
+        "reason": "; ".join(x for x in (m.reason, pred.get("note", "")) if x),
+        "measured_step_s": m.step_s, "predicted_step_s": p, "error_pct": None, "log_ratio": None,
+        "measured_fwd_s": m.fwd_s, "predicted_fwd_s": pred.get("fwd"),
+        "measured_bwd_s": m.bwd_s, "predicted_bwd_s": pred.get("bwd"),
+        "measured_opt_s": m.opt_s, "predicted_opt_s": pred.get("opt"), "compile_s": m.compile_s,
+        **meta,
+    }
+    if m.step_s and p:
+        row["error_pct"] = 100.0 * (p - m.step_s) / m.step_s
+        row["log_ratio"] = math.log(m.step_s / p)
+    return row
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """n, MAPE (percent) and log(measured/predicted) residuals over rows with both times."""
+    done = [r for r in rows if r.get("error_pct") is not None]
+    mape = statistics.fmean(abs(r["error_pct"]) for r in done) if done else None
+    return {"n": len(done), "mape_pct": mape, "log_ratio_residuals": [r["log_ratio"] for r in done]}
+
+
+def _fmt(x: Any, scale: float = 1e3, nd: int = 1) -> str:
+    return "—" if x is None else f"{x * scale:.{nd}f}"
+
+
+def format_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
+    """Plain-text table of predicted vs measured step time (ms) and the MAPE."""
+    w = max([len(r["id"]) for r in rows] + [6])
+    lines = [f"{'config':<{w}}  {'pred ms':>9}  {'meas ms':>9}  {'err %':>7}   "
+             f"{'fwd p/m':>15}  {'bwd p/m':>15}  {'opt p/m':>13}"]
+    for r in rows:
+        err = "—" if r["error_pct"] is None else f"{r['error_pct']:+.1f}"
+        lines.append(
+            f"{r['id']:<{w}}  {_fmt(r['predicted_step_s']):>9}  {_fmt(r['measured_step_s']):>9}  {err:>7}   "
+            f"{_fmt(r['predicted_fwd_s']):>7}/{_fmt(r['measured_fwd_s']):<7}  "
+            f"{_fmt(r['predicted_bwd_s']):>7}/{_fmt(r['measured_bwd_s']):<7}  "
+            f"{_fmt(r['predicted_opt_s']):>6}/{_fmt(r['measured_opt_s']):<6}"
+            + (f"  [{r['status']}: {r['reason']}]" if r["reason"] else ""))
+    if summary["mape_pct"] is not None:
+        lines.append(f"\nmean absolute percentage error over {summary['n']} configurations: "
+                     f"{summary['mape_pct']:.1f}%")
+    else:
+        lines.append("\nno configuration has both a prediction and a measurement")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- files
+def merge_csv(path: str | os.PathLike, rows: list[dict[str, Any]]) -> Path:
+    """Merge ``rows`` into the CSV at ``path`` by ``id`` (new rows replace same-id rows, others
+    are kept) and write it atomically."""
+    from simulator.atomic import write_text_atomic
+
+    p = Path(path)
+    old: list[dict[str, Any]] = []
+    cols = list(CSV_FIELDS)
+    if p.exists():
+        try:
+            with p.open(newline="") as fh:
+                reader = csv.DictReader(fh)
+                old = list(reader)
+                cols += [c for c in (reader.fieldnames or []) if c not in cols]
+        except (OSError, csv.Error) as exc:
+            raise UsageError(f"cannot read existing CSV {str(p)!r} to merge into: {exc}") from None
+        if old and "id" not in old[0]:
+            raise UsageError(f"{str(p)!r} has no 'id' column; refusing to overwrite it")
+    new_ids = {r["id"] for r in rows}
+    merged = [r for r in old if r.get("id") not in new_ids] + rows
+    buf = io.StringIO()
+    wr = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    wr.writeheader()
+    for r in merged:
+        wr.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
+    return write_text_atomic(p, buf.getvalue())
+
+
+def update_profile(path: str | os.PathLike, summary: dict[str, Any], source: str) -> None:
+    """Write the residuals into the profile's ``validation`` field (atomically, validated)."""
+    from simulator.profile import ValidationSummary, load_profile, save_profile
+
+    prof = load_profile(path)
+    if not summary["n"]:
+        raise UsageError("--update-profile: no configuration has both a prediction and a measurement")
+    val = ValidationSummary(source=source, n=summary["n"], mape=summary["mape_pct"],
+                            log_ratio_residuals=[float(x) for x in summary["log_ratio_residuals"]])
+    save_profile(prof.model_copy(update={"validation": val}), path)
+
+
+# ---------------------------------------------------------------------------- CLI
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="validate", description=(
+        "Run real training steps in torch and compare the measured step time with the "
+        "simulator's prediction from a calibration profile."))
+    p.add_argument("--profile", required=True, type=Path, help="calibration profile JSON (from `calibrate`)")
+    p.add_argument("--suite", type=Path, default=None,
+                   help=f"suite YAML/JSON (default: {DEFAULT_SUITE.relative_to(DEFAULT_SUITE.parents[2])})")
+    p.add_argument("--only", help="comma-separated config ids (or substrings) to run")
+    p.add_argument("--steps", type=int, help="timed steps per config (default: the suite's)")
+    p.add_argument("--warmup", type=int, help="warm-up steps per config (default: the suite's)")
+    p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="relaunch under `torchrun --nproc-per-node N` (DDP; predicted as Nxlocal)")
+    p.add_argument("--json", action="store_true", help="print rows and summary as JSON")
+    p.add_argument("--csv", type=Path, help="merge rows into this CSV by config id (atomic write)")
+    p.add_argument("--update-profile", action="store_true",
+                   help="store the residuals in the profile's 'validation' field (80%% intervals)")
+    p.add_argument("--no-compile", action="store_true", help="skip configs that use torch.compile")
+    return p
+
+
+def _relaunch(argv: list[str], nproc: int) -> int:
+    """Run this command again under torchrun with ``nproc`` processes."""
+    rest, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a == "--nproc":
+            skip = True
+            continue
+        if a.startswith("--nproc="):
+            continue
+        rest.append(a)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", "calibration.validate", *rest]
+    return subprocess.call(cmd)
+
+
+def run(a: argparse.Namespace, argv: list[str]) -> int:
+    """Validation itself (after argument parsing); returns the exit status."""
+    from simulator.profile import load_profile
+
+    if a.nproc is not None and a.nproc < 1:
+        raise UsageError(f"--nproc must be >= 1, got {a.nproc}")
+    if a.nproc and a.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        return _relaunch(argv, a.nproc)
+    profile = load_profile(a.profile)
+    suite = load_suite(a.suite or DEFAULT_SUITE)
+    configs = suite.configs
+    if a.only:
+        keys = [k.strip() for k in a.only.split(",") if k.strip()]
+        configs = [c for c in configs if any(k == c.id or k in c.id for k in keys)]
+        if not configs:
+            raise UsageError(f"--only {a.only!r} matches no config of suite {suite.name!r}")
+    if a.no_compile:
+        configs = [c for c in configs if not c.compile]
+    warmup = suite.warmup if a.warmup is None else a.warmup
+    steps = suite.steps if a.steps is None else a.steps
+    if warmup < 1 or steps < 1:
+        raise UsageError("--warmup and --steps must be at least 1")
+    try:
+        import torch
+    except ImportError:
+        print("validate: error: torch is required: pip install 'pretrain-simulator[calibration]'",
+              file=sys.stderr)
+        return 1
+    dist = init_dist(a.device)
+    try:
+        from .device import detect
+
+        dev_name = detect(str(dist.device) if dist.device.type == "cuda" else "cpu").name
+        date = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        if dist.is_main and profile.device.name != dev_name:
+            print(f"validate: warning: profile {profile.name!r} measured {profile.device.name!r}, "
+                  f"this is {dev_name!r}", file=sys.stderr)
+        meta = {"steps": steps, "warmup": warmup, "device": dev_name, "profile": profile.name,
+                "suite": suite.name, "date": date, "torch": torch.__version__}
+        rows = []
+        for i, cfg in enumerate(configs):
+            if dist.is_main and not a.json:
+                print(f"[{i + 1}/{len(configs)}] {cfg.id} ...", file=sys.stderr, flush=True)
+            m = measure(cfg, dist, warmup, steps)
+            pred = predict(cfg, profile, dist.world)
+            rows.append(make_row(cfg, m, pred, dist.world, meta))
+        summary = summarize(rows)
+        if not dist.is_main:
+            return 0
+        if a.json:
+            print(json.dumps({"suite": suite.name, "device": dev_name, "profile": profile.name,
+                              "world": dist.world, "date": date, "rows": rows, **summary}, indent=2))
+        else:
+            print(format_table(rows, summary))
+        if a.csv:
+            merge_csv(a.csv, rows)
+            if not a.json:
+                print(f"merged {len(rows)} rows into {a.csv}")
+        if a.update_profile:
+            source = f"validate {suite.name} on {dev_name} {date[:10]}"
+            update_profile(a.profile, summary, source)
+            if not a.json:
+                print(f"wrote validation ({summary['n']} residuals, MAPE {summary['mape_pct']:.1f}%) "
+                      f"into {a.profile}")
+        return 0
+    finally:
+        if dist.initialized:
+            import torch.distributed as tdist
+
+            tdist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``validate`` console script; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        a = build_parser().parse_args(argv)
+        return run(a, argv)
+    except UsageError as exc:
+        print(f"validate: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("validate: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - one line, never a traceback
+        if os.environ.get("VALIDATE_DEBUG"):
+            raise
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"validate: error: {type(exc).__name__}: {msg}", file=sys.stderr)
+        return 1
+
+
+COMMAND_HELP = "validate " + " ".join(shlex.quote(x) for x in ("--profile", "P.json"))
+
+if __name__ == "__main__":
+    sys.exit(main())

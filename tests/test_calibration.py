@@ -1,0 +1,210 @@
+"""Calibration: fits recover known parameters; tiny real runs write loadable profiles;
+resume skips finished benchmarks; torchrun gloo collectives produce a fit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from calibration import cli  # noqa: E402
+from calibration import fit as F  # noqa: E402
+from calibration.benches import Bench  # noqa: E402
+from calibration.build import fit_collectives  # noqa: E402
+from calibration.collectives import bus_bytes  # noqa: E402
+from calibration.store import measurements_path  # noqa: E402
+from simulator import kernels  # noqa: E402
+from simulator.profile import load_profile  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+# a few benchmarks of every group the profile needs, so the tiny run stays well under 30 s
+ONLY = ("launch,bandwidth/copy/*,bandwidth/gelu/*,gemm/fp32/*,attention/flash/*,"
+        "optimizer/fused/*,optimizer/for_loop/*,host")
+
+
+def _shapes():
+    sizes = [16, 64, 128, 256, 512, 1024, 2048, 4096]
+    return np.array([(m, n, k) for m in sizes for n in (768, 3072) for k in (768, 4096)], float).T
+
+
+@pytest.mark.parametrize("e_max,x_half", [(0.72, 150.0), (0.95, 20.0), (0.3, 600.0)])
+def test_fit_gemm_recovers_parameters(e_max, x_half):
+    m, n, k = _shapes()
+    args = dict(peak_flops=312e12, bytes_per_el=2, bw=2.0e12, bw_eff=0.85, launch_s=5e-6)
+    t = kernels.gemm_time(m, n, k, e_max=e_max, x_half=x_half, **args)
+    f = F.fit_gemm(m, n, k, t, **args)
+    assert f.params["e_max"] == pytest.approx(e_max, rel=1e-3)
+    assert f.params["x_half"] == pytest.approx(x_half, rel=1e-3)
+    assert f.rms_log < 1e-6
+
+
+def test_fit_gemm_tolerates_noise():
+    rng = np.random.default_rng(0)
+    m, n, k = _shapes()
+    args = dict(peak_flops=100e12, bytes_per_el=4, bw=1e12, bw_eff=0.8, launch_s=4e-6)
+    t = kernels.gemm_time(m, n, k, e_max=0.6, x_half=200.0, **args)
+    t = t * np.exp(rng.normal(0, 0.03, t.shape))
+    f = F.fit_gemm(m, n, k, t, **args)
+    assert f.params["e_max"] == pytest.approx(0.6, rel=0.05)
+    assert f.params["x_half"] == pytest.approx(200.0, rel=0.15)
+    assert 0.01 < f.rms_log < 0.06
+
+
+def test_fit_bandwidth_compute_and_alpha_beta_recover():
+    b = np.logspace(4, 9, 12)
+    kern = np.where(b > 1e7, 2, 1)
+    t = kernels.memory_bound_time(b, 900e9, 0.83, 7e-6, kern)
+    assert F.fit_bandwidth(b, t, 900e9, 7e-6, kern).params["bw_eff"] == pytest.approx(0.83, rel=1e-4)
+
+    flops = np.logspace(8, 12, 8)
+    t = 6e-6 + flops / (200e12 * 0.41)
+    assert F.fit_compute_eff(flops, t, 200e12, 6e-6).params["eff"] == pytest.approx(0.41, rel=1e-4)
+
+    bus = np.logspace(3, 9, 10)
+    t = kernels.collective_time(bus, 25e-6, 80e9)
+    f = F.fit_alpha_beta(bus, t)
+    assert f.params["alpha_s"] == pytest.approx(25e-6, rel=1e-3)
+    assert f.params["bw"] == pytest.approx(80e9, rel=1e-3)
+
+
+def test_bus_bytes_ring_factors():
+    assert bus_bytes("all_reduce", 1000, 4) == pytest.approx(1500)
+    assert bus_bytes("all_gather", 1000, 4) == pytest.approx(750)
+    assert bus_bytes("reduce_scatter", 1000, 2) == pytest.approx(500)
+    assert bus_bytes("all_reduce", 1000, 1) == 0.0
+
+
+def _run(argv, capsys):
+    rc = cli.main([*argv, "--no-progress"])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One restricted real calibration run shared by the tests below."""
+    out = tmp_path_factory.mktemp("cal") / "tiny.json"
+    rc = cli.main(["--tiny", "--no-progress", "--out", str(out), "--only", ONLY])
+    return rc, out
+
+
+def test_tiny_run_writes_loadable_profile(tiny_run):
+    rc, out = tiny_run
+    assert rc == 0
+    prof = load_profile(out)
+    assert prof.device.kind == "cpu" and prof.provenance.method == "calibration"
+    assert "fp32" in prof.gemm and prof.device.peak_tflops["fp32"] > 0
+    assert prof.launch_overhead_us > 0 and 0 < prof.memory_bw_eff <= 1
+    assert prof.provenance.command.startswith("calibrate ") and prof.provenance.host
+    data = json.loads(measurements_path(out).read_text())
+    keys = set(data["results"])
+    assert any(k.startswith("gemm/fp32/") for k in keys)
+    assert not any(k.startswith("gemm/bf16/") for k in keys)  # --only honoured
+    assert "gemm/fp32" in data["fits"]
+    # the fitted parameters make simulator.kernels reproduce the measured GEMMs
+    g = prof.gemm["fp32"]
+    for key, rec in data["results"].items():
+        if key.startswith("gemm/fp32/") and rec["status"] == "ok":
+            m, n, k = (int(v) for v in key.rsplit("/", 1)[1].split("x"))
+            pred = kernels.gemm_time(m, n, k, prof.device.peak_tflops["fp32"] * 1e12, g.e_max,
+                                     g.x_half, 4, prof.device.mem_bw_gbs * 1e9, prof.memory_bw_eff,
+                                     prof.launch_overhead_us * 1e-6)
+            assert abs(np.log(pred / rec["time_s"])) < 3 * data["fits"]["gemm/fp32"]["rms_log"] + 1e-3
+
+
+def test_existing_output_needs_resume_or_force(tiny_run, capsys):
+    _, out = tiny_run
+    rc, _, err = _run(["--tiny", "--out", str(out), "--only", "launch"], capsys)
+    assert rc == 2 and "Traceback" not in err
+    assert err.strip().splitlines() == [ln for ln in err.strip().splitlines() if "error" in ln]
+    assert "--resume" in err and "--force" in err and len(err.strip().splitlines()) == 1
+
+
+def test_resume_skips_done_benchmarks(tiny_run, capsys):
+    _, out = tiny_run
+    meas = measurements_path(out)
+    before = json.loads(meas.read_text())["results"]
+    rc, stdout, _ = _run(["--tiny", "--out", str(out), "--only", ONLY, "--resume"], capsys)
+    assert rc == 0
+    assert " 0 measured" in stdout and f"{len(before)} resumed" in stdout
+    after = json.loads(meas.read_text())
+    assert {k: r["measured_at"] for k, r in after["results"].items()} == \
+        {k: r["measured_at"] for k, r in before.items()}
+    assert len(after["runs"]) == 2
+    load_profile(out)
+
+
+def test_interrupted_run_keeps_measurements_and_resumes(tmp_path, capsys, monkeypatch):
+    import calibration.benches as benches
+
+    real_plan = benches.plan
+
+    def boom(ctx):
+        raise KeyboardInterrupt
+
+    def plan_with_interrupt(ctx, groups=None):
+        return [*real_plan(ctx)[:3], Bench("zz/interrupt", "zz", {}, boom, 0.1)]
+
+    out = tmp_path / "p.json"
+    monkeypatch.setattr(benches, "plan", plan_with_interrupt)
+    rc, _, err = _run(["--tiny", "--out", str(out), "--only", "launch,zz"], capsys)
+    assert rc == 130 and "--resume" in err
+    done = json.loads(measurements_path(out).read_text())["results"]
+    assert len(done) == 3 and not out.exists()
+    monkeypatch.setattr(benches, "plan", real_plan)
+    rc, stdout, _ = _run(["--tiny", "--out", str(out), "--only", "launch", "--resume"], capsys)
+    assert rc == 0 and "3 resumed" in stdout and "1 measured" in stdout
+
+
+def test_force_keeps_backup(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert _run(["--tiny", "--out", str(out), "--only", "launch/eager/add"], capsys)[0] == 0
+    rc, _, err = _run(["--tiny", "--out", str(out), "--only", "launch/eager/add", "--force"], capsys)
+    assert rc == 0 and "kept previous" in err
+    backups = sorted(p.name for p in tmp_path.glob("*.bak.json"))
+    assert len(backups) == 2 and backups[1].startswith("p.measurements.")
+    assert out.exists() and measurements_path(out).exists()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--budget", "-1"], "--budget"),
+    (["--quick", "--thorough"], "not allowed"),
+    (["--bogus"], "unrecognized"),
+    (["--resume", "--force"], "exclude"),
+    (["--device", "tpu"], "device"),
+    (["--out", "x.txt"], ".json"),
+])
+def test_usage_errors_are_one_line_exit_2(argv, needle, capsys, tmp_path):
+    rc, _, err = _run([*argv] + (["--out", str(tmp_path / "a.json")] if "--out" not in argv else []),
+                      capsys)
+    assert rc == 2
+    assert needle in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_collectives_torchrun_gloo_two_processes(tmp_path):
+    out = tmp_path / "coll.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "calibration.collectives", "--out", str(out), "--sizes", "4096,262144,4194304",
+         "--budget", "0.03"], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rec = json.loads(out.read_text())
+    assert rec["backend"] == "gloo" and rec["world_size"] == 2
+    assert {p["op"] for p in rec["points"]} >= {"all_reduce", "all_gather"}
+    f = fit_collectives(rec)
+    assert f is not None and f.params["bw"] > 1e6 and f.params["alpha_s"] >= 0
+
+
+def test_collectives_outside_torchrun_is_usage_error():
+    proc = subprocess.run([sys.executable, "-m", "calibration.collectives", "--out", "x.json"],
+                          capture_output=True, text=True, cwd=ROOT,
+                          env={k: v for k, v in os.environ.items() if k != "RANK"})
+    assert proc.returncode == 2 and "torchrun" in proc.stderr

@@ -232,7 +232,7 @@ def memory_chart(plan) -> dict:
     data = [{"part": k, "GiB": round(m[k], 3), "order": i, "row": "per GPU"} for i, k in enumerate(parts)]
     cap = m["capacity"]
     return {
-        "height": 110,
+        "height": 150,
         "layer": [
             {"data": {"values": data}, "mark": {"type": "bar"},
              "encoding": {"y": {"field": "row", "type": "nominal", "title": None},
@@ -375,15 +375,17 @@ def sidebar_recipe() -> dict:
 def sidebar_hardware() -> tuple[str, dict]:
     st.header("Hardware")
     gpus = {g.id: g for g in hardware.list_gpus()}
-    ids = list(gpus)
+    ids = [*gpus, "local"]
     gid = st.selectbox("GPU", ids, index=ids.index(DEFAULT_GPU), key="gpu",
-                       format_func=lambda i: gpus[i].short_name)
+                       format_func=lambda i: gpus[i].short_name if i in gpus else
+                       "calibrated device (upload its profile below)")
     c1, c2 = st.columns(2)
     per = c1.number_input("GPUs per node", 1, 64, DEFAULT_PER_NODE, key="gpus_per_node")
     nodes = c2.number_input("Nodes", 1, 1024, 1, key="nodes")
     intra = {lk.id: lk for lk in hardware.list_links("intra")}
     intra_id = st.selectbox("Intra-node link", ["default"] + list(intra), key="intra_node",
-                            format_func=lambda i: f"default ({gpus[gid].intra_node_link})" if i == "default"
+                            format_func=lambda i: (f"default ({gpus[gid].intra_node_link})" if gid in gpus else "default")
+                            if i == "default"
                             else intra[i].name)
     inter = st.number_input("Inter-node Gbit/s per node (0 = catalog default)", 0.0, 1e5, 0.0,
                             step=100.0, key="inter_node", disabled=nodes == 1)
@@ -533,7 +535,8 @@ def show_plan(plan, top: list, prices_json: str) -> None:
                       if mg.get("host_offload_per_node") else ""))
     with right:
         st.subheader("Step time")
-        st.vega_lite_chart(breakdown_chart(breakdown_frame(plan)), width="stretch")
+        bd = breakdown_frame(plan)
+        st.vega_lite_chart(bd, breakdown_chart(bd), width="stretch")
         st.caption(f"{plan.step_time_s:.2f} s per step: compute {plan.breakdown_s['compute']:.2f} s "
                    f"({plan.strategy['grad_accum']} × micro-batch {plan.strategy['micro_batch']})")
 

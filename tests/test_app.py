@@ -153,21 +153,24 @@ def test_usage_error_is_one_line_message():
     assert "exceeds" in _errors(at)
 
 
-@pytest.mark.parametrize("name,data,expect", [
+BAD_UPLOADS = [
     ("config.json", b"this is not json", "not valid JSON"),
     ("config.json", b"\xff\xfe\x00binary", "UTF-8"),
     ("config.json", b"[1, 2, 3]", "JSON object"),
     ("config.json", json.dumps({"hidden_size": 10}).encode(), "model_type"),
     ("config.json", json.dumps({"model_type": "gpt_neox"}).encode(), "gpt_neox"),
     ("big.json", b" " * 1_000_001 + b"{}", "limit"),
-])
-def test_bad_model_upload_shows_error(name, data, expect):
+]
+
+
+def test_bad_model_upload_shows_error():
     at = _app()
     at.radio(key="model_source").set_value("Upload config.json").run()
-    at.file_uploader(key="model_upload").set_value((name, data, "application/json")).run()
-    _clean(at)
-    assert expect in _errors(at)
-    assert not at.metric  # no stale numbers under an error
+    for name, data, expect in BAD_UPLOADS:
+        at.file_uploader(key="model_upload").set_value((name, data, "application/json")).run()
+        _clean(at)
+        assert expect in _errors(at), (name, data[:20], _errors(at))
+        assert not at.metric  # no stale numbers under an error
 
 
 def test_good_model_upload_runs():
@@ -221,3 +224,23 @@ def test_catalog_sweep_pareto_and_budget():
     med = statistics.median(times[2:])
     print(f"warm re-render after a widget change: median {1e3 * med:.0f} ms")
     assert med < 1.5  # generous for loaded CI machines; ~150-250 ms measured on a 2-core box
+
+
+def test_profile_upload_used_and_checked_against_gpu():
+    at = _app()
+    builtin = _days(at)
+    data = json.loads((ROOT / "hardware_catalog" / "profiles" / "rtx3090.json").read_text())
+    data["name"] = "my-3090"
+    data["gemm"] = {k: {**v, "e_max": v["e_max"] * 0.5}
+                    for k, v in data["gemm"].items()}
+    at.radio(key="profile_source").set_value("Upload calibration profile").run()
+    at.file_uploader(key="profile_upload").set_value(
+        ("my-3090.json", json.dumps(data).encode(), "application/json")).run()
+    _clean(at)
+    assert not at.error, _errors(at)
+    plan = at.session_state["last_plan"]
+    assert plan["profile"]["name"] == "my-3090"
+    assert plan["days"] > builtin  # half the GEMM efficiency: slower
+    at.selectbox(key="gpu").set_value("a100-80gb-sxm").run()  # profile measured a 3090
+    _clean(at)
+    assert "does not match" in _errors(at)

@@ -25,6 +25,7 @@ from .benches.attention import attention_precision
 from .collectives import bus_bytes
 from .device import BYTES_PER_EL, DeviceContext, catalog_peaks, provenance_fields
 
+BIG_BYTES = 1 << 26  # memory_bw_eff is fitted on ops moving >= 64 MiB when there are such
 PLACEHOLDER = "NOT MEASURED in this run (placeholder value)"
 
 
@@ -85,6 +86,9 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     else:
         bw_gbs, bw_src = 10.0, PLACEHOLDER
         warn.append("memory bandwidth not measured; using 10 GB/s")
+    big = [(k, r) for k, r in bw_recs if r["bytes"] >= BIG_BYTES]
+    if len(big) >= 3:  # fit on traffic well beyond caches when there is enough of it
+        bw_recs = big
     if bw_recs:
         f_bw = F.fit_bandwidth([r["bytes"] for _, r in bw_recs], [r["time_s"] for _, r in bw_recs],
                                bw_gbs * 1e9, launch_s, [r.get("kernels", 1) for _, r in bw_recs])
@@ -98,15 +102,15 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                                          [r.get("kernels", 1) for r in pts]).params["bw_eff"]
         fits["memory_bw_eff_per_op"] = per_op
         ops = ", ".join(f"{op} {_fmt(e)}" for op, e in per_op.items())
-        bw_eff_src = (f"{tag}: {f_bw.n} eager bandwidth-bound ops fitted to memory_bound_time, "
+        bw_eff_src = (f"{tag}: {f_bw.n} eager bandwidth-bound ops (>= 64 MiB moved where measured) fitted to memory_bound_time, "
                       f"rms log err {f_bw.rms_log:.2f}; per op: {ops}; bandwidth {bw_gbs:.1f} GB/s = {bw_src}")
     else:
         bw_eff, bw_eff_src = 0.8, f"memory_bw_eff: {PLACEHOLDER}"
         warn.append("bandwidth-bound ops not measured; memory_bw_eff = 0.8")
 
     # 3. peaks per precision.
-    peaks: dict[str, float] = {}
-    peak_src: dict[str, str] = {}
+    peaks: dict[str, float] = dict(cat_peaks)
+    peak_src: dict[str, str] = {k: cat_src or "catalog" for k in cat_peaks}
     for prec in dev.precisions:
         if prec in cat_peaks:
             peaks[prec], peak_src[prec] = cat_peaks[prec], cat_src or "catalog"

@@ -136,41 +136,41 @@ def provenance_fields(ctx: DeviceContext, command: str) -> dict[str, str | None]
     }
 
 
-def catalog_peaks(ctx: DeviceContext) -> tuple[str | None, dict[str, float], float | None, str | None]:
-    """Look the device up in ``simulator.hardware``'s catalog (CUDA only).
+def _norm(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
 
-    Returns (gpu_id, dense peak TFLOPS per precision, memory bandwidth GB/s, source); empty
-    when the catalog module is missing or has no matching GPU (calibration then uses
-    measured maxima). Written defensively: the catalog API is owned by another module.
+
+def match_catalog_gpu(device_name: str, memory_gib: float):
+    """The :mod:`simulator.hardware` GPU whose id/name/alias occurs in ``device_name``
+    (e.g. torch's 'NVIDIA A100-SXM4-80GB') and whose usable memory is within 12% of
+    ``memory_gib``; the longest such match wins. None if there is none (or no catalog)."""
+    try:
+        from simulator import hardware
+    except Exception:  # noqa: BLE001 - the catalog module is optional for calibration
+        return None
+    target = _norm(device_name)
+    best = None
+    for gpu in hardware.catalog():
+        if abs(gpu.usable_memory_gib.value - memory_gib) > 0.12 * gpu.usable_memory_gib.value:
+            continue
+        for alias in [gpu.id, gpu.name, gpu.short_name, *gpu.aliases]:
+            a = _norm(alias)
+            if a and a in target and (best is None or len(a) > best[0]):
+                best = (len(a), gpu)
+    return best[1] if best else None
+
+
+def catalog_peaks(ctx: DeviceContext) -> tuple[str | None, dict[str, float], float | None, str | None]:
+    """Datasheet figures for a CUDA device found in the hardware catalog.
+
+    Returns (gpu_id, dense peak TFLOPS per precision, memory bandwidth GB/s, source), or
+    (None, {}, None, None) for CPUs and GPUs the catalog lacks (calibration then uses
+    measured maxima as peaks).
     """
     if ctx.kind != "cuda":
         return None, {}, None, None
-    try:
-        from simulator import hardware  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - optional dependency owned elsewhere
+    gpu = match_catalog_gpu(ctx.name, ctx.memory_gib)
+    if gpu is None:
         return None, {}, None, None
-    try:
-        gpus = hardware.catalog()
-        items = gpus.values() if isinstance(gpus, dict) else list(gpus)
-        target = slugify(ctx.name)
-        best = None
-        for gpu in items:
-            names = [getattr(gpu, "id", None), getattr(gpu, "name", None)]
-            names += list(getattr(gpu, "aliases", []) or [])
-            names += list(getattr(gpu, "device_names", []) or [])
-            for n in names:
-                if n and (slugify(str(n)) == target or slugify(str(n)) in target.split("nvidia-", 1)[-1]):
-                    cand = slugify(str(n))
-                    if best is None or len(cand) > best[0]:
-                        best = (len(cand), gpu)
-        if best is None:
-            return None, {}, None, None
-        gpu = best[1]
-        peaks_raw = getattr(gpu, "peak_tflops", None) or {}
-        peaks = {k: float(getattr(v, "value", v)) for k, v in dict(peaks_raw).items()}
-        bw = getattr(gpu, "mem_bw_gbs", None)
-        bw = float(getattr(bw, "value", bw)) if bw is not None else None
-        gid = getattr(gpu, "id", None)
-        return (str(gid) if gid else None), peaks, bw, f"hardware catalog entry {gid}"
-    except Exception:  # noqa: BLE001 - fall back to measured peaks
-        return None, {}, None, None
+    peaks = {k: float(v.value) for k, v in gpu.peak_tflops.items()}
+    return gpu.id, peaks, float(gpu.mem_bw_gbs.value), f"hardware catalog entry {gpu.id!r} (datasheet)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -45,6 +46,7 @@ def run_benches(benches: list[Bench], ctx: RunContext, store: MeasurementStore,
         task = progress.add_task("calibrating", total=sum(b.est_s for b in todo) or 1.0)
         for bench in todo:
             progress.update(task, description=bench.key[:44])
+            t0 = time.perf_counter()
             try:
                 rec = bench.run(ctx)
             except TooSlow:
@@ -57,7 +59,8 @@ def run_benches(benches: list[Bench], ctx: RunContext, store: MeasurementStore,
             finally:
                 _free(ctx.device)
             if rec is not None:
-                rec = {"group": bench.group, "params": bench.params, **rec, "measured_at": now()}
+                rec = {"group": bench.group, "params": bench.params, **rec, "measured_at": now(),
+                       "wall_s": round(time.perf_counter() - t0, 3)}
                 store.add(bench.key, rec)
                 if rec["status"] == "ok":
                     summary.measured += 1

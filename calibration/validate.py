@@ -25,7 +25,6 @@ import io
 import json
 import math
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -584,8 +583,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"validate: error: {type(exc).__name__}: {msg}", file=sys.stderr)
         return 1
 
-
-COMMAND_HELP = "validate " + " ".join(shlex.quote(x) for x in ("--profile", "P.json"))
 
 if __name__ == "__main__":
     sys.exit(main())

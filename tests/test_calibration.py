@@ -208,3 +208,19 @@ def test_collectives_outside_torchrun_is_usage_error():
                           capture_output=True, text=True, cwd=ROOT,
                           env={k: v for k, v in os.environ.items() if k != "RANK"})
     assert proc.returncode == 2 and "torchrun" in proc.stderr
+
+
+@pytest.mark.parametrize("name,mem,gid", [
+    ("NVIDIA H200", 139.5, "h200"),
+    ("NVIDIA A100-SXM4-80GB", 79.2, "a100-80gb-sxm"),
+    ("NVIDIA A100-SXM4-40GB", 39.4, "a100-40gb-sxm"),
+    ("NVIDIA GeForce RTX 3090", 23.6, "rtx3090"),
+    ("NVIDIA H100 PCIe", 79.1, "h100-pcie"),
+    ("NVIDIA A100-PCIE-40GB", 39.4, None),  # not in the catalog: measured peaks instead
+])
+def test_catalog_match_for_cuda_device_names(name, mem, gid):
+    pytest.importorskip("simulator.hardware")
+    from calibration.device import match_catalog_gpu
+
+    gpu = match_catalog_gpu(name, mem)
+    assert (gpu.id if gpu else None) == gid

@@ -37,10 +37,15 @@ VOCAB = 50304
 ROW = 1024
 TINY_LOOP = 100
 
-SIZES: dict[str, list[int]] = {
+SIZES: dict[str, list[int]] = {  # elements; GPUs get larger sizes (L2 caches of 40-60 MB)
     "tiny": [1 << 16, 1 << 18],
     "quick": [1 << 22, 1 << 24, 1 << 26],
     "thorough": [1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28],
+}
+CUDA_SIZES: dict[str, list[int]] = {
+    "tiny": [1 << 20, 1 << 22],
+    "quick": [1 << 24, 1 << 26, 1 << 28],
+    "thorough": [1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30],
 }
 # op -> (bytes per element moved, eager kernels per call)
 OPS: dict[str, tuple[int, int]] = {
@@ -88,6 +93,8 @@ def _bw_bench(op: str, n: int, precision: str):
         per_el, kernels = OPS[op]
         el = _elements(op, n)
         nbytes = float(per_el * el * torch.finfo(dtype).bits // 8)
+        if nbytes > 0.5 * ctx.dev.usable_memory_gib * 2**30:
+            return unsupported(f"needs {nbytes / 2**30:.1f} GiB, more than half of device memory")
         ctx.check_time("bandwidth/", nbytes, "bytes")
         fn = _make_op(op, n, dtype, ctx.device)
         t = ctx.time(fn)
@@ -169,10 +176,11 @@ def plan(ctx: RunContext) -> list[Bench]:
     b = ctx.settings.budget_s
     benches = [Bench(f"launch/eager/{op}", "launch", {"op": op, "loop": TINY_LOOP},
                      _launch_bench(op), b + 0.05) for op in ("add", "mul", "relu", "neg")]
+    sizes_all = (CUDA_SIZES if ctx.dev.kind == "cuda" else SIZES)[mode]
     precs = ["fp32"] if mode != "thorough" else ["fp32"] + [
         p for p in ctx.dev.precisions if p in ("bf16", "fp16")]
     for precision in precs:
-        for n in SIZES[mode]:
+        for n in sizes_all:
             for op in OPS:
                 benches.append(Bench(f"bandwidth/{op}/{precision}/{n}", "bandwidth",
                                      {"op": op, "precision": precision, "elements": n},
@@ -180,7 +188,7 @@ def plan(ctx: RunContext) -> list[Bench]:
     if ctx.settings.compile:
         benches.append(Bench("compiled/launch/chain8", "compiled", {"eager_ops": 8},
                              _compiled_launch, 20.0))
-        sizes = SIZES[mode][-2:] if mode == "quick" else SIZES[mode]
+        sizes = sizes_all[-2:] if mode == "quick" else sizes_all
         cops = ["gelu"] if mode != "thorough" else ["gelu", "layer_norm"]
         for op in cops:
             benches.append(Bench(f"compiled/bandwidth/{op}/fp32", "compiled",

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from simulator.profile import SCHEMA_VERSION, Profile, parse_profile
 
 from . import fit as F
-from .benches.attention import attention_precision
+from .benches.attention import BWD_FLOPS_FACTOR, attention_precision
 from .collectives import bus_bytes
 from .device import BYTES_PER_EL, DeviceContext, catalog_peaks, provenance_fields
 
@@ -141,32 +141,44 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     if "fp32" not in gemm:
         gemm["fp32"] = {"e_max": 0.5, "x_half": 100.0, "source": f"gemm fp32: {PLACEHOLDER}"}
 
-    # 5. attention efficiencies (fused backends) in the mixed-precision dtype.
+    # 5. attention efficiencies: flash in the mixed-precision dtype vs its peak, mem_efficient
+    #    in fp32 vs the fp32 peak (how simulator.compute applies them).
     aprec = attention_precision(dev.precisions)
     attn: dict[str, float] = {}
     attn_notes: list[str] = []
-    apeak = peaks.get(aprec, peaks["fp32"]) * 1e12
-    for backend, field_ in (("flash", "flash"), ("efficient", "mem_efficient")):
-        fwd = {k.split("/")[-1]: r for k, r in _ok(results, f"attention/{backend}/fwd/{aprec}/")}
-        both = {k.split("/")[-1]: r for k, r in _ok(results, f"attention/{backend}/fwdbwd/{aprec}/")}
+
+    def _attn(backend: str, prec: str, field_: str) -> None:
+        peak = peaks.get(prec)
+        if peak is None:
+            return
+        fwd = {k.split("/")[-1]: r for k, r in _ok(results, f"attention/{backend}/fwd/{prec}/")}
+        both = {k.split("/")[-1]: r for k, r in _ok(results, f"attention/{backend}/fwdbwd/{prec}/")}
         if fwd:
             f_f = F.fit_compute_eff([r["flops"] for r in fwd.values()],
-                                    [r["time_s"] for r in fwd.values()], apeak, launch_s)
+                                    [r["time_s"] for r in fwd.values()], peak * 1e12, launch_s)
             attn[f"{field_}_fwd"] = f_f.params["eff"]
-            fits[f"attention/{backend}/fwd"] = f_f.as_dict()
-            attn_notes.append(f"{backend} fwd {f_f.n} pts rms {f_f.rms_log:.2f}")
+            fits[f"attention/{field_}_fwd"] = {**f_f.as_dict(), "backend": backend, "precision": prec}
+            attn_notes.append(f"{field_} fwd: {backend} {prec}, {f_f.n} pts, rms {f_f.rms_log:.2f}")
         pairs = [(fwd[s], both[s]) for s in both if s in fwd and both[s]["time_s"] > fwd[s]["time_s"]]
         if pairs:
-            f_b = F.fit_compute_eff([2 * b["flops_fwd"] for _, b in pairs],
-                                    [b["time_s"] - f["time_s"] for f, b in pairs], apeak, launch_s)
+            f_b = F.fit_compute_eff([BWD_FLOPS_FACTOR * b["flops_fwd"] for _, b in pairs],
+                                    [b["time_s"] - f["time_s"] for f, b in pairs], peak * 1e12, launch_s)
             attn[f"{field_}_bwd"] = f_b.params["eff"]
-            fits[f"attention/{backend}/bwd"] = f_b.as_dict()
-            attn_notes.append(f"{backend} bwd {f_b.n} pts rms {f_b.rms_log:.2f}")
+            fits[f"attention/{field_}_bwd"] = {**f_b.as_dict(), "backend": backend, "precision": prec}
+            attn_notes.append(f"{field_} bwd: {backend} {prec}, {f_b.n} pts, rms {f_b.rms_log:.2f}")
+
+    _attn("flash", aprec, "flash")
+    _attn("efficient", "fp32", "mem_efficient")
+    if "mem_efficient_fwd" not in attn and "mem_efficient_bwd" not in attn:
+        _attn("flash", "fp32", "mem_efficient")  # CPU: SDPA runs fp32 on the flash kernel
+        if "mem_efficient_fwd" in attn:
+            attn_notes.append("efficient backend unsupported here: fp32 fields from SDPA's flash kernel")
     for a, b in (("flash", "mem_efficient"), ("mem_efficient", "flash")):
         for d in ("fwd", "bwd"):
             if f"{a}_{d}" not in attn and f"{b}_{d}" in attn:
                 attn[f"{a}_{d}"] = attn[f"{b}_{d}"]
                 attn_notes.append(f"{a} {d} unsupported/unmeasured here: copied from {b}")
+                warn.append(f"attention {a}_{d} copied from {b}_{d}")
     missing = [f"{a}_{d}" for a in ("flash", "mem_efficient") for d in ("fwd", "bwd")
                if f"{a}_{d}" not in attn]
     if missing:
@@ -176,8 +188,9 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             attn[m] = min(1.0, fallback)
         attn_notes.append(f"{', '.join(missing)}: {PLACEHOLDER} (GEMM efficiency at thickness 21)")
         warn.append(f"attention not measured for {', '.join(missing)}; using GEMM-derived value")
-    attn_src = (f"{tag}: SDPA causal, {aprec}, FLOPs fwd 4*b*h*s^2*d/2, bwd 2x fwd (bwd time = "
-                f"fwd+bwd minus fwd), vs {aprec} peak; " + "; ".join(attn_notes))
+    attn_src = (f"{tag}: SDPA causal; FLOPs fwd 4*b*heads*s^2*d/2, bwd {BWD_FLOPS_FACTOR}x fwd "
+                "(bwd time = fwd+bwd minus fwd); flash vs the mixed-precision peak, mem_efficient "
+                "vs the fp32 peak; " + "; ".join(attn_notes))
 
     # 6. optimizer.
     opt_eff: dict[str, float] = {}
@@ -186,7 +199,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         pts = [r for _, r in _ok(results, f"optimizer/{impl}/")]
         if pts:
             f_o = F.fit_bandwidth([r["bytes"] for r in pts], [r["time_s"] for r in pts],
-                                  bw_gbs * 1e9, 0.0)
+                                  bw_gbs * 1e9, launch_s, [r.get("tensors", 0) for r in pts])
             opt_eff[impl] = f_o.params["bw_eff"]
             fits[f"optimizer/{impl}"] = f_o.as_dict()
             notes.append(f"{impl} {f_o.n} pts rms {f_o.rms_log:.2f}")
@@ -196,8 +209,9 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             if why:
                 notes.append(f"{impl} unsupported ({why[:80]})")
     if opt_eff:
-        opt_src = (f"{tag}: torch.optim.AdamW fp32, 28 B/param (read p,g,m,v; write p,m,v) / "
-                   f"time vs {bw_gbs:.1f} GB/s, launch costs folded in; " + "; ".join(notes))
+        opt_src = (f"{tag}: torch.optim.AdamW fp32 on transformer-layer tensors, fitted to "
+                   f"memory_bound_time with 28 B/param (read p,g,m,v; write p,m,v) at {bw_gbs:.1f} GB/s "
+                   "and one eager launch per parameter tensor; " + "; ".join(notes))
     else:
         opt_eff = {"foreach": 0.5}
         opt_src = f"optimizer: {PLACEHOLDER}"

@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an earlier run: skip benchmarks already in the measurements file")
     p.add_argument("--force", action="store_true",
                    help="start over even if --out exists (old files kept as timestamped backups)")
+    p.add_argument("--refit", action="store_true",
+                   help="measure nothing: refit the profile from the existing measurements file")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     p.add_argument("--nproc", type=int, help="processes for collective benchmarks via torchrun "
                    "(default: number of CUDA devices; on CPU none unless --collectives)")
@@ -77,6 +79,12 @@ def _prepare_outputs(out: Path, meas: Path, a: argparse.Namespace, err) -> bool:
     """Apply the overwrite policy; return True if an existing store should be resumed."""
     if a.resume and a.force:
         raise UsageError("--resume and --force exclude each other")
+    if a.refit:
+        if a.force:
+            raise UsageError("--refit and --force exclude each other")
+        if not meas.exists():
+            raise UsageError(f"--refit: no measurements file {str(meas)!r}")
+        return True
     exists = out.exists() or meas.exists()
     if not exists:
         return False
@@ -162,12 +170,12 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"--out must end in .json, got {str(out)!r}")
     meas = measurements_path(out)
     command = "calibrate " + " ".join(shlex.quote(x) for x in argv)
-    run_info = {"started": now(), "command": command, "mode": mode}
+    run_info = {"started": now(), "command": command, "mode": "refit" if a.refit else mode}
     resume = _prepare_outputs(out, meas, a, err)
     if hasattr(os, "getloadavg"):
         load = os.getloadavg()[0]
         run_info["loadavg_1min"] = round(load, 2)
-        if dev.kind == "cpu" and load > 0.5 * (os.cpu_count() or 1):
+        if not a.refit and dev.kind == "cpu" and load > 0.5 * (os.cpu_count() or 1):
             err(f"warning: machine is busy (load average {load:.1f} on {os.cpu_count()} cores); "
                 "CPU timings will be inflated")
     if resume:
@@ -177,11 +185,15 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
         store = MeasurementStore.create(meas, dev.describe(), run_info)
     only = [s.strip() for s in a.only.split(",") if s.strip()] if a.only else None
     ctx = RunContext(dev, settings)
-    benches = [b for b in plan(ctx) if _selected(b.key, b.group, only)]
-    err(f"calibrating {dev.name} [{mode}]: {len(benches)} benchmarks -> {out}")
+    benches = [] if a.refit else [b for b in plan(ctx) if _selected(b.key, b.group, only)]
+    if a.refit:
+        err(f"refitting {out} from {meas.name} ({len(store.results)} measurements)")
+    else:
+        err(f"calibrating {dev.name} [{mode}]: {len(benches)} benchmarks -> {out}")
     console = None if a.no_progress else errc
     summary = run_benches(benches, ctx, store, console, resume=a.resume)
-    _collectives(a, dev, ctx, store, only, err)
+    if not a.refit:
+        _collectives(a, dev, ctx, store, only, err)
     built = build_profile(dev, store.results, command)
     from simulator.profile import save_profile
 

@@ -141,6 +141,16 @@ def test_resume_skips_done_benchmarks(tiny_run, capsys):
     load_profile(out)
 
 
+def test_refit_rebuilds_profile_without_measuring(tiny_run, capsys):
+    _, out = tiny_run
+    meas = measurements_path(out)
+    before = json.loads(meas.read_text())["results"]
+    rc, stdout, err = _run(["--out", str(out), "--refit"], capsys)
+    assert rc == 0 and "refitting" in err and " 0 measured" in stdout
+    assert json.loads(meas.read_text())["results"] == before
+    load_profile(out)
+
+
 def test_interrupted_run_keeps_measurements_and_resumes(tmp_path, capsys, monkeypatch):
     import calibration.benches as benches
 

@@ -5,9 +5,17 @@ reference, materialises the s x s scores). Directions: 'fwd' and 'fwdbwd' (forwa
 backward through ``torch.autograd.grad``). Unsupported backend/dtype combinations (e.g.
 'efficient' on CPU) are recorded as 'unsupported', not errors.
 
-FLOP convention (shared with :mod:`calibration.fit`): forward = 4*b*heads*s^2*d, halved
-for causal masking (what FlashAttention executes); backward = 2x forward, so fwd+bwd =
-3x forward. The 'math' backend computes the full square but is counted the same way.
+FLOP convention (the same as ``simulator.workload.attention_flops_fwd`` and
+``simulator.compute``): forward = 4*b*heads*s^2*d, halved for causal masking (what fused
+kernels execute); backward = 2.5x forward (FlashAttention recomputes the scores), so
+fwd+bwd = 3.5x forward. The 'math' backend computes the full square but is counted the
+same way.
+
+Precisions (how the simulator uses the profile): bf16/fp16 training runs the 'flash'
+fields against the half-precision peak, fp32/tf32 runs the 'mem_efficient' fields against
+the fp32 peak. So 'flash' is measured in the mixed-precision dtype and 'efficient' in
+fp32; where 'efficient' is unsupported (CPU), 'flash' is also measured in fp32 because
+that is the fused kernel SDPA dispatches fp32 inputs to there.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from ..device import DTYPES
 from . import Bench, RunContext, ok, unsupported
 
 BACKENDS = ("flash", "efficient", "math")
+BWD_FLOPS_FACTOR = 2.5  # backward FLOPs / forward FLOPs (fused attention)
 
 GRIDS: dict[str, dict[str, list[int]]] = {
     "tiny": {"seq": [128], "head_dim": [64], "batch": [1], "heads": [2]},
@@ -55,7 +64,7 @@ def _bench(backend: str, direction: str, precision: str, b: int, h: int, s: int,
         from torch.nn.attention import sdpa_kernel
 
         f_fwd = attention_flops(b, h, s, d)
-        flops = f_fwd if direction == "fwd" else 3.0 * f_fwd
+        flops = f_fwd if direction == "fwd" else (1.0 + BWD_FLOPS_FACTOR) * f_fwd
         if backend == "math":  # materialised scores: b*h*s*s elements (+ softmax, + grads)
             need = b * h * s * s * 4 * (4 if direction == "fwdbwd" else 2)
             if need > 0.25 * ctx.dev.usable_memory_gib * 2**30:
@@ -86,26 +95,34 @@ def _bench(backend: str, direction: str, precision: str, b: int, h: int, s: int,
     return run
 
 
+def combos(ctx: RunContext) -> list[tuple[str, str]]:
+    """(backend, precision) pairs to measure."""
+    mode = ctx.settings.mode
+    half = attention_precision(ctx.dev.precisions)
+    if mode == "thorough":
+        precs = [p for p in ctx.dev.precisions if p != "tf32"]
+        return [(b, p) for b in BACKENDS for p in precs]
+    pairs = [("flash", half), ("efficient", "fp32"), ("math", half)]
+    if ctx.dev.kind == "cpu" and half != "fp32":
+        pairs.append(("flash", "fp32"))  # SDPA's fused kernel for fp32 on CPU
+    return pairs
+
+
 def plan(ctx: RunContext) -> list[Bench]:
-    """Benches for every backend x direction x shape in the attention precision
-    (thorough mode: every precision except tf32)."""
+    """Benches for every (backend, precision) pair x direction x shape."""
     mode = ctx.settings.mode
     grid = CUDA_QUICK if (mode == "quick" and ctx.dev.kind == "cuda") else GRIDS[mode]
-    precs = [attention_precision(ctx.dev.precisions)]
-    if mode == "thorough":
-        precs += [p for p in ctx.dev.precisions if p not in precs and p != "tf32"]
+    pts = [(b, h, s, d) for b in grid["batch"] for h in grid["heads"]
+           for s in grid["seq"] for d in grid["head_dim"]]
+    pts.sort(key=lambda p: (p[0] * p[1] * p[2] * p[2] * p[3], p))
     benches = []
-    for precision in precs:
-        for backend in BACKENDS:
-            for direction in ("fwd", "fwdbwd"):
-                pts = [(b, h, s, d) for b in grid["batch"] for h in grid["heads"]
-                       for s in grid["seq"] for d in grid["head_dim"]]
-                pts.sort(key=lambda p: (p[0] * p[1] * p[2] * p[2] * p[3], p))
-                for b, h, s, d in pts:
-                    key = f"attention/{backend}/{direction}/{precision}/b{b}h{h}s{s}d{d}"
-                    params = {"backend": backend, "direction": direction, "precision": precision,
-                              "batch": b, "heads": h, "seq": s, "head_dim": d, "causal": True}
-                    benches.append(Bench(key, "attention", params,
-                                         _bench(backend, direction, precision, b, h, s, d),
-                                         ctx.settings.budget_s + 0.05))
+    for backend, precision in combos(ctx):
+        for direction in ("fwd", "fwdbwd"):
+            for b, h, s, d in pts:
+                key = f"attention/{backend}/{direction}/{precision}/b{b}h{h}s{s}d{d}"
+                params = {"backend": backend, "direction": direction, "precision": precision,
+                          "batch": b, "heads": h, "seq": s, "head_dim": d, "causal": True}
+                benches.append(Bench(key, "attention", params,
+                                     _bench(backend, direction, precision, b, h, s, d),
+                                     ctx.settings.budget_s + 0.05))
     return benches

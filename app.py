@@ -109,7 +109,8 @@ def cached_search(model_key: str, gpus: str, knobs_json: str, profile_json: str 
     best.search_ms = res.elapsed_ms
     if not best.feasible:
         best.suggestions = api.suggest_fixes(model, gpus, knobs, res)
-    return res, best, res.plans(TOP_N)
+    top = res.plans(TOP_N)
+    return res, best, top, top_table(top)
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
@@ -250,20 +251,27 @@ def memory_chart(plan) -> dict:
     }
 
 
-def breakdown_frame(plan) -> pd.DataFrame:
+def breakdown_rows(plan) -> list[dict]:
+    """The plan's step-time breakdown (seconds per optimizer step) as chart rows."""
     b = plan.breakdown_s
     rows = [("forward", b["forward"]), ("backward", b["backward"]), ("recompute", b["recompute"]),
             ("exposed comm", b["exposed_comm"]), ("optimizer", b["optimizer"]),
             ("offload", b["offload"])]
-    return pd.DataFrame([{"part": k, "seconds": v} for k, v in rows])
+    return [{"part": k, "seconds": v} for k, v in rows]
 
 
-def breakdown_chart(df: pd.DataFrame) -> dict:
-    return {"height": 200, "mark": {"type": "bar"},
+def breakdown_chart(rows: list[dict]) -> dict:
+    return {"height": 200, "data": {"values": rows}, "mark": {"type": "bar"},
             "encoding": {"y": {"field": "part", "type": "nominal", "sort": None, "title": None},
                          "x": {"field": "seconds", "type": "quantitative", "title": "seconds per optimizer step"},
                          "color": {"field": "part", "type": "nominal", "legend": None},
                          "tooltip": [{"field": "part"}, {"field": "seconds", "format": ".3f"}]}}
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def cached_pareto_chart(model_key: str, recipe_json: str, prices_json: str, current: str,
+                        x_title: str) -> dict:
+    return pareto_chart(priced_sweep(model_key, recipe_json, prices_json)[0], current, x_title)
 
 
 def pareto_chart(df: pd.DataFrame, current: str, x_title: str) -> dict:
@@ -469,7 +477,7 @@ def sidebar_profile() -> tuple[str | None, str | None]:
 
 
 # --------------------------------------------------------------------------- main area
-def show_plan(plan, top: list, prices_json: str) -> None:
+def show_plan(plan, top: list, table: pd.DataFrame, prices_json: str) -> None:
     m, r, hw = plan.model, plan.recipe, plan.hardware
     st.markdown(f"**{m['name']}** · {m['params'] / 1e9:.2f} B parameters · {r['description']}  \n"
                 f"{hw['description']} · profile: {plan.profile['name']} ({plan.profile['method']}, "
@@ -535,14 +543,13 @@ def show_plan(plan, top: list, prices_json: str) -> None:
                       if mg.get("host_offload_per_node") else ""))
     with right:
         st.subheader("Step time")
-        bd = breakdown_frame(plan)
-        st.vega_lite_chart(bd, breakdown_chart(bd), width="stretch")
+        st.vega_lite_chart(breakdown_chart(breakdown_rows(plan)), width="stretch")
         st.caption(f"{plan.step_time_s:.2f} s per step: compute {plan.breakdown_s['compute']:.2f} s "
                    f"({plan.strategy['grad_accum']} × micro-batch {plan.strategy['micro_batch']})")
 
     st.subheader(f"Top {len(top)} strategies" if top else "Top strategies")
     if top:
-        st.dataframe(top_table(top), hide_index=True, width="stretch")
+        st.dataframe(table, hide_index=True, width="stretch")
     else:
         st.caption("no feasible strategy")
 
@@ -560,7 +567,8 @@ def show_sweep(model_key: str, recipe_json: str, prices_json: str, gpus: str) ->
         return
     x_title = "purchase price, $ (buy)" if mode == "buy" else "rental bill, $ (rent)"
     cur = _canonical(gpus)
-    st.vega_lite_chart(pareto_chart(df, cur, x_title), width="stretch")
+    st.vega_lite_chart(cached_pareto_chart(model_key, recipe_json, prices_json, cur, x_title),
+                       width="stretch")
     front = df[df["pareto"]].sort_values("cost_usd")
     st.caption(f"{len(df)} feasible catalog configurations, each with its fastest strategy (built-in "
                f"profiles and prices above, this recipe, no pins). Pareto frontier ({mode}): "
@@ -579,7 +587,7 @@ def _canonical(gpus: str) -> str:
     return f"{cl.gpus_per_node}x{cl.gpu.id}" if cl.nodes == 1 else f"{cl.nodes}x{cl.gpus_per_node}x{cl.gpu.id}"
 
 
-def show_downloads(plan, top: list, model_key: str, recipe_json: str, prices_json: str,
+def show_downloads(plan, table: pd.DataFrame, model_key: str, recipe_json: str, prices_json: str,
                    limits: dict) -> None:
     st.subheader("Downloads")
     d = plan.to_dict()
@@ -587,7 +595,7 @@ def show_downloads(plan, top: list, model_key: str, recipe_json: str, prices_jso
     c = st.columns(3)
     c[0].download_button("Plan (JSON)", json.dumps(d, indent=2, default=str),
                          file_name="plan.json", mime="application/json", key="dl_json")
-    c[1].download_button("Top strategies (CSV)", top_table(top).to_csv(index=False),
+    c[1].download_button("Top strategies (CSV)", table.to_csv(index=False),
                          file_name="strategies.csv", mime="text/csv", key="dl_csv")
     md = None
     if st.session_state.get("show_sweep", True):
@@ -630,14 +638,14 @@ def render() -> None:
     assert model_key is not None
     knobs = {**recipe, **hw_knobs, **pins}
     try:
-        _res, plan, top = cached_search(model_key, gpus, json.dumps(knobs, sort_keys=True), profile_json)
+        _res, plan, top, table = cached_search(model_key, gpus, json.dumps(knobs, sort_keys=True), profile_json)
     except UsageError as exc:
         st.error(str(exc))
         return
     prices_json = json.dumps(prices, sort_keys=True)
     st.session_state["last_plan"] = plan.to_dict()
     try:
-        show_plan(plan, top, prices_json)
+        show_plan(plan, top, table, prices_json)
     except UsageError as exc:
         st.error(str(exc))
         return
@@ -645,7 +653,7 @@ def render() -> None:
     recipe_json = json.dumps(recipe, sort_keys=True)
     try:
         show_sweep(model_key, recipe_json, prices_json, gpus)
-        show_downloads(plan, top, model_key, recipe_json, prices_json, limits)
+        show_downloads(plan, table, model_key, recipe_json, prices_json, limits)
     except UsageError as exc:
         st.error(f"catalog sweep: {exc}")
     st.caption(f"rendered in {1e3 * (time.perf_counter() - t0):.0f} ms")

@@ -151,6 +151,10 @@ def test_usage_error_is_one_line_message():
     at.number_input(key="gpus_per_node").set_value(16).run()  # a 3090 node holds at most 8
     _clean(at)
     assert "exceeds" in _errors(at)
+    at.number_input(key="gpus_per_node").set_value(8)
+    at.selectbox(key="gpu").set_value("local").run()  # a calibrated device needs its profile
+    _clean(at)
+    assert "profile" in _errors(at)
 
 
 BAD_UPLOADS = [

@@ -1,0 +1,173 @@
+"""validate: torch models match ModelSpec counts; real steps give predicted/measured rows; the
+profile's validation summary feeds simulate's interval; CSV merge; torchrun DDP smoke run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from calibration import validate as V  # noqa: E402
+from calibration.torch_model import build_model, count_params  # noqa: E402
+from simulator import hardware  # noqa: E402
+from simulator.api import simulate  # noqa: E402
+from simulator.models import get_model  # noqa: E402
+from simulator.profile import CollectiveFit, DeviceInfo, load_profile, save_profile  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = {"base": "pythia-14m", "n_layers": 2, "hidden": 64, "n_heads": 4, "ffn_hidden": 128,
+        "vocab_size": 256, "max_positions": 256, "default_seq_len": 32}
+
+
+def _profile(path: Path, local_fit: bool = False) -> Path:
+    """A loadable CPU profile (the RTX 3090 default efficiencies on a made-up CPU device)."""
+    p = hardware.default_profile("rtx3090")
+    dev = DeviceInfo(kind="cpu", name="test cpu", peak_tflops={"fp32": 0.05, "bf16": 0.01},
+                     mem_bw_gbs=10.0, memory_gib=8.0, usable_memory_gib=7.0)
+    coll = {"local": CollectiveFit(alpha_us=50.0, busbw_gbs=2.0, source="test")} if local_fit else {}
+    save_profile(p.model_copy(update={"device": dev, "name": "test-cpu", "collectives": coll,
+                                      "validation": None}), path)
+    return path
+
+
+def _suite(path: Path, configs: list[dict]) -> Path:
+    path.write_text(json.dumps({"name": "unit", "warmup": 1, "steps": 1, "models": {"tiny": TINY},
+                                "configs": configs}))
+    return path
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str, str]:
+    rc = V.main(argv)
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("name", ["pythia-160m", "gpt2", "llama-3-8b", "mistral-7b", "mpt-7b-hf",
+                                  "mpt-125m", "tinyllama-1.1b"])
+def test_torch_param_count_matches_spec(name):
+    spec = get_model(name)
+    assert count_params(build_model(spec, device="meta")) == spec.n_params()
+
+
+def test_default_suite_models_match_and_suite_is_varied():
+    suite = V.load_suite(V.DEFAULT_SUITE)
+    assert len(suite.configs) >= 12
+    for c in suite.configs:
+        assert count_params(build_model(c.spec, device="meta")) == c.spec.n_params()
+    knobs = {(c.precision, c.attention, c.checkpointing) for c in suite.configs}
+    assert {"fp32", "bf16"} <= {k[0] for k in knobs} and {"eager", "sdpa"} <= {k[1] for k in knobs}
+    assert {"none", "full"} <= {k[2] for k in knobs}
+    assert len({c.spec.hidden for c in suite.configs}) >= 3 and len({c.seq_len for c in suite.configs}) >= 3
+
+
+@pytest.mark.parametrize("model", [TINY, {**TINY, "base": "mpt-7b-hf"},
+                                   {**TINY, "base": "tinyllama-1.1b", "n_kv_heads": 2},
+                                   {**TINY, "base": "gpt2"}])
+def test_eager_and_sdpa_attention_agree(model):
+    spec = V._spec_from("t", model)
+    torch.manual_seed(0)
+    a = build_model(spec, "eager")
+    b = build_model(spec, "sdpa")
+    b.load_state_dict(a.state_dict())
+    x = torch.randint(0, spec.vocab_size, (2, 16))
+    y = torch.randint(0, spec.vocab_size, (2, 16))
+    assert torch.allclose(a(x, y), b(x, y), atol=1e-5)
+    ck = build_model(spec, "sdpa", "full")
+    ck.load_state_dict(a.state_dict())
+    ck(x, y).backward()
+    a(x, y).backward()
+    assert torch.allclose(ck.blocks[0].attn.qkv.weight.grad, a.blocks[0].attn.qkv.weight.grad, atol=1e-5)
+
+
+def test_one_config_produces_predicted_and_measured(tmp_path, capsys):
+    prof = _profile(tmp_path / "p.json")
+    suite = _suite(tmp_path / "s.json", [{"model": "tiny", "seq_len": 32, "micro_batch": 2,
+                                          "grad_accum": 2, "attention": "eager", "checkpointing": "full"}])
+    rc, out, err = _run(["--profile", str(prof), "--suite", str(suite), "--json"], capsys)
+    assert rc == 0, err
+    res = json.loads(out)
+    (row,) = res["rows"]
+    assert row["id"] == "tiny-s32-mb2x2-fp32-eager-ckpt" and row["status"] == "ok"
+    assert row["measured_step_s"] > 0 and row["predicted_step_s"] > 0
+    assert row["measured_fwd_s"] > 0 and row["measured_bwd_s"] > 0 and row["measured_opt_s"] > 0
+    assert res["n"] == 1 and res["mape_pct"] == pytest.approx(abs(row["error_pct"]))
+
+
+def test_update_profile_gives_interval_and_csv_merges(tmp_path, capsys):
+    prof = _profile(tmp_path / "p.json")
+    suite = _suite(tmp_path / "s.json", [
+        {"model": "tiny", "seq_len": 16, "micro_batch": 1},
+        {"model": "tiny", "seq_len": 32, "micro_batch": 2, "attention": "eager"},
+        {"model": "tiny", "seq_len": 16, "micro_batch": 2, "precision": "bf16"},
+    ])
+    out_csv = tmp_path / "r.csv"
+    out_csv.write_text("id,measured_step_s,note\nolder-run,1.0,kept\n")  # an earlier result
+    rc, out, err = _run(["--profile", str(prof), "--suite", str(suite), "--csv", str(out_csv),
+                         "--update-profile"], capsys)
+    assert rc == 0, err
+    assert "mean absolute percentage error over 3 configurations" in out
+    val = load_profile(prof).validation
+    assert val is not None and val.n == 3 and len(val.log_ratio_residuals) == 3
+    assert val.source.startswith("validate unit on ") and val.mape >= 0
+    spec = V._spec_from("tiny", TINY)
+    plan = simulate(spec, "1xlocal", profile=str(prof), seq_len=32, global_batch=2, steps=10)
+    assert plan.interval_days is not None and plan.interval_days[0] <= plan.days <= plan.interval_days[1]
+    rows = list(csv.DictReader(out_csv.open()))
+    assert [r["id"] for r in rows][0] == "older-run" and rows[0]["note"] == "kept" and len(rows) == 4
+    # a second run replaces same-id rows, keeps the rest; no temp files are left behind
+    V.merge_csv(out_csv, [{"id": rows[1]["id"], "measured_step_s": 9.0}, {"id": "new", "model": "m"}])
+    rows2 = list(csv.DictReader(out_csv.open()))
+    assert len(rows2) == 5 and {r["id"] for r in rows2} >= {"older-run", "new"}
+    assert [r["measured_step_s"] for r in rows2 if r["id"] == rows[1]["id"]] == ["9.0"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "r.csv", "s.json"]
+
+
+def test_csv_without_id_column_is_not_overwritten(tmp_path):
+    f = tmp_path / "other.csv"
+    f.write_text("a,b\n1,2\n")
+    with pytest.raises(V.UsageError):
+        V.merge_csv(f, [{"id": "x"}])
+    assert f.read_text() == "a,b\n1,2\n"
+
+
+def test_multi_process_prediction_needs_local_fit(tmp_path):
+    cfg = V.load_suite(_suite(tmp_path / "s.json", [{"model": "tiny", "seq_len": 16}])).configs[0]
+    bare = load_profile(_profile(tmp_path / "p.json"))
+    assert "no 'local' collectives fit" in V.predict(cfg, bare, world=2)["note"]
+    fitted = load_profile(_profile(tmp_path / "q.json", local_fit=True))
+    pred = V.predict(cfg, fitted, world=2)
+    assert pred["step"] > V.predict(cfg, fitted, world=1)["step"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--suite", "x.yaml"], "--profile"),
+    (["--profile", "missing.json"], "cannot read profile"),
+])
+def test_usage_errors_are_one_line(argv, needle, capsys):
+    rc, _, err = _run(argv, capsys)
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_torchrun_ddp_two_processes(tmp_path):
+    prof = _profile(tmp_path / "p.json", local_fit=True)
+    suite = _suite(tmp_path / "s.json", [{"model": "tiny", "seq_len": 32, "micro_batch": 2,
+                                          "grad_accum": 2}])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "calibration.validate", "--profile", str(prof), "--suite", str(suite), "--json",
+         "--csv", str(tmp_path / "ddp.csv")],
+        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = json.loads(proc.stdout)  # only rank 0 prints
+    (row,) = res["rows"]
+    assert res["world"] == 2 and row["world"] == 2 and row["id"].endswith("-w2")
+    assert row["measured_step_s"] > 0 and row["predicted_step_s"] > 0
+    assert len(list(csv.DictReader((tmp_path / "ddp.csv").open()))) == 1

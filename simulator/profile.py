@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .atomic import write_text_atomic
 from .errors import UsageError
 
 SCHEMA_VERSION = 1
@@ -211,20 +211,7 @@ def parse_profile(data: object, origin: str = "<profile>") -> Profile:
 
 def write_json_atomic(path: str | os.PathLike, data: object) -> None:
     """Write JSON to ``path`` atomically (temp file in the same folder, fsync, rename)."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def save_profile(profile: Profile, path: str | os.PathLike) -> None:

@@ -43,8 +43,8 @@ def test_stored_without_outputs(path: Path):
             dirty.append(f"cell {i}: execution_count {cell['execution_count']}")
         if "execution" in cell.get("metadata", {}):
             dirty.append(f"cell {i}: execution timing metadata")
-    assert not dirty, (f"{path.name} is stored with outputs ({'; '.join(dirty)}); strip them, e.g. "
-                       f"`jupyter nbconvert --clear-output --inplace {path.relative_to(NOTEBOOK_DIR.parent)}`")
+    assert not dirty, (f"{path.name} is stored with outputs ({'; '.join(dirty)}); clear them before "
+                       "committing (see notebooks/README.md)")
 
 
 def _kernel_manager():

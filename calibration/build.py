@@ -47,7 +47,7 @@ def _fmt(x: float) -> str:
 
 
 def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
-                  name: str | None = None) -> Built:
+                  name: str | None = None, extra_sources: list[str] | None = None) -> Built:
     """Fit every section of the profile from ``results`` (key -> record)."""
     fits: dict[str, dict] = {}
     warn: list[str] = []
@@ -267,6 +267,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     sources = [f"peak {p}: {_fmt(v)} TFLOPS ({peak_src[p]})" for p, v in peaks.items()]
     sources.append(f"mem_bw: {bw_gbs:.1f} GB/s ({bw_src})")
     sources.append(f"threads: {dev.threads}")
+    sources += extra_sources or []
     total_mem = dev.memory_gib
     data = {
         "schema_version": SCHEMA_VERSION,

@@ -190,11 +190,19 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
         err(f"refitting {out} from {meas.name} ({len(store.results)} measurements)")
     else:
         err(f"calibrating {dev.name} [{mode}]: {len(benches)} benchmarks -> {out}")
-    console = None if a.no_progress else errc
+    console = None if (a.no_progress or not benches) else errc
     summary = run_benches(benches, ctx, store, console, resume=a.resume)
     if not a.refit:
         _collectives(a, dev, ctx, store, only, err)
-    built = build_profile(dev, store.results, command)
+    runs = [r for r in store.data["runs"] if r.get("mode") != "refit"]
+    notes = [f"measured in {len(runs)} run(s): " + "; ".join(
+        f"{r.get('mode')} {r.get('started', '')[:16]}"
+        + (f" (load average {r['loadavg_1min']} on {os.cpu_count()} cores)"
+           if "loadavg_1min" in r and dev.kind == "cpu" else "") for r in runs)]
+    measured_by = "; ".join(dict.fromkeys(r.get("command", "") for r in runs)) or command
+    if a.refit:
+        measured_by += f" (refitted by {command})"
+    built = build_profile(dev, store.results, measured_by, extra_sources=notes)
     from simulator.profile import save_profile
 
     save_profile(built.profile, out)

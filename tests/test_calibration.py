@@ -201,9 +201,10 @@ def test_usage_errors_are_one_line_exit_2(argv, needle, capsys, tmp_path):
 def test_collectives_torchrun_gloo_two_processes(tmp_path):
     out = tmp_path / "coll.json"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    torchrun = Path(sys.executable).parent / "torchrun"  # the console script, as users run it
+    launcher = [str(torchrun)] if torchrun.exists() else [sys.executable, "-m", "torch.distributed.run"]
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "calibration.collectives", "--out", str(out), "--sizes", "4096,262144,4194304",
+        [*launcher, "--standalone", "--nproc-per-node", "2", "-m", "calibration.collectives", "--out", str(out), "--sizes", "4096,262144,4194304",
          "--budget", "0.03"], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rec = json.loads(out.read_text())
@@ -211,6 +212,17 @@ def test_collectives_torchrun_gloo_two_processes(tmp_path):
     assert {p["op"] for p in rec["points"]} >= {"all_reduce", "all_gather"}
     f = fit_collectives(rec)
     assert f is not None and f.params["bw"] > 1e6 and f.params["alpha_s"] >= 0
+
+
+def test_calibrate_collectives_flag_fits_local_link(tmp_path, capsys):
+    out = tmp_path / "c.json"
+    rc, stdout, err = _run(["--tiny", "--collectives", "--out", str(out),
+                            "--only", "launch/eager/add,collectives"], capsys)
+    assert rc == 0, err
+    prof = load_profile(out)
+    local = prof.collectives["local"]
+    assert local.busbw_gbs > 0 and local.alpha_us >= 0 and "gloo x2" in local.source
+    assert "collectives[local]" in stdout
 
 
 def test_collectives_outside_torchrun_is_usage_error():

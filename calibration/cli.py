@@ -163,6 +163,8 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     dev = detect(a.device)
     mode = _mode(a)
     budget, cap, min_runs, compile_ = MODES[mode]
+    if dev.kind == "cpu" and mode == "thorough":
+        cap = 2.0  # a CPU would spend hours on GPU-sized shapes
     settings = Settings(mode, a.budget or budget, cap if not a.budget else max(cap, 4 * a.budget),
                         compile_ and not a.no_compile, min_runs)
     out = a.out or PROFILE_DIR / f"{dev.slug}.json"

@@ -42,9 +42,20 @@ def run_benches(benches: list[Bench], ctx: RunContext, store: MeasurementStore,
                         disable=console is None, transient=False)
     todo = [b for b in benches if not (resume and store.done(b.key))]
     summary.resumed = len(benches) - len(todo)
+    # progress in wall seconds; the remaining estimate is rescaled per group by how long
+    # that group's benches actually took so far (est_s are rough a-priori guesses)
+    spent: dict[str, float] = {}
+    guessed: dict[str, float] = {}
+    done_s = 0.0
+
+    def remaining(i: int) -> float:
+        total_ratio = (sum(spent.values()) / sum(guessed.values())) if guessed else 1.0
+        return sum(b.est_s * (spent[b.group] / guessed[b.group] if guessed.get(b.group)
+                              else total_ratio) for b in todo[i:])
+
     with progress:
-        task = progress.add_task("calibrating", total=sum(b.est_s for b in todo) or 1.0)
-        for bench in todo:
+        task = progress.add_task("calibrating", total=remaining(0) or 1.0)
+        for i, bench in enumerate(todo):
             progress.update(task, description=bench.key[:44])
             t0 = time.perf_counter()
             try:
@@ -58,13 +69,17 @@ def run_benches(benches: list[Bench], ctx: RunContext, store: MeasurementStore,
                 summary.errors.append(f"{bench.key}: {msg}")
             finally:
                 _free(ctx.device)
+            wall = time.perf_counter() - t0
             if rec is not None:
                 rec = {"group": bench.group, "params": bench.params, **rec, "measured_at": now(),
-                       "wall_s": round(time.perf_counter() - t0, 3)}
+                       "wall_s": round(wall, 3)}
                 store.add(bench.key, rec)
                 if rec["status"] == "ok":
                     summary.measured += 1
                 elif rec["status"] == "unsupported":
                     summary.unsupported += 1
-            progress.advance(task, bench.est_s)
+            spent[bench.group] = spent.get(bench.group, 0.0) + wall
+            guessed[bench.group] = guessed.get(bench.group, 0.0) + bench.est_s
+            done_s += wall
+            progress.update(task, completed=done_s, total=done_s + remaining(i + 1))
     return summary

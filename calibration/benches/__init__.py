@@ -52,6 +52,15 @@ class RunContext:
         return measure(fn, self.settings.budget_s if budget_s is None else budget_s, self.device,
                        min_runs=self.settings.min_runs, warmup=warmup)
 
+    def est(self, work: float = 0.0, kind: str = "flops", alloc_bytes: float = 0.0) -> float:
+        """A-priori wall seconds of one bench (for the ETA): budget, warm-up and timed calls
+        at a guessed device rate, plus filling ``alloc_bytes`` of random inputs."""
+        cuda = self.dev.kind == "cuda"
+        rate = {"flops": 1e14 if cuda else 5e10, "bytes": 1e12 if cuda else 5e9}[kind]
+        call = min(work / rate, self.settings.max_call_s)
+        fill = alloc_bytes / (5e10 if cuda else 4e8)
+        return 1.5 * self.settings.budget_s + (3 + self.settings.min_runs) * call + fill + 0.02
+
     def best_rate(self, prefix: str, work: str = "flops") -> float | None:
         """Highest work/second among ok results whose key starts with ``prefix``."""
         best = None

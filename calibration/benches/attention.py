@@ -124,5 +124,6 @@ def plan(ctx: RunContext) -> list[Bench]:
                           "batch": b, "heads": h, "seq": s, "head_dim": d, "causal": True}
                 benches.append(Bench(key, "attention", params,
                                      _bench(backend, direction, precision, b, h, s, d),
-                                     ctx.settings.budget_s + 0.05))
+                                     ctx.est(4.5 * attention_flops(b, h, s, d), "flops",
+                                             4.0 * b * h * s * d * 4)))
     return benches

@@ -184,7 +184,8 @@ def plan(ctx: RunContext) -> list[Bench]:
             for op in OPS:
                 benches.append(Bench(f"bandwidth/{op}/{precision}/{n}", "bandwidth",
                                      {"op": op, "precision": precision, "elements": n},
-                                     _bw_bench(op, n, precision), b + 0.1))
+                                     _bw_bench(op, n, precision),
+                                     ctx.est(OPS[op][0] * 4.0 * n, "bytes", 4.0 * n)))
     if ctx.settings.compile:
         benches.append(Bench("compiled/launch/chain8", "compiled", {"eager_ops": 8},
                              _compiled_launch, 20.0))

@@ -76,5 +76,6 @@ def plan(ctx: RunContext) -> list[Bench]:
         for m, n, k in shapes(ctx.settings.mode):
             benches.append(Bench(f"gemm/{precision}/{m}x{n}x{k}", "gemm",
                                  {"precision": precision, "m": m, "n": n, "k": k},
-                                 _bench(precision, m, n, k), ctx.settings.budget_s + 0.05))
+                                 _bench(precision, m, n, k),
+                                 ctx.est(2.0 * m * n * k, "flops", 2.0 * (m * k + k * n))))
     return benches

@@ -82,11 +82,14 @@ def plan(ctx: RunContext) -> list[Bench]:
         for layers in layer_counts:
             benches.append(Bench(f"optimizer/{impl}/h{h}x{layers}", "optimizer",
                                  {"impl": impl, "hidden": h, "layers": layers},
-                                 _bench(impl, h, layers, ctx.device.type), b + 0.2))
+                                 _bench(impl, h, layers, ctx.device.type),
+                                 ctx.est(ADAM_BYTES_PER_PARAM * 12.6e6 * layers * (h / 1024) ** 2,
+                                         "bytes", 8.0 * 12.6e6 * layers * (h / 1024) ** 2)))
     if ctx.dev.kind != "cpu":  # on a CPU device the optimizer benches above are CPU Adam
         for impl in ("fused", "foreach"):
             for layers in layer_counts:
                 benches.append(Bench(f"cpu_adam/{impl}/h{h}x{layers}", "cpu_adam",
                                      {"impl": impl, "hidden": h, "layers": layers},
-                                     _bench(impl, h, layers, "cpu"), b + 0.5))
+                                     _bench(impl, h, layers, "cpu"),
+                                     b + 0.5 + 2.0 * layers * (h / 1024) ** 2))
     return benches

@@ -108,6 +108,16 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         bw_eff, bw_eff_src = 0.8, f"memory_bw_eff: {PLACEHOLDER}"
         warn.append("bandwidth-bound ops not measured; memory_bw_eff = 0.8")
 
+    comp_bw = {}
+    for key, rec in _ok(results, "compiled/bandwidth/"):
+        pts = rec.get("points", [])
+        if pts:
+            comp_bw[key.split("/")[2]] = F.fit_bandwidth(
+                [p["bytes"] for p in pts], [p["time_s"] for p in pts], bw_gbs * 1e9,
+                comp_s).params["bw_eff"]
+    if comp_bw:  # informational: the profile has one memory_bw_eff (eager)
+        fits["compiled_memory_bw_eff_per_op"] = comp_bw
+
     # 3. peaks per precision.
     peaks: dict[str, float] = dict(cat_peaks)
     peak_src: dict[str, str] = {k: cat_src or "catalog" for k in cat_peaks}

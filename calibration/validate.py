@@ -44,10 +44,10 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 CSV_FIELDS = (
     "id", "model", "params", "n_layers", "hidden", "seq_len", "micro_batch", "grad_accum", "world",
     "precision", "attention", "checkpointing", "compile", "status", "reason",
-    "measured_step_s", "predicted_step_s", "error_pct", "log_ratio",
+    "measured_step_s", "predicted_step_s", "error_pct", "log_ratio", "measured_min_s", "spread",
     "measured_fwd_s", "predicted_fwd_s", "measured_bwd_s", "predicted_bwd_s",
     "measured_opt_s", "predicted_opt_s", "compile_s", "steps", "warmup",
-    "device", "profile", "suite", "date", "torch",
+    "device", "profile", "suite", "date", "torch", "loadavg_1min",
 )
 
 
@@ -205,7 +205,8 @@ def _sync(device) -> None:
 # ---------------------------------------------------------------------------- measuring
 @dataclass
 class Measured:
-    """Medians over timed steps (s): whole step, forward (all micro-batches), backward, optimizer."""
+    """Medians over timed steps (s): whole step, forward (all micro-batches), backward, optimizer;
+    ``min_s`` the fastest timed step, ``spread`` slowest / fastest step (noise indicator)."""
 
     status: str = "ok"
     reason: str = ""
@@ -214,6 +215,8 @@ class Measured:
     bwd_s: float | None = None
     opt_s: float | None = None
     compile_s: float | None = None
+    min_s: float | None = None
+    spread: float | None = None
     samples: list[float] = field(default_factory=list)
 
 
@@ -224,6 +227,7 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
     Under DDP the slowest rank's medians are reported.
     """
     import torch
+    import torch.distributed as tdist
 
     from .torch_model import build_model
 
@@ -299,18 +303,20 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
     samples = []
     for _ in range(steps):
         if dist.initialized:
-            import torch.distributed as tdist
-
             tdist.barrier()
         samples.append(one_step())
     med = [statistics.median(s[j] for s in samples) for j in range(4)]
     if dist.initialized:
-        import torch.distributed as tdist
-
         t = torch.tensor(med, dtype=torch.float64)
         tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
         med = t.tolist()
+    lo, hi = min(s[0] for s in samples), max(s[0] for s in samples)
+    if dist.initialized:
+        t = torch.tensor([lo, hi], dtype=torch.float64)
+        tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+        lo, hi = t.tolist()
     out.step_s, out.fwd_s, out.bwd_s, out.opt_s = med
+    out.min_s, out.spread = lo, hi / lo
     out.samples = [s[0] for s in samples]
     return out
 
@@ -363,6 +369,7 @@ def make_row(cfg: Config, m: Measured, pred: dict[str, Any], world: int, meta: d
         "checkpointing": cfg.checkpointing, "compile": cfg.compile, "status": m.status,
         "reason": "; ".join(x for x in (m.reason, pred.get("note", "")) if x),
         "measured_step_s": m.step_s, "predicted_step_s": p, "error_pct": None, "log_ratio": None,
+        "measured_min_s": m.min_s, "spread": m.spread,
         "measured_fwd_s": m.fwd_s, "predicted_fwd_s": pred.get("fwd"),
         "measured_bwd_s": m.bwd_s, "predicted_bwd_s": pred.get("bwd"),
         "measured_opt_s": m.opt_s, "predicted_opt_s": pred.get("opt"), "compile_s": m.compile_s,
@@ -375,10 +382,14 @@ def make_row(cfg: Config, m: Measured, pred: dict[str, Any], world: int, meta: d
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """n, MAPE (percent) and log(measured/predicted) residuals over rows with both times."""
+    """n, MAPE (percent, of the median step) and log(measured/predicted) residuals over rows with
+    both times; ``mape_min_pct`` is the same against the fastest timed step (a noise check)."""
     done = [r for r in rows if r.get("error_pct") is not None]
     mape = statistics.fmean(abs(r["error_pct"]) for r in done) if done else None
-    return {"n": len(done), "mape_pct": mape, "log_ratio_residuals": [r["log_ratio"] for r in done]}
+    mins = [100.0 * abs(r["predicted_step_s"] - r["measured_min_s"]) / r["measured_min_s"]
+            for r in done if r.get("measured_min_s")]
+    return {"n": len(done), "mape_pct": mape, "mape_min_pct": statistics.fmean(mins) if mins else None,
+            "log_ratio_residuals": [r["log_ratio"] for r in done]}
 
 
 def _fmt(x: Any, scale: float = 1e3, nd: int = 1) -> str:
@@ -389,18 +400,19 @@ def format_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     """Plain-text table of predicted vs measured step time (ms) and the MAPE."""
     w = max([len(r["id"]) for r in rows] + [6])
     lines = [f"{'config':<{w}}  {'pred ms':>9}  {'meas ms':>9}  {'err %':>7}   "
-             f"{'fwd p/m':>15}  {'bwd p/m':>15}  {'opt p/m':>13}"]
+             f"{'fwd p/m':>15}  {'bwd p/m':>15}  {'opt p/m':>13}  {'spread':>6}"]
     for r in rows:
         err = "—" if r["error_pct"] is None else f"{r['error_pct']:+.1f}"
         lines.append(
             f"{r['id']:<{w}}  {_fmt(r['predicted_step_s']):>9}  {_fmt(r['measured_step_s']):>9}  {err:>7}   "
             f"{_fmt(r['predicted_fwd_s']):>7}/{_fmt(r['measured_fwd_s']):<7}  "
             f"{_fmt(r['predicted_bwd_s']):>7}/{_fmt(r['measured_bwd_s']):<7}  "
-            f"{_fmt(r['predicted_opt_s']):>6}/{_fmt(r['measured_opt_s']):<6}"
+            f"{_fmt(r['predicted_opt_s']):>6}/{_fmt(r['measured_opt_s']):<6}  {_fmt(r['spread'], 1, 2):>6}"
             + (f"  [{r['status']}: {r['reason']}]" if r["reason"] else ""))
     if summary["mape_pct"] is not None:
         lines.append(f"\nmean absolute percentage error over {summary['n']} configurations: "
-                     f"{summary['mape_pct']:.1f}%")
+                     f"{summary['mape_pct']:.1f}% (median step; against the fastest step: "
+                     f"{summary['mape_min_pct']:.1f}%)")
     else:
         lines.append("\nno configuration has both a prediction and a measurement")
     return "\n".join(lines)
@@ -533,11 +545,19 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
                 "suite": suite.name, "date": date, "torch": torch.__version__}
         rows = []
         for i, cfg in enumerate(configs):
+            load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
             if dist.is_main and not a.json:
-                print(f"[{i + 1}/{len(configs)}] {cfg.id} ...", file=sys.stderr, flush=True)
+                print(f"[{i + 1}/{len(configs)}] {cfg.id} (load average {load}) ...", file=sys.stderr,
+                      flush=True)
             m = measure(cfg, dist, warmup, steps)
             pred = predict(cfg, profile, dist.world)
-            rows.append(make_row(cfg, m, pred, dist.world, meta))
+            rows.append(make_row(cfg, m, pred, dist.world, {**meta, "loadavg_1min": load}))
+        busy = [r["loadavg_1min"] for r in rows if r["loadavg_1min"] is not None
+                and r["loadavg_1min"] > 0.5 * (os.cpu_count() or 1)]
+        if dist.is_main and busy and dist.device.type == "cpu":
+            print(f"validate: warning: machine was busy (load average up to {max(busy):.1f} on "
+                  f"{os.cpu_count()} cores) during {len(busy)} configs; CPU step times are inflated "
+                  "and noisy (see the spread column)", file=sys.stderr)
         summary = summarize(rows)
         if not dist.is_main:
             return 0

@@ -11,7 +11,9 @@ import datetime as _dt
 import fnmatch
 import os
 import shlex
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -243,6 +245,7 @@ def _report(built, summary, out: Path, meas: Path, wall: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``calibrate`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    prev_term = _on_sigterm()
     try:
         a = build_parser().parse_args(argv)
         return run(a, argv)
@@ -259,3 +262,17 @@ def main(argv: list[str] | None = None) -> int:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"calibrate: error: {type(exc).__name__}: {msg}", file=sys.stderr)
         return 1
+    finally:
+        if prev_term is not None:
+            signal.signal(signal.SIGTERM, prev_term)
+
+
+def _on_sigterm():
+    """Treat SIGTERM like Ctrl-C (clean message, measurements kept); returns the old handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, handler)

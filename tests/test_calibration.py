@@ -246,3 +246,78 @@ def test_catalog_match_for_cuda_device_names(name, mem, gid):
 
     gpu = match_catalog_gpu(name, mem)
     assert (gpu.id if gpu else None) == gid
+
+
+def test_build_profile_recovers_every_section_from_synthetic_measurements(monkeypatch):
+    """Records generated with simulator.kernels from known parameters (catalog peaks fixed)
+    come back as exactly those parameters, with the conventions simulator.compute uses."""
+    import torch
+
+    import calibration.build as build
+    from calibration.benches.attention import BWD_FLOPS_FACTOR, attention_flops
+    from calibration.device import DeviceContext
+
+    P = {"fp32": 60.0, "bf16": 500.0}  # TFLOPS
+    BW, L = 2000e9, 6e-6  # bytes/s, launch seconds
+    monkeypatch.setattr(build, "catalog_peaks", lambda dev: ("fake", dict(P), BW / 1e9, "test"))
+    dev = DeviceContext("cuda", torch.device("cpu"), "Fake GPU", "fake", ["fp32", "bf16"],
+                        80.0, 79.0, 500.0, 8)
+    R: dict[str, dict] = {}
+
+    def put(key, t, **kw):
+        R[key] = {"status": "ok", "time_s": float(t), **kw}
+
+    for op in ("add", "mul"):
+        put(f"launch/eager/{op}", L)
+    put("compiled/launch/chain8", 20e-6)
+    for n in (1 << 24, 1 << 26, 1 << 28):
+        for op, kern in (("copy", 1), ("gelu", 1), ("cross_entropy", 2)):
+            b = 8.0 * n
+            put(f"bandwidth/{op}/fp32/{n}", kernels.memory_bound_time(b, BW, 0.8, L, kern),
+                bytes=b, kernels=kern)
+    gem = {"fp32": (0.7, 120.0, 4), "bf16": (0.55, 300.0, 2)}
+    for prec, (e, xh, el) in gem.items():
+        for m, n, k in [(64, 4096, 4096), (512, 512, 512), (2048, 8192, 2048), (8192, 8192, 8192),
+                        (16, 1024, 1024), (4096, 3072, 1024)]:
+            put(f"gemm/{prec}/{m}x{n}x{k}", kernels.gemm_time(m, n, k, P[prec] * 1e12, e, xh, el,
+                                                              BW, 0.8, L), flops=2.0 * m * n * k)
+    att = {("flash", "bf16"): (0.5, 0.4), ("efficient", "fp32"): (0.3, 0.25)}
+    for (backend, prec), (ef, eb) in att.items():
+        for s in (512, 1024, 4096):
+            f = attention_flops(4, 16, s, 128)
+            tf = L + f / (P[prec] * 1e12 * ef)
+            tb = L + BWD_FLOPS_FACTOR * f / (P[prec] * 1e12 * eb)
+            key = f"b4h16s{s}d128"
+            put(f"attention/{backend}/fwd/{prec}/{key}", tf, flops=f, flops_fwd=f)
+            put(f"attention/{backend}/fwdbwd/{prec}/{key}", tf + tb, flops=3.5 * f, flops_fwd=f)
+    for layers in (1, 4, 8):
+        params, tensors = 12.6e6 * layers, 12 * layers
+        put(f"optimizer/foreach/h1024x{layers}",
+            kernels.memory_bound_time(28 * params, BW, 0.6, L, tensors),
+            bytes=28 * params, params=params, tensors=tensors)
+        put(f"cpu_adam/fused/h1024x{layers}", params / 2e9, params=params)
+    for nb in (1 << 20, 1 << 24, 1 << 28):
+        put(f"host/h2d_pinned/{nb}", kernels.collective_time(nb, 10e-6, 25e9), bytes=nb)
+    pts = [{"op": op, "bytes": nb, "time_s": float(kernels.collective_time(
+        bus_bytes(op, nb, 4), 30e-6, 150e9))} for op in ("all_reduce", "all_gather")
+        for nb in (1 << 12, 1 << 20, 1 << 26)]
+    R["collectives/nccl/n4"] = {"status": "ok", "backend": "nccl", "world_size": 4,
+                                "ops_ok": ["all_gather", "all_reduce"], "points": pts}
+
+    prof = build.build_profile(dev, R, "calibrate --test").profile
+    assert prof.device.gpu_id == "fake" and prof.device.peak_tflops == P
+    assert prof.launch_overhead_us == pytest.approx(6.0)
+    assert prof.compiled_launch_overhead_us == pytest.approx(20.0)
+    assert prof.memory_bw_eff == pytest.approx(0.8, rel=1e-4)
+    for prec, (e, xh, _) in gem.items():
+        assert prof.gemm[prec].e_max == pytest.approx(e, rel=1e-3)
+        assert prof.gemm[prec].x_half == pytest.approx(xh, rel=1e-3)
+    a = prof.attention
+    assert (a.flash_fwd, a.flash_bwd) == (pytest.approx(0.5, rel=1e-4), pytest.approx(0.4, rel=1e-4))
+    assert a.mem_efficient_fwd == pytest.approx(0.3, rel=1e-4)
+    assert a.mem_efficient_bwd == pytest.approx(0.25, rel=1e-4)
+    assert prof.optimizer_bw_eff == {"foreach": pytest.approx(0.6, rel=1e-4)}
+    assert prof.host_to_device_gbs == pytest.approx(25.0, rel=1e-3)
+    assert prof.cpu_adam_gparams_per_s == pytest.approx(2.0)
+    c = prof.collectives["local"]
+    assert c.alpha_us == pytest.approx(30.0, rel=1e-3) and c.busbw_gbs == pytest.approx(150.0, rel=1e-3)

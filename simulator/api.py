@@ -16,7 +16,7 @@ from . import communication as comm
 from . import hardware, uncertainty
 from .device import GIB, device_from_profile, device_from_spec
 from .errors import UsageError
-from .estimate import Problem, Space, Table, evaluate, model_flops_per_token
+from .estimate import Problem, Space, Table, evaluate, model_flops_per_token, palm_flops_per_token
 from .models import ModelSpec, resolve_model
 from .plan import SECONDS_PER_DAY, Plan
 from .profile import Profile, load_profile
@@ -139,14 +139,20 @@ def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=No
 def _space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
     check_pins(pins)
     notes: list[str] = []
+    dev = s.problem.device
+    supported = [p for p in ("fp32", "tf32", "bf16", "fp16") if dev.gemm_peak(p) is not None]
     if pins.get("precision"):
+        if dev.gemm_peak(pins["precision"]) is None:
+            raise UsageError(f"--precision {pins['precision']}: {s.hardware['gpu']} has no {pins['precision']} "
+                             f"peak; valid choices here: {', '.join(supported)}")
         precs = [pins["precision"]]
     else:
         base = s.recipe.precision
-        if s.problem.device.gemm_peak(base) is None and base == "bf16":
-            notes.append(f"{s.hardware['gpu']} has no bf16: the recipe's bf16 runs as fp16 mixed precision")
-            base = "fp16"
-        precs = [base] + (["tf32"] if base == "fp32" and "tf32" in s.problem.device.peak_flops else [])
+        precs = [base] + (["tf32"] if base == "fp32" and "tf32" in dev.peak_flops else [])
+        if dev.gemm_peak(base) is None:  # search the precisions the device has instead
+            precs = [p for p in {"bf16": ("fp16", "fp32", "tf32"), "fp16": ("bf16", "fp32", "tf32")}.get(
+                base, ("fp32",)) if p in supported]
+            notes.append(f"{s.hardware['gpu']} has no {base}: searched {', '.join(precs)} instead")
     mb = pins.get("micro_batch")
     if mb is not None and mb > s.problem.per_gpu_batch:
         raise UsageError(f"--micro-batch {mb} exceeds the per-GPU batch of {s.problem.per_gpu_batch} "
@@ -157,13 +163,20 @@ def _space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
     def pick(key, choices):
         return [pins[key]] if pins.get(key) is not None else list(choices)
 
+    offloads = pick("offload", OFFLOADS)
+    if s.profile.device.kind == "cpu" and s.hardware["gpu_id"] == "local":
+        if pins.get("offload") not in (None, "none"):
+            raise UsageError(f"--offload {pins['offload']} means nothing on a CPU device "
+                             f"({s.profile.device.name}): its memory already is host memory; use --offload none")
+        offloads = ["none"]
+
     return Space(
         precisions=precs,
         attentions=pick("attention", ATTENTIONS),
         compiles=pick("compile", COMPILES),
         checkpointings=pick("checkpointing", CHECKPOINTINGS),
         shardings=pick("sharding", SHARDINGS) if s.problem.n_gpus > 1 or pins.get("sharding") else ["ddp", "zero1", "zero2", "zero3"],
-        offloads=pick("offload", OFFLOADS),
+        offloads=offloads,
         micro_batches=np.array([mb]) if mb is not None else None,
     ), notes
 
@@ -182,6 +195,7 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
     peak = pb.device.gemm_peak(st.precision) or float("nan")
     n = pb.n_gpus
     mfu = tps * model_flops_per_token(model, recipe.seq_len) / (n * peak)
+    mfu_6nd = tps * palm_flops_per_token(model, recipe.seq_len) / (n * peak)
     # executed FLOPs: the busiest GPU's per-step FLOPs, times GPUs, over the step time
     hfu = float(a["hw_flops"][i]) / step / peak
     days = recipe.steps * step / SECONDS_PER_DAY
@@ -208,7 +222,7 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
                      "backward": float(a["backward"][i]), "recompute": float(a["recompute"][i]),
                      "exposed_comm": float(a["exposed_comm"][i]), "optimizer": float(a["optimizer"][i]),
                      "offload": float(a["offload_time"][i])},
-        tokens_per_s=tps, mfu=float(mfu), hfu=float(hfu), memory_gib=mem, days=float(days),
+        tokens_per_s=tps, mfu=float(mfu), mfu_6nd=float(mfu_6nd), hfu=float(hfu), memory_gib=mem, days=float(days),
         days_at_peak=float(days_at_peak), interval_days=iv,
         interval_source=(f"80% interval from {prof.validation.n} validation residuals: {prof.validation.source}"
                          if iv else None),

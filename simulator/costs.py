@@ -17,6 +17,7 @@ Definitions (all defaults in ``simulator/data/prices.yaml``, each with its sourc
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 from importlib import resources
@@ -121,8 +122,9 @@ def _read(text: str, origin: str) -> dict:
     return data
 
 
+@functools.lru_cache(maxsize=1)
 def default_prices() -> Prices:
-    """The built-in prices (``simulator/data/prices.yaml``)."""
+    """The built-in prices (``simulator/data/prices.yaml``), read once per process."""
     text = resources.files("simulator").joinpath("data/prices.yaml").read_text(encoding="utf-8")
     return Prices(**_normalize(_read(text, "prices.yaml"), "simulator/data/prices.yaml"))
 

@@ -89,8 +89,21 @@ class Table:
 
 
 def model_flops_per_token(model, seq_len: int) -> float:
-    """Training FLOPs per token for MFU: 6 N + 12 L h s (llm-foundry / PaLM convention, N = all
-    parameters, attention counted non-causal)."""
+    """The algorithm's minimum training FLOPs per token: 3x the forward GEMMs (layers, heads,
+    patch embedding; no FLOPs for embedding lookups) plus 3x the forward attention with causal
+    masking exploited. Basis of MFU and of the floor at 100% of peak (a true lower bound:
+    recomputation and FlashAttention's backward recompute only add to it)."""
+    one = np.array([1.0])
+    gemms = workload.layer_gemms(model, one * seq_len) + workload.head_gemms(model, one, seq_len)
+    fwd = sum(2.0 * float(np.asarray(g.m)[0]) * g.n * g.k * g.count * float(np.asarray(g.batch).ravel()[0])
+              for g in gemms)
+    fwd += float(workload.attention_flops_fwd(model, one, seq_len, fused=True)[0])
+    return 3.0 * fwd / seq_len
+
+
+def palm_flops_per_token(model, seq_len: int) -> float:
+    """6 N + 12 L h s per token (PaLM / llm-foundry MFU convention: N = all parameters,
+    attention counted non-causal). Reported as ``mfu_6nd`` for comparison with published MFUs."""
     return 6.0 * model.n_params() + workload.attention_model_flops_per_token(model, seq_len)
 
 

@@ -27,6 +27,7 @@ class Plan:
     memory_gib: dict[str, float]
     days: float
     days_at_peak: float
+    mfu_6nd: float = float("nan")  # 6 N + 12 L h s convention (llm-foundry / PaLM)
     interval_days: tuple[float, float] | None = None
     interval_source: str | None = None
     suggestions: list[str] = field(default_factory=list)
@@ -34,8 +35,10 @@ class Plan:
     n_strategies: int = 1
     search_ms: float | None = None
     cost: dict | None = None  # dollars, kWh, GPU-hours (simulator.costs.plan_cost); None = not computed
-    conventions: str = ("mfu = tokens/s x (6 N + 12 L h s) / (GPUs x dense peak of the precision); "
-                        "hfu counts FLOPs executed (recomputation, causal-skipping kernels)")
+    conventions: str = ("mfu = tokens/s x the model's minimum FLOPs per token (3 x forward GEMMs + 3 x causal "
+                        "attention) / (GPUs x dense peak of the precision); mfu_6nd uses 6 N + 12 L h s "
+                        "(PaLM / llm-foundry); hfu counts FLOPs executed (recomputation, FlashAttention's "
+                        "backward recompute, eager attention's masked half)")
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the documented --json object)."""

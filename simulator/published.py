@@ -60,7 +60,7 @@ def predict_row(row) -> dict:
             "micro_batch": int(row["micro_batch"]), "grad_accum": plan.strategy["grad_accum"],
             "act_ckpt": ckpt, "predicted_tok_s": plan.tokens_per_s, "measured_tok_s": measured,
             "error_pct": 100.0 * (plan.tokens_per_s - measured) / measured,
-            "predicted_mfu": plan.mfu, "measured_mfu": float(row.get("mfu_pct", math.nan)) / 100.0,
+            "predicted_mfu": plan.mfu_6nd, "measured_mfu": float(row.get("mfu_pct", math.nan)) / 100.0,
             "feasible": plan.feasible, "profile": plan.profile["name"]}
 
 

@@ -8,7 +8,7 @@ import pytest
 from simulator import communication as comm
 from simulator import kernels, memory, workload
 from simulator.api import simulate
-from simulator.estimate import model_flops_per_token
+from simulator.estimate import model_flops_per_token, palm_flops_per_token
 from simulator.models import get_model
 
 
@@ -76,7 +76,11 @@ def test_activation_bytes_per_token_by_hand():
 def test_flops_conventions():
     m = get_model("pythia-1b")
     s = 2049
-    assert model_flops_per_token(m, s) == pytest.approx(6 * m.n_params() + 12 * 16 * 2048 * s)
+    h, f, L, V = 2048, 8192, 16, 50304
+    gemm = 2 * (h * 3 * h + h * h + 2 * h * f) * L + 2 * h * V  # forward FLOPs per token
+    attn = 4 * s * h * L / 2  # scores + values, causal half
+    assert model_flops_per_token(m, s) == pytest.approx(3 * (gemm + attn))
+    assert palm_flops_per_token(m, s) == pytest.approx(6 * m.n_params() + 12 * 16 * 2048 * s)
     mb = np.array([2.0])
     full = workload.attention_flops_fwd(m, mb, s, fused=False)
     assert full[0] == pytest.approx(4 * 2 * s * s * 2048 * 16)

@@ -132,6 +132,22 @@ def _d(x: float | None) -> str:
     return f"{x:,.1f}" if x < 100 else f"{x:,.0f}"
 
 
+#: Above this fraction of dense peak a published end-to-end time is implausible: real large-model
+#: training reaches roughly 35-65% MFU on A100/H100 (DESIGN.md "Known traps"; the llm-foundry H100
+#: table in data/validation_dev.csv tops out at 46%).
+PLAUSIBLE_MFU = 0.65
+
+
+def _verdict(pct: float | None) -> str:
+    if not pct:
+        return ""
+    if pct > 1:
+        return " (physically impossible)"
+    if pct > PLAUSIBLE_MFU:
+        return f" (implausible: above the {PLAUSIBLE_MFU:.0%} that real training reaches)"
+    return ""
+
+
 def comparison_lines(cells: list[Cell]) -> list[str]:
     out = []
     for c in cells:
@@ -141,7 +157,7 @@ def comparison_lines(cells: list[Cell]) -> list[str]:
         out.append(f"{c.model_name} on {c.n_gpus} × {c.gpu}: study {_d(c.published_days)} days; ours "
                    f"{_d(c.days)} (naive baseline {_d(c.naive_days)}); floor at 100% of peak {_d(c.days_at_peak)} days "
                    f"— the published time implies {pct:.0%} of dense peak"
-                   + (" (physically impossible)" if pct and pct > 1 else ""))
+                   + _verdict(pct))
     return out
 
 

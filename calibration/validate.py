@@ -124,9 +124,11 @@ def load_suite(path: str | os.PathLike) -> Suite:
     configs: list[Config] = []
     seen: set[str] = set()
     for i, c in enumerate(raw["configs"]):
-        if not isinstance(c, dict) or "model" not in c:
-            raise UsageError(f"suite {str(p)!r}: config #{i + 1} needs a 'model'")
+        if not isinstance(c, dict):
+            raise UsageError(f"suite {str(p)!r}: config #{i + 1} must be a mapping")
         c = {**defaults, **c}
+        if "model" not in c:
+            raise UsageError(f"suite {str(p)!r}: config #{i + 1} needs a 'model' (or one under 'defaults')")
         name = str(c["model"])
         spec = models.get(name) or get_model(name)
         try:

@@ -171,7 +171,7 @@ def _compiled_bw(op: str, sizes: list[int], precision: str):
 
 
 def plan(ctx: RunContext) -> list[Bench]:
-    """Launch overhead, then eager bandwidth ops, then compiled variants."""
+    """Launch overhead, eager bandwidth ops, compiled variants (moved last by ``plan``)."""
     mode = ctx.settings.mode
     b = ctx.settings.budget_s
     benches = [Bench(f"launch/eager/{op}", "launch", {"op": op, "loop": TINY_LOOP},

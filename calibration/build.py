@@ -42,6 +42,11 @@ def _ok(results: dict[str, dict], prefix: str) -> list[tuple[str, dict]]:
     return [(k, r) for k, r in results.items() if k.startswith(prefix) and r.get("status") == "ok"]
 
 
+def _raw(fit: F.Fit, name: str) -> str:
+    raw = fit.params.get(f"raw_{name}")
+    return f" (fitted {raw:.2f}, capped at 1)" if raw else ""
+
+
 def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
@@ -168,14 +173,16 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                                     [r["time_s"] for r in fwd.values()], peak * 1e12, launch_s)
             attn[f"{field_}_fwd"] = f_f.params["eff"]
             fits[f"attention/{field_}_fwd"] = {**f_f.as_dict(), "backend": backend, "precision": prec}
-            attn_notes.append(f"{field_} fwd: {backend} {prec}, {f_f.n} pts, rms {f_f.rms_log:.2f}")
+            attn_notes.append(f"{field_} fwd: {backend} {prec}, {f_f.n} pts, rms {f_f.rms_log:.2f}"
+                              f"{_raw(f_f, 'eff')}")
         pairs = [(fwd[s], both[s]) for s in both if s in fwd and both[s]["time_s"] > fwd[s]["time_s"]]
         if pairs:
             f_b = F.fit_compute_eff([BWD_FLOPS_FACTOR * b["flops_fwd"] for _, b in pairs],
                                     [b["time_s"] - f["time_s"] for f, b in pairs], peak * 1e12, launch_s)
             attn[f"{field_}_bwd"] = f_b.params["eff"]
             fits[f"attention/{field_}_bwd"] = {**f_b.as_dict(), "backend": backend, "precision": prec}
-            attn_notes.append(f"{field_} bwd: {backend} {prec}, {f_b.n} pts, rms {f_b.rms_log:.2f}")
+            attn_notes.append(f"{field_} bwd: {backend} {prec}, {f_b.n} pts, rms {f_b.rms_log:.2f}"
+                              f"{_raw(f_b, 'eff')}")
 
     _attn("flash", aprec, "flash")
     _attn("efficient", "fp32", "mem_efficient")
@@ -212,7 +219,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                                   bw_gbs * 1e9, launch_s, [r.get("tensors", 0) for r in pts])
             opt_eff[impl] = f_o.params["bw_eff"]
             fits[f"optimizer/{impl}"] = f_o.as_dict()
-            notes.append(f"{impl} {f_o.n} pts rms {f_o.rms_log:.2f}")
+            notes.append(f"{impl} {f_o.n} pts rms {f_o.rms_log:.2f}{_raw(f_o, 'bw_eff')}")
         else:
             why = next((r.get("reason", "") for k, r in results.items()
                         if k.startswith(f"optimizer/{impl}/") and r.get("status") == "unsupported"), "")

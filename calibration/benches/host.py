@@ -13,10 +13,15 @@ import torch
 
 from . import Bench, RunContext, ok, unsupported
 
-SIZES: dict[str, list[int]] = {  # bytes
+SIZES: dict[str, list[int]] = {  # bytes, CUDA (small sizes pin down the latency)
     "tiny": [1 << 20],
     "quick": [1 << 20, 1 << 24, 1 << 27],
     "thorough": [1 << 16, 1 << 20, 1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30],
+}
+CPU_SIZES: dict[str, list[int]] = {  # bytes; beyond the caches, as offloaded states are
+    "tiny": [1 << 20],
+    "quick": [1 << 24, 1 << 26, 1 << 28],
+    "thorough": [1 << 24, 1 << 26, 1 << 28, 1 << 30],
 }
 
 
@@ -49,6 +54,7 @@ def plan(ctx: RunContext) -> list[Bench]:
     """h2d pinned/pageable and d2h pinned on CUDA; one memcpy proxy series on CPU."""
     kinds = ["h2d_memcpy_proxy"] if ctx.dev.kind == "cpu" else ["h2d_pinned", "h2d_pageable",
                                                                 "d2h_pinned"]
-    b = ctx.settings.budget_s
-    return [Bench(f"host/{kind}/{nb}", "host", {"kind": kind, "bytes": nb}, _bench(kind, nb), b + 0.1)
-            for kind in kinds for nb in SIZES[ctx.settings.mode]]
+    sizes = (CPU_SIZES if ctx.dev.kind == "cpu" else SIZES)[ctx.settings.mode]
+    return [Bench(f"host/{kind}/{nb}", "host", {"kind": kind, "bytes": nb}, _bench(kind, nb),
+                  ctx.est(2.0 * nb, "bytes", nb))
+            for kind in kinds for nb in sizes]

@@ -110,3 +110,46 @@ def test_validate_published_bad_file(tmp_path, capsys):
     f.write_text("a,b\n1,2\n")
     assert main(["validate-published", str(f)]) == 2
     assert "lacks column" in capsys.readouterr().err
+
+
+def _profile_dict():
+    from simulator.hardware import default_profile
+
+    return default_profile("rtx3090").model_dump(mode="json")
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda d: d.pop("gemm"), "gemm"),
+    (lambda d: d.update(schema_version=99), "schema_version"),
+    (lambda d: d["gemm"]["bf16"].update(e_max=float("nan")), "e_max"),
+    (lambda d: d.update(memory_bw_eff=1.7), "memory_bw_eff"),
+    (lambda d: d["device"].update(gpu_id="h100-sxm"), "gpu_id"),
+])
+def test_malformed_profile_names_file_and_field(tmp_path, capsys, mutate, needle):
+    d = _profile_dict()
+    mutate(d)
+    f = tmp_path / "bad-profile.json"
+    f.write_text(json.dumps(d))  # json writes NaN literally, as a broken calibration would
+    code, _, err = run(["--gpus", "8x3090", "--model", "pythia-1b", "--profile", str(f)], capsys)
+    assert code == 2
+    assert "bad-profile.json" in err or "h100" in err
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_profile_not_json(tmp_path, capsys):
+    f = tmp_path / "p.json"
+    f.write_text("{oops")
+    code, _, err = run(["--gpus", "8x3090", "--model", "pythia-1b", "--profile", str(f)], capsys)
+    assert code == 2 and "p.json" in err and "JSON" in err
+
+
+def test_calibrated_profile_drives_a_catalog_gpu(tmp_path, capsys):
+    d = _profile_dict()
+    for p in ("bf16", "fp16"):
+        d["gemm"][p]["e_max"] = 0.4  # a slower measured card
+    f = tmp_path / "slow.json"
+    f.write_text(json.dumps(d))
+    _, out, _ = run(["--gpus", "8x3090", "--model", "pythia-160m", "--json"], capsys)
+    _, out_slow, _ = run(["--gpus", "8x3090", "--model", "pythia-160m", "--json", "--profile", str(f)], capsys)
+    assert json.loads(out_slow)["days"] > json.loads(out)["days"]

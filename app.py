@@ -2,14 +2,13 @@
 
 Every knob in the sidebar re-runs the package's search and the main area lays out the answer
 (days, dollars, memory, step-time breakdown, top strategies, the catalog's days-versus-cost
-frontier). No physics lives here: numbers come from ``simulator.api`` (and the cost, comparison
-and budget modules when they are installed); this file only collects inputs, caches and draws.
+frontier). No physics lives here: numbers come from ``simulator.api`` and the package's cost,
+comparison and budget modules; this file only collects inputs, caches and draws.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import math
 import time
@@ -18,7 +17,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from simulator import api, costs, hardware
+from simulator import api, budget, compare, costs, hardware
 from simulator.errors import UsageError
 from simulator.hf_config import model_from_hf_config
 from simulator.models import ModelSpec, get_model, list_models, model_from_dict
@@ -35,18 +34,8 @@ from simulator.strategy import (
 MAX_UPLOAD_BYTES = 1_000_000  # uploads above 1 MB are refused before parsing
 AUTO = "auto"
 DEFAULT_MODEL, DEFAULT_GPU, DEFAULT_PER_NODE = "pythia-1b", "rtx3090", 8
-SWEEP_COUNTS = ((1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (4, 8))  # (nodes, GPUs per node)
 TOP_N = 10
 PRICE_OVERRIDES = ("price_per_gpu", "rent_per_gpu_hour", "kwh_price", "pue", "lifetime_years")
-
-
-# --------------------------------------------------------------------------- optional modules
-def _optional(name: str):
-    """A package module another engineer may not have landed yet (None if absent)."""
-    try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
 
 
 # --------------------------------------------------------------------------- uploads (data only)
@@ -101,84 +90,32 @@ def _knobs(knobs_json: str, profile_json: str | None) -> dict:
 
 @st.cache_resource(max_entries=256, show_spinner=False)
 def cached_search(model_key: str, gpus: str, knobs_json: str, profile_json: str | None):
-    """``api.run_search`` for one input set; also the top plans and (if nothing fits) the fixes."""
-    knobs = _knobs(knobs_json, profile_json)
-    model = _model(model_key)
-    res = api.run_search(model, gpus, **knobs)
-    best = res.best
-    best.search_ms = res.elapsed_ms
-    if not best.feasible:
-        best.suggestions = api.suggest_fixes(model, gpus, knobs, res)
-    top = res.plans(TOP_N)
-    return res, best, top, top_table(top)
+    """``api.answer`` for one input set: the best plan (with fixes if nothing fits), the top plans."""
+    ans = api.answer(_model(model_key), gpus, top=TOP_N, **_knobs(knobs_json, profile_json))
+    return ans.result, ans.plan, ans.top, top_table(ans.top)
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def cached_sweep(model_key: str, recipe_json: str) -> list:
-    """Every catalog GPU × {1, 2, 4, 8} and 2 / 4 nodes of 8, each with its fastest feasible plan.
-
-    The expensive part of a render (~80 searches), so it is cached apart from the prices. Uses
-    ``simulator.compare.sweep`` (a list of ``compare.Option``); without that module, the same
-    cells through ``api.run_search`` as ``(cluster, gpu name, plan)`` tuples.
-    """
-    model = _model(model_key)
-    recipe = json.loads(recipe_json)
-    compare = _optional("simulator.compare")
-    if compare is not None:
-        return compare.sweep(model, multi_node=True, prices=default_prices(), **recipe)
-    out = []
-    for g in hardware.list_gpus():
-        for nodes, per in SWEEP_COUNTS:
-            if per > g.max_gpus_per_node:
-                continue
-            text = f"{per}x{g.id}" if nodes == 1 else f"{nodes}x{per}x{g.id}"
-            try:
-                res = api.run_search(model, text, **recipe)
-            except UsageError:
-                continue
-            if res.order.size:
-                out.append((text, g.short_name, res.best))
-    return out
+    """Every catalog GPU × {1, 2, 4, 8} and 2 / 4 nodes of 8, each with its fastest feasible plan
+    (``simulator.compare.sweep``). The expensive part of a render (~80 searches), so it is cached
+    apart from the prices."""
+    return compare.sweep(_model(model_key), multi_node=True, prices=default_prices(), **json.loads(recipe_json))
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
 def priced_sweep(model_key: str, recipe_json: str, prices_json: str) -> tuple[pd.DataFrame, list]:
-    """The sweep priced with the sidebar's prices: (frame for the chart, compare.Options or [])."""
+    """The sweep priced with the sidebar's prices: (frame for the chart, compare.Options)."""
     mode = json.loads(prices_json)["mode"]
     prices = cached_prices(prices_json)
-    sweep = cached_sweep(model_key, recipe_json)
-    compare = _optional("simulator.compare")
-    options: list = []
-    if compare is not None:
-        options = [dataclasses.replace(o, cost=costs.plan_cost(o.plan, prices)) if o.feasible else o
-                   for o in sweep]
-        compare.mark_pareto(options, mode)
-        rows = [{"gpus": o.cluster, "gpu": o.gpu, "n_gpus": o.n_gpus, "days": o.days,
-                 "cost_usd": o.cost_of(mode), "mfu": o.mfu, "strategy": o.strategy, "pareto": o.pareto}
-                for o in options if o.feasible]
-    else:
-        rows = [{"gpus": text, "gpu": name, "n_gpus": p.hardware["n_gpus"], "days": p.days,
-                 "cost_usd": headline_cost(costs.plan_cost(p, prices), mode), "mfu": p.mfu,
-                 "strategy": p.strategy_line()} for text, name, p in sweep]
-    df = pd.DataFrame(rows, columns=["gpus", "gpu", "n_gpus", "days", "cost_usd", "mfu", "strategy"]
-                      + (["pareto"] if compare is not None else []))
-    return _frontier(df), options
-
-
-def _frontier(df: pd.DataFrame) -> pd.DataFrame:
-    """Mark the rows no other row beats on both days and cost (fallback without compare)."""
-    df = df.dropna(subset=["days", "cost_usd"]).reset_index(drop=True)
-    if "pareto" in df.columns:
-        return df
-    best = math.inf
-    pareto = [False] * len(df)
-    order = sorted(range(len(df)), key=lambda i: (df["cost_usd"].iat[i], df["days"].iat[i]))
-    days = df["days"].tolist()
-    for i in order:
-        if days[i] < best:
-            pareto[i], best = True, days[i]
-    df["pareto"] = pareto
-    return df
+    options = [dataclasses.replace(o, cost=costs.plan_cost(o.plan, prices)) if o.feasible else o
+               for o in cached_sweep(model_key, recipe_json)]
+    compare.mark_pareto(options, mode)
+    rows = [{"gpus": o.cluster, "gpu": o.gpu, "n_gpus": o.n_gpus, "days": o.days,
+             "cost_usd": o.cost_of(mode), "mfu": o.mfu, "strategy": o.strategy, "pareto": o.pareto}
+            for o in options if o.feasible]
+    df = pd.DataFrame(rows, columns=["gpus", "gpu", "n_gpus", "days", "cost_usd", "mfu", "strategy", "pareto"])
+    return df.dropna(subset=["days", "cost_usd"]).reset_index(drop=True), options
 
 
 # --------------------------------------------------------------------------- costs
@@ -301,9 +238,8 @@ def pareto_chart(df: pd.DataFrame, current: str, x_title: str) -> dict:
 def budget_markdown(model_key: str, recipe_json: str, prices_json: str, limits_json: str,
                     model_line: str) -> str | None:
     """The Markdown budget justification (``simulator.budget``) over the priced sweep."""
-    budget = _optional("simulator.budget")
     _df, options = priced_sweep(model_key, recipe_json, prices_json)
-    if budget is None or not options:
+    if not options:
         return None
     mode = json.loads(prices_json)["mode"]
     limits = json.loads(limits_json)
@@ -455,9 +391,9 @@ def sidebar_limits() -> dict:
     st.checkbox("Sweep the whole catalog (days against cost)", True, key="show_sweep",
                 help="about 80 searches the first time a model or recipe is shown; cached after")
     c1, c2 = st.columns(2)
-    budget = c1.number_input("Budget, $", 1.0, 1e9, 60_000.0, step=5_000.0, key="budget_usd")
+    budget_usd = c1.number_input("Budget, $", 1.0, 1e9, 60_000.0, step=5_000.0, key="budget_usd")
     deadline = c2.number_input("Deadline, days", 1.0, 36_500.0, 60.0, step=5.0, key="deadline_days")
-    return {"budget_usd": float(budget), "deadline_days": float(deadline)}
+    return {"budget_usd": float(budget_usd), "deadline_days": float(deadline)}
 
 
 def sidebar_profile() -> tuple[str | None, str | None]:

@@ -334,22 +334,41 @@ def search(model, gpus, top: int | None = None, **knobs) -> list[Plan]:
     return run_search(model, gpus, **knobs).plans(top)
 
 
+@dataclass
+class Answer:
+    """What the front ends show: the best plan (priced, or with fixes), its search, the top plans."""
+
+    plan: Plan
+    result: SearchResult
+    top: list[Plan]
+
+
+def answer(model, gpus, prices=None, top: int = 0, **knobs) -> Answer:
+    """Search, then finish the best plan: price it if it fits, else suggest what would fit;
+    ``top`` > 0 also returns (and prices) the ``top`` fastest plans. One path for the CLI, the
+    app and :func:`simulate`."""
+    from .costs import plan_cost
+
+    res = run_search(model, gpus, **knobs)
+    plan = res.best
+    plan.search_ms = res.elapsed_ms
+    if plan.feasible:
+        plan.cost = plan_cost(plan, prices)
+    else:
+        plan.suggestions = suggest_fixes(model, gpus, knobs, res)
+    plans = res.plans(top) if top else []
+    for p in plans:
+        p.cost = plan_cost(p, prices)
+    return Answer(plan, res, plans)
+
+
 def simulate(model, gpus, prices=None, **knobs) -> Plan:
     """The fastest feasible plan (or, if nothing fits, the closest one with reasons and fixes).
 
     ``prices``: a :class:`simulator.costs.Prices` (default: the built-in prices) for
     ``plan.cost``, which is set for feasible plans.
     """
-    res = run_search(model, gpus, **knobs)
-    plan = res.best
-    plan.search_ms = res.elapsed_ms
-    if not plan.feasible:
-        plan.suggestions = suggest_fixes(model, gpus, knobs, res)
-    else:
-        from .costs import plan_cost
-
-        plan.cost = plan_cost(plan, prices)
-    return plan
+    return answer(model, gpus, prices=prices, **knobs).plan
 
 
 def suggest_fixes(model, gpus, knobs: dict, res: SearchResult) -> list[str]:

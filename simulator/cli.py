@@ -92,22 +92,14 @@ def _knobs(a: argparse.Namespace) -> dict:
 
 def run(argv: list[str]) -> int:
     from . import api
-    from .costs import plan_cost, prices_from_args
+    from .costs import prices_from_args
     from .report import render_plan
 
     args = build_parser().parse_args(argv)
     knobs = _knobs(args)
     prices = prices_from_args(args)
-    res = api.run_search(args.model, args.gpus, **knobs)
-    plan = res.best
-    plan.search_ms = res.elapsed_ms
-    if not plan.feasible:
-        plan.suggestions = api.suggest_fixes(args.model, args.gpus, knobs, res)
-    else:
-        plan.cost = plan_cost(plan, prices)
-    top = res.plans(args.top) if args.top else None
-    for t in top or []:
-        t.cost = plan_cost(t, prices)
+    ans = api.answer(args.model, args.gpus, prices=prices, top=args.top or 0, **knobs)
+    plan, top = ans.plan, ans.top
     if args.json:
         d = plan.to_dict()
         if top:

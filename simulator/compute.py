@@ -136,19 +136,26 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
     prof = dev.profile
     launch = 1e-6 * (prof.compiled_launch_overhead_us if compiled else prof.launch_overhead_us)
 
-    def time_of(p: _Part, which: str):
-        return (p.t_fwd + p.k_fwd * launch) if which == "fwd" else (p.t_bwd + p.k_bwd * launch)
+    # A host CPU dispatches kernels asynchronously to an accelerator: a pass takes the longer of
+    # the device's kernel time and the host's dispatch time (small models in eager mode are
+    # dispatch-bound; that is what torch.compile and fusion remove). On a CPU device the same
+    # cores do both, one after the other.
+    serial = prof.device.kind == "cpu"
 
-    layer_fwd = time_of(layers, "fwd") + time_of(attn, "fwd") + time_of(elem, "fwd")
+    def pass_time(parts: list[_Part], which: str):
+        t = sum(p.t_fwd if which == "fwd" else p.t_bwd for p in parts)
+        k = sum(p.k_fwd if which == "fwd" else p.k_bwd for p in parts)
+        return t + k * launch if serial else np.maximum(t, k * launch)
+
+    layer_fwd = pass_time([layers, attn, elem], "fwd")
     if checkpointing == "full":
         rec, rec_fl = layer_fwd, layers.fl_fwd + attn.fl_fwd
     elif checkpointing == "selective":
-        rec, rec_fl = time_of(attn, "fwd"), attn.fl_fwd
+        rec, rec_fl = pass_time([attn], "fwd"), attn.fl_fwd
     else:
         rec, rec_fl = 0.0 * mb, 0.0 * mb
-    fwd = layer_fwd + time_of(head, "fwd") + time_of(out, "fwd")
-    bwd = time_of(layers, "bwd") + time_of(attn, "bwd") + time_of(elem, "bwd") + time_of(head, "bwd") \
-        + time_of(out, "bwd")
+    fwd = pass_time([layers, attn, elem, head, out], "fwd")
+    bwd = pass_time([layers, attn, elem, head, out], "bwd")
     hw = layers.fl_fwd + layers.fl_bwd + attn.fl_fwd + attn.fl_bwd + head.fl_fwd + head.fl_bwd + rec_fl
     z = np.zeros_like(mb)
     return MicroBatchTime(fwd + z, bwd + z, rec + z, hw + z)

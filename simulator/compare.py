@@ -183,12 +183,27 @@ def sweep_cells(cells: list, fn, *, description: str = "sweeping", progress: boo
     return out
 
 
+def _checked_model(model, knobs: dict):
+    """Resolve the model and check the recipe and pinned knobs once, so that bad input is one
+    usage error rather than the same error in every cell."""
+    from .models import ModelSpec, resolve_model
+    from .recipes import make_recipe
+    from .strategy import check_pins
+
+    spec = model if isinstance(model, ModelSpec) else resolve_model(str(model))
+    make_recipe(spec, **{k: knobs[k] for k in ("tokens", "steps", "global_batch", "seq_len", "optimizer")
+                         if k in knobs})
+    check_pins(knobs)
+    return spec
+
+
 def sweep(model, gpus: list[str] | None = None, counts=COUNTS, multi_node: bool = False,
           prices: Prices | None = None, basis: str = "buy", progress: bool = False, **knobs) -> list[Option]:
     """Evaluate every (GPU, count) option; Pareto-marked on ``basis``; fastest feasible first."""
     if basis not in BASES:
         raise UsageError(f"--basis must be one of {', '.join(BASES)}, got {basis!r}")
     prices = prices or default_prices()
+    model = _checked_model(model, knobs)
     cells = clusters(resolve_gpus(gpus), counts, multi_node)
     opts = sweep_cells(cells, lambda c: evaluate_option(model, c[0], c[1], c[2], prices, knobs),
                        description="comparing clusters", progress=progress)

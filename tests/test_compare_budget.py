@@ -142,3 +142,11 @@ def test_study_grid_cli(tmp_path, capsys):
     assert float(a100["published_days"]) == 17.6 and float(a100["days"]) >= float(a100["days_at_peak"])
     assert float(a100["naive_days"]) >= float(a100["days"])
     assert main(["study-grid", "--out", str(tmp_path), "--models", "pythia-1c"]) == 2
+
+
+def test_compare_bad_model_is_one_usage_error(capsys):
+    from simulator.cli import main
+
+    assert main(["compare", "--model", "pythia-1c"]) == 2
+    err = capsys.readouterr().err
+    assert "pythia-1c" in err and len(err.strip().splitlines()) == 1

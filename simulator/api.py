@@ -47,6 +47,7 @@ class Setup:
     hardware: dict
     profile: Profile
     notes: list[str]
+    overhead: float = 0.0  # extra wall-clock fraction: data loading, evaluation, checkpoints, failures
 
 
 def _as_profile(profile) -> Profile | None:
@@ -108,8 +109,12 @@ def _catalog_setup(text, profile, intra_node, inter_node):
 
 
 def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=None, seq_len=None,
-          optimizer=None, intra_node=None, inter_node=None, host_memory=None) -> Setup:
-    """Resolve user-level inputs into a Problem (no strategy yet)."""
+          optimizer=None, intra_node=None, inter_node=None, host_memory=None, overhead=None) -> Setup:
+    """Resolve user-level inputs into a Problem (no strategy yet).
+
+    ``overhead``: wall-clock time beyond the training steps, as a fraction of it (data loading,
+    evaluation, checkpointing, restarts after failures); excluded (0) by default, DESIGN.md 7.
+    """
     spec = model if isinstance(model, ModelSpec) else resolve_model(str(model))
     recipe = make_recipe(spec, tokens=tokens, steps=steps, global_batch=global_batch,
                          seq_len=seq_len, optimizer=optimizer)
@@ -130,10 +135,19 @@ def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=No
     if recipe.global_batch % fab.n:
         notes.append(f"global batch {recipe.global_batch} is not divisible by {fab.n} GPUs; "
                      f"the busiest GPU processes {math.ceil(recipe.global_batch / fab.n)} samples")
+    extra = 0.0
+    if overhead is not None:
+        if not (isinstance(overhead, (int, float)) and math.isfinite(overhead) and 0 <= overhead <= 10):
+            raise UsageError(f"--overhead must be a fraction of the training time between 0 and 10 "
+                             f"(e.g. 0.05 or 5%), got {overhead!r}")
+        extra = float(overhead)
+        if extra:
+            notes.append(f"days include {extra:.0%} overhead beyond training steps (data loading, "
+                         "evaluation, checkpoints, failures)")
     pb = Problem(model=spec, seq_len=recipe.seq_len, global_batch=recipe.global_batch,
                  optimizer=recipe.optimizer, device=dev, fabric=fab, host_memory=host,
                  gpu_label=hw["gpu"])
-    return Setup(spec, recipe, pb, hw, prof, notes)
+    return Setup(spec, recipe, pb, hw, prof, notes, extra)
 
 
 def _space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
@@ -198,7 +212,7 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
     mfu_6nd = tps * palm_flops_per_token(model, recipe.seq_len) / (n * peak)
     # executed FLOPs: the busiest GPU's per-step FLOPs, times GPUs, over the step time
     hfu = float(a["hw_flops"][i]) / step / peak
-    days = recipe.steps * step / SECONDS_PER_DAY
+    days = recipe.steps * step / SECONDS_PER_DAY * (1.0 + s.overhead)
     days_at_peak = recipe.tokens * model_flops_per_token(model, recipe.seq_len) / (n * peak) / SECONDS_PER_DAY
     mem = {k: _gib(a["mem_" + k][i]) for k in ("weights", "gradients", "optimizer", "activations", "logits", "other")}
     mem["total"] = _gib(a["mem_total"][i])
@@ -300,7 +314,7 @@ _PIN_KEYS = ("precision", "attention", "compile", "checkpointing", "sharding", "
 
 def _split(knobs: dict) -> tuple[dict, dict]:
     setup_keys = ("profile", "tokens", "steps", "global_batch", "seq_len", "optimizer", "intra_node",
-                  "inter_node", "host_memory")
+                  "inter_node", "host_memory", "overhead")
     bad = set(knobs) - set(setup_keys) - set(_PIN_KEYS)
     if bad:
         raise UsageError(f"unknown option(s) {', '.join(sorted(bad))}; valid: "
@@ -329,7 +343,7 @@ def search(model, gpus, top: int | None = None, **knobs) -> list[Plan]:
     ``gpus``: '8x3090', '2x8xa100-80gb', '1xlocal' (with ``profile``).
     Knobs: precision, attention, compile, checkpointing, sharding, offload, micro_batch (pins);
     tokens, steps, global_batch, seq_len, optimizer (recipe); profile, intra_node, inter_node,
-    host_memory (hardware).
+    host_memory (hardware); overhead (fraction of wall-clock time beyond training steps).
     """
     return run_search(model, gpus, **knobs).plans(top)
 

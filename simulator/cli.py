@@ -46,6 +46,19 @@ def _positive_float(flag):
     return conv
 
 
+def _fraction(flag):
+    def conv(text):
+        t = str(text).strip()
+        try:
+            v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a fraction such as 0.1 or 10%, got {text!r}") from None
+        if not 0 <= v <= 10:
+            raise argparse.ArgumentTypeError(f"{flag} must be between 0 and 10 (1000%), got {text!r}")
+        return v
+    return conv
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="simulate", description="How long and how much to pre-train a model on given GPUs. "
                 f"Subcommands: {', '.join(SUBCOMMANDS)} (run `simulate SUBCOMMAND --help`).")
@@ -55,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--intra-node", help="intra-node link id (e.g. pcie4-p2p, nvlink-bridge-3, nvswitch-3)")
     p.add_argument("--inter-node", type=_positive_float("--inter-node"), help="inter-node bandwidth per node, Gbit/s")
     p.add_argument("--host-memory", type=_positive_float("--host-memory"), help="host RAM per node, GiB (offload check)")
+    p.add_argument("--overhead", type=_fraction("--overhead"),
+                   help="extra wall-clock time beyond training steps (data loading, evaluation, checkpoints, "
+                        "failures), e.g. 10%% or 0.1; default 0")
     g = p.add_argument_group("recipe")
     g.add_argument("--tokens", help="total training tokens (e.g. 300B, 2.5e11)")
     g.add_argument("--steps", help="optimizer steps")
@@ -80,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _knobs(a: argparse.Namespace) -> dict:
-    keys = ("profile", "intra_node", "inter_node", "host_memory", "tokens", "steps", "global_batch",
+    keys = ("profile", "intra_node", "inter_node", "host_memory", "overhead", "tokens", "steps", "global_batch",
             "seq_len", "optimizer", "precision", "attention", "compile", "checkpointing", "sharding",
             "offload", "micro_batch")
     out = {k: getattr(a, k) for k in keys if getattr(a, k) is not None}

@@ -169,3 +169,12 @@ def test_interval_brackets_estimate():
     lo, hi = plan.interval_days
     assert lo <= plan.days <= hi
     assert "validate-published" in plan.interval_source
+
+
+def test_explicit_overhead_scales_days_not_step_time():
+    base = simulate("pythia-160m", "4xa100")
+    more = simulate("pythia-160m", "4xa100", overhead=0.25)
+    assert more.step_time_s == pytest.approx(base.step_time_s)
+    assert more.days == pytest.approx(1.25 * base.days)
+    assert more.days_at_peak == pytest.approx(base.days_at_peak)
+    assert more.cost["gpu_hours"] > base.cost["gpu_hours"]

@@ -24,6 +24,7 @@ from .strategy import SHARD_STAGE, Strategy, offload_allowed
 #: gradient, moments; write weights, moments; plus a half copy in mixed precision), and the
 #: gradient-norm clipping pass (read for the norm, read + write to scale: 3 x grad bytes).
 OPT_MOMENT_BYTES = {"adam": 8, "adamw": 8, "lion": 4, "sgd": 4}
+OPT_KERNELS_PER_LAYER = 12
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,10 @@ def evaluate(pb: Problem, space: Space) -> Table:
             gb = gc[i, j]
             opt_bytes[i, j, 0] = 4 + gb + OPT_MOMENT_BYTES[pb.optimizer] * 2 + 4 + half_copy + 3 * gb
     opt_eff = prof.optimizer_bw_eff.get("foreach", min(prof.optimizer_bw_eff.values()))
-    gpu_opt = local * opt_bytes / (dev.mem_bw * opt_eff) + 12 * L * 1e-6 * prof.launch_overhead_us
+    # launches: PyTorch's foreach Adam(W) issues about a dozen multi-tensor kernels (moment updates,
+    # bias corrections, sqrt, division, parameter update, weight decay) per group of tensors; one
+    # group per layer is assumed here (the bandwidth term dominates for any model worth simulating)
+    gpu_opt = local * opt_bytes / (dev.mem_bw * opt_eff) + OPT_KERNELS_PER_LAYER * L * 1e-6 * prof.launch_overhead_us
     offl = np.array(space.offloads)[None, None, :]
     cpu_rate = prof.cpu_adam_gparams_per_s * 1e9 / fab.gpus_per_node  # node's CPU shared by its GPUs
     off_step = np.where(offl != "none",

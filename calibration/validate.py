@@ -40,6 +40,7 @@ from simulator.models import ModelSpec, get_model
 
 SUITE_DIR = Path(__file__).resolve().parent / "suites"
 DEFAULT_SUITE = SUITE_DIR / "cpu_default.yaml"
+GPU_DEFAULT_SUITE = SUITE_DIR / "gpu_default.yaml"
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 CSV_FIELDS = (
     "id", "model", "params", "n_layers", "hidden", "seq_len", "micro_batch", "grad_accum", "world",
@@ -49,6 +50,12 @@ CSV_FIELDS = (
     "measured_opt_s", "predicted_opt_s", "compile_s", "steps", "warmup",
     "device", "profile", "suite", "date", "torch", "loadavg_1min",
 )
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 # ---------------------------------------------------------------------------- suites
@@ -473,7 +480,8 @@ def build_parser() -> argparse.ArgumentParser:
         "simulator's prediction from a calibration profile."))
     p.add_argument("--profile", required=True, type=Path, help="calibration profile JSON (from `calibrate`)")
     p.add_argument("--suite", type=Path, default=None,
-                   help=f"suite YAML/JSON (default: {DEFAULT_SUITE.relative_to(DEFAULT_SUITE.parents[2])})")
+                   help=f"suite YAML/JSON (default: {DEFAULT_SUITE.relative_to(DEFAULT_SUITE.parents[2])} on a CPU, "
+                        f"{GPU_DEFAULT_SUITE.relative_to(GPU_DEFAULT_SUITE.parents[2])} on CUDA)")
     p.add_argument("--only", help="comma-separated config ids (or substrings) to run")
     p.add_argument("--steps", type=int, help="timed steps per config (default: the suite's)")
     p.add_argument("--warmup", type=int, help="warm-up steps per config (default: the suite's)")
@@ -515,7 +523,9 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     if a.nproc and a.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return _relaunch(argv, a.nproc)
     profile = load_profile(a.profile)
-    suite = load_suite(a.suite or DEFAULT_SUITE)
+    default = GPU_DEFAULT_SUITE if str(getattr(a, "device", "") or "").startswith("cuda") or (
+        not getattr(a, "device", None) and _cuda_available()) else DEFAULT_SUITE
+    suite = load_suite(a.suite or default)
     configs = suite.configs
     if a.only:
         keys = [k.strip() for k in a.only.split(",") if k.strip()]

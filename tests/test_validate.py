@@ -171,3 +171,10 @@ def test_torchrun_ddp_two_processes(tmp_path):
     assert res["world"] == 2 and row["world"] == 2 and row["id"].endswith("-w2")
     assert row["measured_step_s"] > 0 and row["predicted_step_s"] > 0
     assert len(list(csv.DictReader((tmp_path / "ddp.csv").open()))) == 1
+
+
+def test_gpu_default_suite_loads_with_at_least_12_configs():
+    from calibration.validate import GPU_DEFAULT_SUITE, load_suite
+
+    suite = load_suite(GPU_DEFAULT_SUITE)
+    assert len(suite.configs) >= 12

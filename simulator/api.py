@@ -90,7 +90,8 @@ def _catalog_setup(text, profile, intra_node, inter_node):
     dev = device_from_spec(cl.gpu, prof)
 
     def link_fit(link):
-        f = prof.collectives.get(link.id)
+        # a calibration measures collectives among the local GPUs: key "local" (or the link id)
+        f = prof.collectives.get(link.id) or (prof.collectives.get("local") if link is cl.intra else None)
         return (f.busbw_gbs * 1e9, f.alpha_us * 1e-6) if f else (link.busbw_bytes_per_s, link.latency_s)
 
     ib, ia = link_fit(cl.intra)

@@ -153,3 +153,14 @@ def test_calibrated_profile_drives_a_catalog_gpu(tmp_path, capsys):
     _, out, _ = run(["--gpus", "8x3090", "--model", "pythia-160m", "--json"], capsys)
     _, out_slow, _ = run(["--gpus", "8x3090", "--model", "pythia-160m", "--json", "--profile", str(f)], capsys)
     assert json.loads(out_slow)["days"] > json.loads(out)["days"]
+
+
+def test_calibrated_local_collectives_drive_the_intra_node_link(tmp_path, capsys):
+    d = _profile_dict()
+    d["collectives"] = {"local": {"alpha_us": 50.0, "busbw_gbs": 0.5, "source": "test: a slow measured link"}}
+    f = tmp_path / "slowlink.json"
+    f.write_text(json.dumps(d))
+    args = ["--gpus", "8x3090", "--model", "pythia-1b", "--json", "--sharding", "zero3", "--micro-batch", "4"]
+    _, out, _ = run(args, capsys)
+    _, slow, _ = run(args + ["--profile", str(f)], capsys)
+    assert json.loads(slow)["breakdown_s"]["exposed_comm"] > 5 * json.loads(out)["breakdown_s"]["exposed_comm"]

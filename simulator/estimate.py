@@ -123,47 +123,50 @@ def evaluate(pb: Problem, space: Space) -> Table:
     L = model.n_layers
     packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
     K = len(packs)
-    mb_all = np.arange(1, B + 1, dtype=float)
-
-    # --- per pack, per micro-batch size (1..B): compute time and activation memory
-    fwd = np.empty((K, B))
-    bwd = np.empty((K, B))
-    rec = np.empty((K, B))
-    hw = np.empty((K, B))
-    act = np.empty((K, B))
-    logit = np.empty((K, B))
-    cast = np.zeros(K)
-    supported = np.ones(K, bool)
-    memo: dict = {}
-    for i, (p, att, c, ck) in enumerate(packs):
-        if dev.gemm_peak(p) is None:
-            supported[i] = False
-            fwd[i] = bwd[i] = rec[i] = hw[i] = np.inf
-            act[i] = logit[i] = np.inf
-            continue
-        t = micro_batch_time(model, seq, mb_all, p, att, c, ck, dev, memo)
-        fwd[i], bwd[i], rec[i], hw[i] = t.fwd, t.bwd, t.recompute, t.hw_flops
-        act[i] = memory.activations(model, seq, mb_all, p, att, ck)
-        logit[i] = memory.logits_bytes(model, seq, mb_all, p, c)
-        # autocast weight casts once per micro-batch, only where the weights stay fp32 (DDP)
-        cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / (
-            dev.mem_bw * dev.profile.memory_bw_eff)
+    supported = np.array([dev.gemm_peak(pk[0]) is not None for pk in packs])
 
     # --- micro-batch candidates: pinned, or every size whose activations could fit at all
+    # (activation and logit memory are linear in the micro-batch, so one sample decides the bound)
     if space.micro_batches is not None:
         mbs = np.asarray(space.micro_batches, dtype=int)
     else:
+        one = np.array([1.0])
+        per_sample = min(float((memory.activations(model, seq, one, p, att, ck)
+                                + memory.logits_bytes(model, seq, one, p, c))[0])
+                         for (p, att, c, ck), ok in zip(packs, supported, strict=True) if ok) \
+            if supported.any() else 1.0
         floor_states = min(sum(memory.model_states(P, PL, p, "zero3", "all", pb.optimizer, n)[k]
                                for k in ("weights", "gradients", "optimizer")) for p in space.precisions)
-        need = np.min(act + logit, axis=0) * (1 + memory.FRAGMENTATION) + floor_states
-        fits = need <= dev.usable_memory
-        last_fit = int(np.nonzero(fits)[0].max()) + 1 if fits.any() else 1
-        mbs = np.arange(1, last_fit + 1)
+        room = dev.usable_memory - floor_states
+        last_fit = int(room // (per_sample * (1 + memory.FRAGMENTATION))) if room > 0 else 1
+        mbs = np.arange(1, min(B, max(1, last_fit)) + 1)
     M = mbs.size
-    mi = mbs - 1
     ga = np.ceil(B / mbs).astype(int)  # (M,)
     last = B - (ga - 1) * mbs  # size of the last (possibly smaller) micro-batch
-    li = last - 1
+    mb_eval = np.unique(np.concatenate([mbs, last])).astype(float)  # sizes to evaluate
+    E = mb_eval.size
+    mi = np.searchsorted(mb_eval, mbs)
+    li = np.searchsorted(mb_eval, last)
+
+    # --- per pack, per evaluated micro-batch size: compute time and activation memory
+    fwd = np.full((K, E), np.inf)
+    bwd = np.full((K, E), np.inf)
+    rec = np.full((K, E), np.inf)
+    hw = np.full((K, E), np.inf)
+    act = np.full((K, E), np.inf)
+    logit = np.full((K, E), np.inf)
+    cast = np.zeros(K)
+    memo: dict = {}
+    for i, (p, att, c, ck) in enumerate(packs):
+        if not supported[i]:
+            continue
+        t = micro_batch_time(model, seq, mb_eval, p, att, c, ck, dev, memo)
+        fwd[i], bwd[i], rec[i], hw[i] = t.fwd, t.bwd, t.recompute, t.hw_flops
+        act[i] = memory.activations(model, seq, mb_eval, p, att, ck)
+        logit[i] = memory.logits_bytes(model, seq, mb_eval, p, c)
+        # autocast weight casts once per micro-batch, only where the weights stay fp32 (DDP)
+        cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / (
+            dev.mem_bw * dev.profile.memory_bw_eff)
 
     def step_sum(x):  # (K,B) per-micro-batch quantity -> (K,M) per optimizer step
         return (ga - 1) * x[:, mi] + x[:, li]

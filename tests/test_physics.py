@@ -178,3 +178,13 @@ def test_explicit_overhead_scales_days_not_step_time():
     assert more.days == pytest.approx(1.25 * base.days)
     assert more.days_at_peak == pytest.approx(base.days_at_peak)
     assert more.cost["gpu_hours"] > base.cost["gpu_hours"]
+
+
+def test_huge_batches_stay_cheap_to_search():
+    """Candidate micro-batches are bounded by memory, not by the per-GPU batch (1.25e8 here)."""
+    import time
+
+    t0 = time.perf_counter()
+    plan = simulate("pythia-1b", "8x3090", global_batch=10**9, steps=1)
+    assert plan.feasible and time.perf_counter() - t0 < 30
+    assert plan.strategy["micro_batch"] * plan.strategy["grad_accum"] >= 10**9 // 8

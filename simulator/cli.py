@@ -129,6 +129,10 @@ def run(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
+            from .errors import unknown
+
+            raise unknown("subcommand", argv[0], list(SUBCOMMANDS))
         if argv and argv[0] in SUBCOMMANDS:
             mod, fn = SUBCOMMANDS[argv[0]].split(":")
             import importlib

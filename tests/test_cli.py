@@ -164,3 +164,8 @@ def test_calibrated_local_collectives_drive_the_intra_node_link(tmp_path, capsys
     _, out, _ = run(args, capsys)
     _, slow, _ = run(args + ["--profile", str(f)], capsys)
     assert json.loads(slow)["breakdown_s"]["exposed_comm"] > 5 * json.loads(out)["breakdown_s"]["exposed_comm"]
+
+
+def test_unknown_subcommand(capsys):
+    code, _, err = run(["compair", "--model", "pythia-1b"], capsys)
+    assert code == 2 and "compare" in err and "did you mean" in err

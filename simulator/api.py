@@ -155,9 +155,10 @@ def _space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
     check_pins(pins)
     notes: list[str] = []
     dev = s.problem.device
-    supported = [p for p in ("fp32", "tf32", "bf16", "fp16") if dev.gemm_peak(p) is not None]
+    supported = [p for p in ("fp32", "tf32", "bf16", "fp16")
+                 if (p in dev.peak_flops if p == "tf32" else dev.gemm_peak(p) is not None)]
     if pins.get("precision"):
-        if dev.gemm_peak(pins["precision"]) is None:
+        if pins["precision"] not in supported:
             raise UsageError(f"--precision {pins['precision']}: {s.hardware['gpu']} has no {pins['precision']} "
                              f"peak; valid choices here: {', '.join(supported)}")
         precs = [pins["precision"]]
@@ -239,10 +240,17 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
                      "offload": float(a["offload_time"][i])},
         tokens_per_s=tps, mfu=float(mfu), mfu_6nd=float(mfu_6nd), hfu=float(hfu), memory_gib=mem, days=float(days),
         days_at_peak=float(days_at_peak), interval_days=iv,
-        interval_source=(f"80% interval from {prof.validation.n} validation residuals: {prof.validation.source}"
+        interval_source=(f"80% interval from {prof.validation.n} validation residuals (real runs "
+                         f"{_bias(prof.validation)} than predicted on average): {prof.validation.source}"
                          if iv else None),
         notes=s.notes + notes, n_strategies=n_evaluated,
     )
+
+
+def _bias(v) -> str:
+    """'23% slower' / '5% faster': the mean of exp(log measured/predicted time) - 1."""
+    m = float(np.mean(np.exp(v.log_ratio_residuals))) - 1.0
+    return f"{abs(m):.0%} {'slower' if m >= 0 else 'faster'}"
 
 
 def _reasons(s: Setup, tab: Table, i: int) -> list[str]:

@@ -232,9 +232,11 @@ def evaluate(pb: Problem, space: Space) -> Table:
     local = np.where(stage >= 1, P / n, P)[None, :, None]  # params each rank updates
     opt_bytes = np.zeros((K, Z, 1))
     for i, p in enumerate(prec):
-        half_copy = 2.0 if p in ("bf16", "fp16") else 0.0
         for j in range(Z):
             gb = gc[i, j]
+            # a half copy of the updated weights, where ZeRO/FSDP keep fp32 masters (DDP's casts
+            # happen per micro-batch, see cast_step)
+            half_copy = 2.0 if p in ("bf16", "fp16") and space.shardings[j] != "ddp" else 0.0
             opt_bytes[i, j, 0] = 4 + gb + OPT_MOMENT_BYTES[pb.optimizer] * 2 + 4 + half_copy + 3 * gb
     opt_eff = prof.optimizer_bw_eff.get("foreach", min(prof.optimizer_bw_eff.values()))
     # launches: PyTorch's foreach Adam(W) issues about a dozen multi-tensor kernels (moment updates,
@@ -264,7 +266,9 @@ def evaluate(pb: Problem, space: Space) -> Table:
     mem_w = np.broadcast_to(w[:, None], shape)
     mem_g = np.broadcast_to(g[:, None], shape)
     mem_o = np.broadcast_to(o[:, None], shape)
-    other = memory.COMM_BUFFER_BYTES + memory.FRAGMENTATION * act4
+    buffers = np.array([[memory.comm_buffers(P, p, sh, n) + memory.autocast_weight_copies(P, p, sh)
+                         for sh in space.shardings] for p in prec])  # (K, Z)
+    other = buffers[:, None, :, None] + memory.FRAGMENTATION * act4
     total = mem_w + mem_g + mem_o + act4 + log4 + other
     valid = np.array([[offload_allowed(s, off) for off in space.offloads] for s in space.shardings])
     valid4 = np.broadcast_to(valid[None, None] & supported[:, None, None, None], shape)
@@ -291,6 +295,7 @@ def evaluate(pb: Problem, space: Space) -> Table:
     }
     # Simplicity rank breaks ties: no offload, no checkpointing, plain DDP, larger micro-batch.
     ck_rank = np.array([("none", "selective", "full").index(pk[3]) for pk in packs])
-    rank = (tab.a["offload"] * 100 + ck_rank[tab.a["pack"]] * 10 + stage[tab.a["sharding"]]).astype(float)
+    rank = (tab.a["offload"] * 100 + ck_rank[tab.a["pack"]] * 10 + stage[tab.a["sharding"]]
+            + 1.0 - tab.a["micro_batch"] / (mbs.max() + 1.0)).astype(float)
     tab.a["rank_key"] = np.where(feasible.ravel(), tab.a["step_time"] * (1 + 1e-9 * rank), np.inf)
     return tab

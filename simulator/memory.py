@@ -11,8 +11,9 @@ from . import workload
 from .strategy import SHARD_STAGE
 
 MIB = 1024**2
-#: Communication bucket: PyTorch DDP's default bucket_cap_mb = 25; two in flight.
-COMM_BUFFER_BYTES = 2 * 25 * MIB
+#: DeepSpeed ZeRO's default reduce_bucket_size and allgather_bucket_size (5e8 elements each,
+#: DeepSpeed configuration docs, "ZeRO optimizations"): buffers at the communication dtype.
+ZERO_BUCKET_ELEMENTS = 5e8
 #: Caching-allocator fragmentation, as a fraction of activation memory. Assumption: PyTorch's
 #: caching allocator typically reserves 5-15% above allocated tensors during training
 #: (memory_reserved vs memory_allocated); replaced by measurement where validation shows otherwise.
@@ -73,6 +74,27 @@ def model_states(n_params: float, layer_params: float, precision: str, sharding:
     return {"weights": weights, "gradients": grads, "optimizer": opt, "host": host}
 
 
+def autocast_weight_copies(n_params: float, precision: str, sharding: str) -> float:
+    """Bytes of half-precision weight copies torch.autocast caches from forward to backward
+    (cache_enabled=True, the default) where the weights themselves stay fp32 (DDP)."""
+    return 2.0 * n_params if precision in ("bf16", "fp16") and sharding == "ddp" else 0.0
+
+
+def comm_buffers(n_params: float, precision: str, sharding: str, n_gpus: int) -> float:
+    """Communication buffers per GPU (bytes). PyTorch DDP (gradient_as_bucket_view=False, the
+    default) copies every gradient into flat buckets: one more gradient-sized buffer. DeepSpeed
+    ZeRO keeps a reduce and an all-gather bucket of up to 5e8 elements each; FSDP communicates
+    from its flat per-unit parameters (counted in the gathered working set)."""
+    if n_gpus <= 1:
+        return 0.0
+    w, g, _ = state_bytes_per_param(precision, sharding, "sgd")
+    if sharding == "ddp":
+        return n_params * g
+    if sharding.startswith("zero"):
+        return min(n_params, ZERO_BUCKET_ELEMENTS) * (g + w)
+    return 0.0
+
+
 def layer_activation_bytes_per_token(model, seq_len: int, e: int, attention: str) -> float:
     """Bytes one layer saves for backward per token (no dropout), after Korthikanti et al. 2022:
     attention block LN input, QKV input, Q/K/V, attention output; MLP block LN input, FC1
@@ -83,8 +105,14 @@ def layer_activation_bytes_per_token(model, seq_len: int, e: int, attention: str
     up = 2 * f if model.gated_mlp else f
     attn = e * (h + h + (h + 2 * kv) + h)
     mlp = e * (h + h + up + f)
-    core = model.n_heads * seq_len * e if attention == "eager" else 4.0 * model.n_heads
+    core = eager_scores_bytes_per_token(model, seq_len, e) if attention == "eager" else 4.0 * model.n_heads
     return attn + mlp + core
+
+
+def eager_scores_bytes_per_token(model, seq_len: int, e: int) -> float:
+    """Saved softmax probabilities of materialised attention per token: a*s elements at 4 bytes
+    (fp32 softmax) plus the half copy under autocast (6 bytes), or e bytes in fp32 training."""
+    return model.n_heads * seq_len * (e + 4 if e == 2 else e)
 
 
 def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
@@ -97,8 +125,8 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     if checkpointing == "full":
         trunk = tokens * (L * model.hidden * e + per_layer)
     elif checkpointing == "selective" and attention == "eager":
-        per_layer_sel = per_layer - model.n_heads * seq_len * e
-        trunk = tokens * (L * per_layer_sel + model.n_heads * seq_len * e)
+        core = eager_scores_bytes_per_token(model, seq_len, e)
+        trunk = tokens * (L * (per_layer - core) + core)
     else:
         trunk = tokens * L * per_layer
     return trunk + tokens * model.hidden * e * 2  # embedding output + final norm

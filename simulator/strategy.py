@@ -52,13 +52,14 @@ class Strategy(BaseModel):
 
 
 def offload_allowed(sharding: str, offload: str) -> bool:
-    """CPU offload needs a sharded optimizer (ZeRO-Offload / FSDP); offloading params needs stage 3."""
+    """What the frameworks offer: DeepSpeed ZeRO-Offload moves optimizer states for ZeRO-1/2/3 and
+    ZeRO-Infinity also parameters for ZeRO-3; PyTorch FSDP's CPUOffload(offload_params=True) moves
+    parameters, gradients and the optimizer step together, modelled for full sharding only."""
     if offload == "none":
         return True
-    stage = SHARD_STAGE[sharding]
     if offload == "optimizer":
-        return stage >= 1
-    return stage == 3
+        return sharding in ("zero1", "zero2", "zero3")
+    return sharding in ("zero3", "fsdp-full")
 
 
 def check_choice(flag: str, value, choices) -> None:
@@ -79,5 +80,5 @@ def check_pins(pins: dict) -> None:
         raise UsageError(f"--micro-batch must be a positive integer, got {mb!r}")
     s, o = pins.get("sharding"), pins.get("offload")
     if s is not None and o is not None and not offload_allowed(s, o):
-        need = "zero3 or fsdp-full" if o == "all" else "zero1, zero2, zero3, fsdp-grad-op or fsdp-full"
+        need = "zero3 or fsdp-full" if o == "all" else "zero1, zero2 or zero3"
         raise UsageError(f"--offload {o} does not work with --sharding {s}; it needs --sharding {need}")

@@ -130,12 +130,13 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     """
     h, f, kv = model.hidden, model.ffn_hidden, kv_dim(model)
     rotary = model.pos_embedding == "rotary"
+    rot = getattr(model, "rotary_pct", 1.0)  # fraction of each head's dims rotated (Pythia 0.25)
     tokens = mb * float(seq_len)
     if compiled:
-        per_tok = 2 * h + (2 * (h + kv) if rotary else 0) + 4 * h + (3 * f if model.gated_mlp else 2 * f) + 3 * h
+        per_tok = 2 * h + (2 * (h + kv) * rot if rotary else 0) + 4 * h + (3 * f if model.gated_mlp else 2 * f) + 3 * h
         kernels = 4
     else:
-        per_tok = 2 * h + 2 * h + 6 * h + (5 * f if model.gated_mlp else 2 * f) + (4 * (h + kv) if rotary else 0) + 2 * h
+        per_tok = 2 * h + 2 * h + 6 * h + (5 * f if model.gated_mlp else 2 * f) + (4 * (h + kv) * rot if rotary else 0) + 2 * h
         kernels = 2 + 2 + (2 if model.gated_mlp else 1) + (8 if rotary else 0) + 1
     L = model.n_layers
     nbytes = tokens * per_tok * e * L

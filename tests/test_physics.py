@@ -70,7 +70,21 @@ def test_activation_bytes_per_token_by_hand():
     e = 2
     expect_flash = e * (h + h + 3 * h + h) + e * (h + h + f + f) + 4 * a
     assert memory.layer_activation_bytes_per_token(m, s, e, "sdpa") == expect_flash
-    assert memory.layer_activation_bytes_per_token(m, s, e, "eager") == expect_flash - 4 * a + a * s * e
+    # eager keeps the s x s softmax per head: fp32 (4 B) + its half copy (2 B) under autocast
+    assert memory.layer_activation_bytes_per_token(m, s, e, "eager") == expect_flash - 4 * a + a * s * 6
+    assert memory.layer_activation_bytes_per_token(m, s, 4, "eager") - memory.layer_activation_bytes_per_token(
+        m, s, 4, "sdpa") == a * s * 4 - 4 * a
+
+
+def test_ddp_buffers_and_autocast_copies():
+    P = 1e9
+    assert memory.comm_buffers(P, "bf16", "ddp", 8) == 4 * P  # fp32 gradient buckets
+    assert memory.comm_buffers(P, "bf16", "ddp", 1) == 0  # no DDP on one GPU
+    assert memory.comm_buffers(P, "bf16", "zero2", 8) == 5e8 * 4  # reduce + all-gather buckets, 2 B each
+    assert memory.comm_buffers(P, "bf16", "fsdp-full", 8) == 0
+    assert memory.autocast_weight_copies(P, "bf16", "ddp") == 2 * P
+    assert memory.autocast_weight_copies(P, "bf16", "zero1") == 0
+    assert memory.autocast_weight_copies(P, "fp32", "ddp") == 0
 
 
 def test_flops_conventions():

@@ -28,30 +28,34 @@ class Fabric:
         return self.nodes * self.gpus_per_node
 
 
-def all_reduce(f: Fabric, nbytes) -> np.ndarray:
-    """Seconds to all-reduce a buffer of ``nbytes`` across all GPUs (hierarchical)."""
+def all_reduce(f: Fabric, nbytes, pieces=1) -> np.ndarray:
+    """Seconds to all-reduce ``nbytes`` across all GPUs (hierarchical), sent as ``pieces``
+    collectives of equal size (buckets, layers): each pays the latency, together the bytes."""
     s = np.asarray(nbytes, dtype=float)
+    k = np.asarray(pieces, dtype=float)
     g, N = f.gpus_per_node, f.nodes
     t = np.zeros_like(s)
     if g > 1:
         if N == 1:
-            t = t + f.intra_alpha + 2 * (g - 1) / g * s / f.intra_bw
+            t = t + k * f.intra_alpha + 2 * (g - 1) / g * s / f.intra_bw
         else:  # reduce-scatter + all-gather inside the node around the inter-node all-reduce
-            t = t + 2 * (f.intra_alpha + (g - 1) / g * s / f.intra_bw)
+            t = t + 2 * (k * f.intra_alpha + (g - 1) / g * s / f.intra_bw)
     if N > 1:
-        t = t + f.inter_alpha + 2 * (N - 1) / N * s / f.inter_bw
+        t = t + k * f.inter_alpha + 2 * (N - 1) / N * s / f.inter_bw
     return np.where(s > 0, t, 0.0)
 
 
-def gather_or_scatter(f: Fabric, nbytes) -> np.ndarray:
-    """Seconds for an all-gather or reduce-scatter whose full (unsharded) size is ``nbytes``."""
+def gather_or_scatter(f: Fabric, nbytes, pieces=1) -> np.ndarray:
+    """Seconds for all-gathers or reduce-scatters of ``nbytes`` in total (unsharded size), sent
+    as ``pieces`` collectives: each pays the latency, together the bytes."""
     s = np.asarray(nbytes, dtype=float)
+    k = np.asarray(pieces, dtype=float)
     g, N = f.gpus_per_node, f.nodes
     t = np.zeros_like(s)
     if g > 1:
-        t = t + f.intra_alpha + (g - 1) / g * s / f.intra_bw
+        t = t + k * f.intra_alpha + (g - 1) / g * s / f.intra_bw
     if N > 1:
-        t = t + f.inter_alpha + (N - 1) / N * s / f.inter_bw
+        t = t + k * f.inter_alpha + (N - 1) / N * s / f.inter_bw
     return np.where(s > 0, t, 0.0)
 
 

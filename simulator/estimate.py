@@ -205,12 +205,18 @@ def evaluate(pb: Problem, space: Space) -> Table:
     gaz = ga[None, :, None]
     grad_bytes = (P * gc)[:, None, :]
     w_bytes = (P * wc)[:, None, :]
-    buckets = np.ceil(grad_bytes / memory.MIB / 25.0)
+    # collectives are issued in pieces, each paying the latency and each a unit of overlap:
+    # DDP buckets of 25 MiB (bucket_cap_mb default), DeepSpeed ZeRO buckets of 5e8 elements,
+    # ZeRO-3 / FSDP one gather / reduce-scatter per layer
+    buckets = np.maximum(1.0, np.ceil(grad_bytes / (25.0 * memory.MIB)))
+    zbuckets = max(1.0, math.ceil(P / memory.ZERO_BUCKET_ELEMENTS))
     exposed_comm = np.zeros((K, M, Z))
     if n > 1:
-        ar = comm.all_reduce(fab, grad_bytes)
-        rs = comm.gather_or_scatter(fab, grad_bytes)
-        ag = comm.gather_or_scatter(fab, w_bytes)
+        ar = comm.all_reduce(fab, grad_bytes, buckets)
+        rs_z = comm.gather_or_scatter(fab, grad_bytes, zbuckets)
+        ag_z = comm.gather_or_scatter(fab, w_bytes, zbuckets)
+        rs_l = comm.gather_or_scatter(fab, grad_bytes, L)
+        ag_l = comm.gather_or_scatter(fab, w_bytes, L)
         per_mb = lambda c, win_mb, win_last, units: (  # noqa: E731
             (gaz - 1) * comm.exposed(c, win_mb, units) + comm.exposed(c, win_last, units))
         for j, s in enumerate(space.shardings):
@@ -218,13 +224,13 @@ def evaluate(pb: Problem, space: Space) -> Table:
             if s == "ddp":
                 e = comm.exposed(ar[sl], bwd_last, buckets[sl])
             elif s == "zero1":
-                e = comm.exposed(rs[sl], bwd_last, buckets[sl]) + ag[sl]
+                e = comm.exposed(rs_z[sl], bwd_last, zbuckets) + ag_z[sl]
             elif s == "zero2":
-                e = per_mb(rs[sl], bwd_mb, bwd_last, L) + ag[sl]
+                e = per_mb(rs_z[sl], bwd_mb, bwd_last, zbuckets) + ag_z[sl]
             elif s == "fsdp-grad-op":
-                e = per_mb(ag[sl], fwd_mb, fwd_last, L) + per_mb(rs[sl], bwd_mb, bwd_last, L)
+                e = per_mb(ag_l[sl], fwd_mb, fwd_last, L) + per_mb(rs_l[sl], bwd_mb, bwd_last, L)
             else:  # zero3 / fsdp-full: gather in forward, gather + reduce-scatter in backward
-                e = per_mb(ag[sl], fwd_mb, fwd_last, L) + per_mb(ag[sl] + rs[sl], bwd_mb, bwd_last, L)
+                e = per_mb(ag_l[sl], fwd_mb, fwd_last, L) + per_mb(ag_l[sl] + rs_l[sl], bwd_mb, bwd_last, L)
             exposed_comm[:, :, j] = np.broadcast_to(e, (K, M, 1))[:, :, 0]
 
     # --- optimizer step and offload (K, Z, NO) / (K, M, Z, NO)

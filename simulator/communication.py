@@ -59,8 +59,8 @@ def gather_or_scatter(f: Fabric, nbytes, pieces=1) -> np.ndarray:
     return np.where(s > 0, t, 0.0)
 
 
-def exposed(comm, window, units) -> np.ndarray:
-    """Part of ``comm`` seconds not hidden behind ``window`` seconds of compute; the last of
-    ``units`` buckets/layers can never be hidden."""
+def exposed(comm, window, floor) -> np.ndarray:
+    """Part of ``comm`` seconds not hidden behind ``window`` seconds of compute; at least
+    ``floor`` seconds, the piece that cannot overlap (the last bucket, the first unit gathered)."""
     comm = np.asarray(comm, dtype=float)
-    return np.maximum(comm - window, comm / np.maximum(units, 1))
+    return np.maximum(comm - window, np.minimum(comm, floor))

@@ -207,7 +207,7 @@ def evaluate(pb: Problem, space: Space) -> Table:
     w_bytes = (P * wc)[:, None, :]
     # collectives are issued in pieces, each paying the latency and each a unit of overlap:
     # DDP buckets of 25 MiB (bucket_cap_mb default), DeepSpeed ZeRO buckets of 5e8 elements,
-    # ZeRO-3 / FSDP one gather / reduce-scatter per layer
+    # ZeRO-3 / FSDP one gather / reduce-scatter per unit (L layers + the root)
     buckets = np.maximum(1.0, np.ceil(grad_bytes / (25.0 * memory.MIB)))
     zbuckets = max(1.0, math.ceil(P / memory.ZERO_BUCKET_ELEMENTS))
     exposed_comm = np.zeros((K, M, Z))
@@ -215,22 +215,29 @@ def evaluate(pb: Problem, space: Space) -> Table:
         ar = comm.all_reduce(fab, grad_bytes, buckets)
         rs_z = comm.gather_or_scatter(fab, grad_bytes, zbuckets)
         ag_z = comm.gather_or_scatter(fab, w_bytes, zbuckets)
-        rs_l = comm.gather_or_scatter(fab, grad_bytes, L)
-        ag_l = comm.gather_or_scatter(fab, w_bytes, L)
-        per_mb = lambda c, win_mb, win_last, units: (  # noqa: E731
-            (gaz - 1) * comm.exposed(c, win_mb, units) + comm.exposed(c, win_last, units))
+        rs_l = comm.gather_or_scatter(fab, grad_bytes, L + 1)
+        ag_l = comm.gather_or_scatter(fab, w_bytes, L + 1)
+        # ZeRO-3 / FSDP gather and reduce unit by unit: L layers and the root unit (embeddings,
+        # head); the root is gathered first and reduced last, so its collective (or one layer's,
+        # if larger) can never hide behind compute
+        unit = max(P - L * PL, PL) / P
+        ag_unit = comm.gather_or_scatter(fab, w_bytes * unit)
+        rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
+        per_mb = lambda c, win_mb, win_last, floor: (  # noqa: E731
+            (gaz - 1) * comm.exposed(c, win_mb, floor) + comm.exposed(c, win_last, floor))
         for j, s in enumerate(space.shardings):
             sl = (slice(None), slice(None), slice(j, j + 1))
             if s == "ddp":
-                e = comm.exposed(ar[sl], bwd_last, buckets[sl])
+                e = comm.exposed(ar[sl], bwd_last, ar[sl] / buckets[sl])
             elif s == "zero1":
-                e = comm.exposed(rs_z[sl], bwd_last, zbuckets) + ag_z[sl]
+                e = comm.exposed(rs_z[sl], bwd_last, rs_z[sl] / zbuckets) + ag_z[sl]
             elif s == "zero2":
-                e = per_mb(rs_z[sl], bwd_mb, bwd_last, zbuckets) + ag_z[sl]
+                e = per_mb(rs_z[sl], bwd_mb, bwd_last, rs_z[sl] / zbuckets) + ag_z[sl]
             elif s == "fsdp-grad-op":
-                e = per_mb(ag_l[sl], fwd_mb, fwd_last, L) + per_mb(rs_l[sl], bwd_mb, bwd_last, L)
+                e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) + per_mb(rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
             else:  # zero3 / fsdp-full: gather in forward, gather + reduce-scatter in backward
-                e = per_mb(ag_l[sl], fwd_mb, fwd_last, L) + per_mb(ag_l[sl] + rs_l[sl], bwd_mb, bwd_last, L)
+                e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) \
+                    + per_mb(ag_l[sl] + rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
             exposed_comm[:, :, j] = np.broadcast_to(e, (K, M, 1))[:, :, 0]
 
     # --- optimizer step and offload (K, Z, NO) / (K, M, Z, NO)
@@ -259,8 +266,8 @@ def evaluate(pb: Problem, space: Space) -> Table:
     win = (tmb[:, mi])[:, :, None, None]
     win_last = (tmb[:, li])[:, :, None, None]
     stream4 = np.where(offl == "all", stream, 0.0)[:, None, :, :]
-    offload_t = off_step[:, None, :, :] + (gaz[..., None] - 1) * comm.exposed(stream4, win, L) \
-        + comm.exposed(stream4, win_last, L)
+    offload_t = off_step[:, None, :, :] + (gaz[..., None] - 1) * comm.exposed(stream4, win, stream4 / L) \
+        + comm.exposed(stream4, win_last, stream4 / L)
 
     cast_step = (cast[:, None] * ga[None, :])[:, :, None] * ddp[None, None, :]  # (K,M,Z)
 

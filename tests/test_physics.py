@@ -41,8 +41,9 @@ def test_ring_collectives_volume():
 
 
 def test_exposed_communication():
-    assert comm.exposed(1.0, 0.4, 10) == pytest.approx(0.6)
-    assert comm.exposed(1.0, 5.0, 10) == pytest.approx(0.1)  # the last bucket is never hidden
+    assert comm.exposed(1.0, 0.4, 0.1) == pytest.approx(0.6)
+    assert comm.exposed(1.0, 5.0, 0.1) == pytest.approx(0.1)  # the last bucket is never hidden
+    assert comm.exposed(0.05, 5.0, 0.1) == pytest.approx(0.05)  # never more than the collective
 
 
 def test_state_bytes_per_param():

@@ -220,6 +220,9 @@ def evaluate(pb: Problem, space: Space) -> Table:
         # ZeRO-3 / FSDP gather and reduce unit by unit: L layers and the root unit (embeddings,
         # head); the root is gathered first and reduced last, so its collective (or one layer's,
         # if larger) can never hide behind compute
+        # the last bucket to fill cannot overlap: at worst a full bucket (monotone in model size)
+        ar_bucket = comm.all_reduce(fab, np.minimum(grad_bytes, 25.0 * memory.MIB))
+        rs_bucket = comm.gather_or_scatter(fab, np.minimum(grad_bytes, memory.ZERO_BUCKET_ELEMENTS * gc[:, None, :]))
         unit = max(P - L * PL, PL) / P
         ag_unit = comm.gather_or_scatter(fab, w_bytes * unit)
         rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
@@ -228,11 +231,11 @@ def evaluate(pb: Problem, space: Space) -> Table:
         for j, s in enumerate(space.shardings):
             sl = (slice(None), slice(None), slice(j, j + 1))
             if s == "ddp":
-                e = comm.exposed(ar[sl], bwd_last, ar[sl] / buckets[sl])
+                e = comm.exposed(ar[sl], bwd_last, ar_bucket[sl])
             elif s == "zero1":
-                e = comm.exposed(rs_z[sl], bwd_last, rs_z[sl] / zbuckets) + ag_z[sl]
+                e = comm.exposed(rs_z[sl], bwd_last, rs_bucket[sl]) + ag_z[sl]
             elif s == "zero2":
-                e = per_mb(rs_z[sl], bwd_mb, bwd_last, rs_z[sl] / zbuckets) + ag_z[sl]
+                e = per_mb(rs_z[sl], bwd_mb, bwd_last, rs_bucket[sl]) + ag_z[sl]
             elif s == "fsdp-grad-op":
                 e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) + per_mb(rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
             else:  # zero3 / fsdp-full: gather in forward, gather + reduce-scatter in backward

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from simulator.errors import UsageError
+from simulator.errors import UsageError, run_cli
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 MODES = {  # budget per point (s), per-call cap (s), min timed calls, torch.compile
@@ -248,21 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     prev_term = _on_sigterm()
     try:
-        a = build_parser().parse_args(argv)
-        return run(a, argv)
-    except UsageError as exc:
-        print(f"calibrate: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("calibrate: interrupted; measurements so far are saved — rerun with --resume",
-              file=sys.stderr)
-        return 130
-    except Exception as exc:  # noqa: BLE001 - one line, never a traceback
-        if os.environ.get("CALIBRATE_DEBUG"):
-            raise
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        print(f"calibrate: error: {type(exc).__name__}: {msg}", file=sys.stderr)
-        return 1
+        return run_cli("calibrate", lambda: run(build_parser().parse_args(argv), argv),
+                       interrupted="interrupted; measurements so far are saved — rerun with --resume")
     finally:
         if prev_term is not None:
             signal.signal(signal.SIGTERM, prev_term)

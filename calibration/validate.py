@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from simulator.errors import UsageError
+from simulator.errors import UsageError, run_cli
 from simulator.models import ModelSpec, get_model
 
 SUITE_DIR = Path(__file__).resolve().parent / "suites"
@@ -599,21 +599,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``validate`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        a = build_parser().parse_args(argv)
-        return run(a, argv)
-    except UsageError as exc:
-        print(f"validate: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("validate: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # noqa: BLE001 - one line, never a traceback
-        if os.environ.get("VALIDATE_DEBUG"):
-            raise
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        print(f"validate: error: {type(exc).__name__}: {msg}", file=sys.stderr)
-        return 1
+    return run_cli("validate", lambda: run(build_parser().parse_args(argv), argv))
 
 
 if __name__ == "__main__":

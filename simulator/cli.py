@@ -11,7 +11,7 @@ import sys
 
 from rich.console import Console
 
-from .errors import UsageError
+from .errors import UsageError, run_cli
 
 SUBCOMMANDS = {"validate-published": "simulator.published:main", "compare": "simulator.compare:main",
                "budget": "simulator.budget:main", "study-grid": "simulator.study:main"}
@@ -126,24 +126,23 @@ def run(argv: list[str]) -> int:
     return 0 if plan.feasible else 1
 
 
+def _dispatch(argv: list[str]) -> int:
+    if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
+        from .errors import unknown
+
+        raise unknown("subcommand", argv[0], list(SUBCOMMANDS))
+    if argv and argv[0] in SUBCOMMANDS:
+        import importlib
+
+        mod, fn = SUBCOMMANDS[argv[0]].split(":")
+        return int(getattr(importlib.import_module(mod), fn)(argv[1:]) or 0)
+    return run(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``simulate`` console script; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if argv and not argv[0].startswith("-") and argv[0] not in SUBCOMMANDS:
-            from .errors import unknown
-
-            raise unknown("subcommand", argv[0], list(SUBCOMMANDS))
-        if argv and argv[0] in SUBCOMMANDS:
-            mod, fn = SUBCOMMANDS[argv[0]].split(":")
-            import importlib
-
-            return int(getattr(importlib.import_module(mod), fn)(argv[1:]) or 0)
-        return run(argv)
-    except UsageError as exc:
-        print(f"simulate: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run_cli("simulate", lambda: _dispatch(argv))
 
 
 if __name__ == "__main__":

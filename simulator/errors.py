@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 
 class UsageError(ValueError):
@@ -23,3 +23,31 @@ def unknown(kind: str, value: str, choices: Iterable[str]) -> UsageError:
     choices = sorted(set(choices))
     shown = ", ".join(choices[:40]) + (", ..." if len(choices) > 40 else "")
     return UsageError(f"unknown {kind} {value!r}{did_you_mean(value, choices)}; valid choices: {shown}")
+
+
+#: Exit status of an unexpected internal error (1 is "nothing fits", 2 a usage error).
+EXIT_INTERNAL = 3
+
+
+def run_cli(prog: str, body: Callable[[], int], interrupted: str = "interrupted") -> int:
+    """Run a console script's body with the project's error contract: a UsageError prints one
+    line and exits 2; Ctrl-C prints ``interrupted`` and exits 130; any other exception prints
+    one line naming it and exits 3 (``SIMULATOR_DEBUG=1`` re-raises it with its traceback)."""
+    import os
+    import sys
+
+    try:
+        return int(body() or 0)
+    except UsageError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: {interrupted}", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - one line, never a traceback
+        if os.environ.get("SIMULATOR_DEBUG"):
+            raise
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"{prog}: internal error: {type(exc).__name__}: {msg} (SIMULATOR_DEBUG=1 shows the "
+              "traceback)", file=sys.stderr)
+        return EXIT_INTERNAL

@@ -169,3 +169,16 @@ def test_calibrated_local_collectives_drive_the_intra_node_link(tmp_path, capsys
 def test_unknown_subcommand(capsys):
     code, _, err = run(["compair", "--model", "pythia-1b"], capsys)
     assert code == 2 and "compare" in err and "did you mean" in err
+
+
+def test_internal_error_is_one_line_exit_3(monkeypatch, capsys):
+    from simulator import api
+
+    def boom(*a, **k):
+        raise RuntimeError("simulated bug\nsecond line")
+
+    monkeypatch.setattr(api, "answer", boom)
+    monkeypatch.delenv("SIMULATOR_DEBUG", raising=False)
+    code, _, err = run(["--gpus", "8x3090", "--model", "pythia-1b"], capsys)
+    assert code == 3
+    assert "RuntimeError: simulated bug" in err and len(err.strip().splitlines()) == 1

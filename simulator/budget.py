@@ -22,6 +22,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import compare
+from .cli import add_recipe_args, recipe_knobs
 from .costs import Prices, add_cost_args, assumptions, default_prices, prices_from_args, usd
 from .errors import UsageError
 
@@ -273,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", action="append", metavar="GPU[,GPU]", help="only these GPUs (ids or aliases)")
     p.add_argument("--counts", type=compare._counts, default=compare.COUNTS, help="GPUs per node (default 1,2,4,8)")
     p.add_argument("--multi-node", action="store_true", help="also 2 and 4 nodes of 8 GPUs")
-    compare.add_recipe_args(p)
+    add_recipe_args(p)
     add_cost_args(p)
     o = p.add_argument_group("output")
     o.add_argument("--out", default=".", metavar="DIR", help="folder for budget-<model>.md and .csv (default .)")
@@ -300,7 +301,7 @@ def main(argv: list[str]) -> int:
     prices = prices_from_args(a)
     names = [n for g in (a.gpu or []) for n in g.split(",") if n.strip()]
     es, ranked, line = run_budget(a.model, budget, deadline, a.mode, prices, names or None, a.counts,
-                                  a.multi_node, progress=True, **compare.recipe_knobs(a))
+                                  a.multi_node, progress=True, **recipe_knobs(a))
     md = to_markdown(model_line=line, es=es, budget=budget, deadline=deadline, mode=a.mode, prices=prices, top=a.top)
     from .atomic import write_text_atomic
 

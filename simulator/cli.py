@@ -59,6 +59,25 @@ def _fraction(flag):
     return conv
 
 
+def add_recipe_args(p: argparse.ArgumentParser) -> None:
+    """The recipe flags every subcommand shares."""
+    g = p.add_argument_group("recipe")
+    g.add_argument("--tokens", help="total training tokens (e.g. 300B, 2.5e11)")
+    g.add_argument("--steps", help="optimizer steps")
+    g.add_argument("--global-batch", help="sequences per optimizer step")
+    g.add_argument("--seq-len", help="tokens per sequence")
+    g.add_argument("--optimizer", help="adamw | adam | lion | sgd")
+
+
+def recipe_knobs(a: argparse.Namespace) -> dict:
+    """Recipe keyword arguments for the API from parsed flags (unset ones left out)."""
+    out = {k: getattr(a, k) for k in ("tokens", "steps", "global_batch", "seq_len", "optimizer")
+           if getattr(a, k, None) is not None}
+    if "optimizer" in out:
+        out["optimizer"] = out["optimizer"].strip().lower()
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="simulate", description="How long and how much to pre-train a model on given GPUs. "
                 f"Subcommands: {', '.join(SUBCOMMANDS)} (run `simulate SUBCOMMAND --help`).")
@@ -71,12 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overhead", type=_fraction("--overhead"),
                    help="extra wall-clock time beyond training steps (data loading, evaluation, checkpoints, "
                         "failures), e.g. 10%% or 0.1; default 0")
-    g = p.add_argument_group("recipe")
-    g.add_argument("--tokens", help="total training tokens (e.g. 300B, 2.5e11)")
-    g.add_argument("--steps", help="optimizer steps")
-    g.add_argument("--global-batch", help="sequences per optimizer step")
-    g.add_argument("--seq-len", help="tokens per sequence")
-    g.add_argument("--optimizer", help="adamw | adam | lion | sgd")
+    add_recipe_args(p)
     k = p.add_argument_group("strategy (omit to search)")
     k.add_argument("--precision", help="fp32 | tf32 | bf16 | fp16")
     k.add_argument("--attention", help="eager | sdpa")

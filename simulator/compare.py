@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import hardware
+from .cli import add_recipe_args, recipe_knobs
 from .costs import Prices, add_cost_args, default_prices, plan_cost, prices_from_args, usd
 from .errors import UsageError
 
@@ -333,23 +334,6 @@ def _counts(text: str) -> tuple[int, ...]:
     if not vals or any(v <= 0 for v in vals):
         raise argparse.ArgumentTypeError(f"--counts must be positive integers, got {text!r}")
     return vals
-
-
-def add_recipe_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("recipe")
-    g.add_argument("--tokens", help="total training tokens (e.g. 300B)")
-    g.add_argument("--steps", help="optimizer steps")
-    g.add_argument("--global-batch", help="sequences per optimizer step")
-    g.add_argument("--seq-len", help="tokens per sequence")
-    g.add_argument("--optimizer", help="adamw | adam | lion | sgd")
-
-
-def recipe_knobs(a: argparse.Namespace) -> dict:
-    out = {k: getattr(a, k) for k in ("tokens", "steps", "global_batch", "seq_len", "optimizer")
-           if getattr(a, k, None) is not None}
-    if "optimizer" in out:
-        out["optimizer"] = out["optimizer"].strip().lower()
-    return out
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -287,20 +287,14 @@ def _load(extra_dirs: tuple[str, ...]) -> Catalog:
     profiles: dict[str, Traversable] = {}
     origins: dict[str, str] = {}
     for root in _roots(extra_dirs):
-        for f in _files(root, "links", (".yaml", ".yml")):
-            try:
-                link = LinkSpec.model_validate(_read_yaml(f))
-            except ValidationError as exc:
-                raise UsageError(f"link file {str(f)!r} is malformed: {_first_error(exc)}") from None
-            links[link.id.lower()] = link
-            origins[f"link:{link.id.lower()}"] = str(f)
-        for f in _files(root, "gpus", (".yaml", ".yml")):
-            try:
-                gpu = GPUSpec.model_validate(_read_yaml(f))
-            except ValidationError as exc:
-                raise UsageError(f"GPU file {str(f)!r} is malformed: {_first_error(exc)}") from None
-            gpus[gpu.id.lower()] = gpu
-            origins[f"gpu:{gpu.id.lower()}"] = str(f)
+        for sub, model, kind, into in (("links", LinkSpec, "link", links), ("gpus", GPUSpec, "GPU", gpus)):
+            for f in _files(root, sub, (".yaml", ".yml")):
+                try:
+                    spec = model.model_validate(_read_yaml(f))
+                except ValidationError as exc:
+                    raise UsageError(f"{kind} file {str(f)!r} is malformed: {_first_error(exc)}") from None
+                into[spec.id.lower()] = spec
+                origins[f"{kind.lower()}:{spec.id.lower()}"] = str(f)
         for f in _files(root, "profiles", (".json",)):
             profiles[f.name[: -len(".json")].lower()] = f
     names: dict[str, str] = {}

@@ -325,8 +325,9 @@ def catalog() -> Catalog:
 
 
 def clear_cache() -> None:
-    """Forget loaded catalogs (after editing catalog files in the same process)."""
+    """Forget loaded catalogs and profiles (after editing catalog files in the same process)."""
     _cached.cache_clear()
+    _profile_at.cache_clear()
 
 
 def get_gpu(name: str) -> GPUSpec:
@@ -363,12 +364,17 @@ def default_profile_path(gpu: str | GPUSpec) -> Traversable:
 
 
 def default_profile(gpu: str | GPUSpec):
-    """Load and validate the default efficiency profile (:class:`simulator.profile.Profile`)."""
+    """The validated default efficiency profile (:class:`simulator.profile.Profile`), read once
+    per process (every search needs it; :func:`clear_cache` forgets it). Treat it as read-only."""
+    return _profile_at(default_profile_path(gpu))
+
+
+@functools.lru_cache(maxsize=64)
+def _profile_at(f: Traversable):
     import json
 
     from .profile import parse_profile
 
-    f = default_profile_path(gpu)
     try:
         data = json.loads(f.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

@@ -15,6 +15,10 @@ from . import kernels, workload
 from .device import Device
 from .workload import Gemm, MemOps
 
+#: FlashAttention's backward executes 5 matmuls of the forward's size against the forward's 2
+#: (it recomputes the scores): 2.5x the forward FLOPs (Dao 2023, FlashAttention-2, sec. 3.1.2).
+FLASH_BWD_FLOPS = 2.5
+
 
 @dataclass(frozen=True)
 class MicroBatchTime:
@@ -90,8 +94,7 @@ def _attention_part(model, seq_len: int, mb: np.ndarray, precision: str, attenti
             peak = dev.peak_flops["fp32"]
             e_f, e_b = prof.attention.mem_efficient_fwd, prof.attention.mem_efficient_bwd
         fl = workload.attention_flops_fwd(model, mb, seq_len, fused=True)
-        # FlashAttention's backward executes 2.5x the forward FLOPs (it recomputes the scores)
-        return _Part(fl / (peak * e_f), 2.5 * fl / (peak * e_b), fl, 2.5 * fl,
+        return _Part(fl / (peak * e_f), FLASH_BWD_FLOPS * fl / (peak * e_b), fl, FLASH_BWD_FLOPS * fl,
                      float(model.n_layers), float(model.n_layers))
     g = _gemm_part(dev, precision, workload.eager_attention_gemms(model, mb, seq_len), mb.size)
     sf, sb = workload.eager_softmax_bytes(model, mb, seq_len, workload.act_bytes(precision))

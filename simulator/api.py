@@ -16,8 +16,10 @@ from . import communication as comm
 from . import hardware, uncertainty
 from .device import GIB, device_from_profile, device_from_spec
 from .errors import UsageError
-from .estimate import Problem, Space, Table, evaluate, model_flops_per_token, palm_flops_per_token
+from .estimate import Problem, Space, Table, model_flops_per_token, palm_flops_per_token
 from .models import ModelSpec, resolve_model
+from .parallel import Parallelism, layouts, stage_layers
+from .parallel_search import PIPELINE_SHARDINGS, evaluate_layouts, explain_layout
 from .plan import SECONDS_PER_DAY, Plan
 from .profile import Profile, load_profile
 from .recipes import Recipe, make_recipe
@@ -237,7 +239,8 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
         breakdown_s={"compute": float(a["compute"][i]), "forward": float(a["forward"][i]),
                      "backward": float(a["backward"][i]), "recompute": float(a["recompute"][i]),
                      "exposed_comm": float(a["exposed_comm"][i]), "optimizer": float(a["optimizer"][i]),
-                     "offload": float(a["offload_time"][i])},
+                     "offload": float(a["offload_time"][i]),
+                     **{k: float(a[k][i]) for k in ("bubble", "tp_comm", "pp_comm") if k in a}},
         tokens_per_s=tps, mfu=float(mfu), mfu_6nd=float(mfu_6nd), hfu=float(hfu), memory_gib=mem, days=float(days),
         days_at_peak=float(days_at_peak), interval_days=iv,
         interval_source=(f"80% interval from {prof.validation.n} validation residuals (real runs "
@@ -319,17 +322,18 @@ class SearchResult:
 
 
 _PIN_KEYS = ("precision", "attention", "compile", "checkpointing", "sharding", "offload", "micro_batch")
+_LAYOUT_KEYS = ("tp", "pp", "vp", "sequence_parallel")
 
 
 def _split(knobs: dict) -> tuple[dict, dict]:
     setup_keys = ("profile", "tokens", "steps", "global_batch", "seq_len", "optimizer", "intra_node",
                   "inter_node", "host_memory", "overhead")
-    bad = set(knobs) - set(setup_keys) - set(_PIN_KEYS)
+    bad = set(knobs) - set(setup_keys) - set(_PIN_KEYS) - set(_LAYOUT_KEYS)
     if bad:
         raise UsageError(f"unknown option(s) {', '.join(sorted(bad))}; valid: "
-                         f"{', '.join(setup_keys + _PIN_KEYS)}")
+                         f"{', '.join(setup_keys + _PIN_KEYS + _LAYOUT_KEYS)}")
     return ({k: v for k, v in knobs.items() if k in setup_keys},
-            {k: v for k, v in knobs.items() if k in _PIN_KEYS})
+            {k: v for k, v in knobs.items() if k in _PIN_KEYS + _LAYOUT_KEYS})
 
 
 def run_search(model, gpus, **knobs) -> SearchResult:
@@ -337,12 +341,57 @@ def run_search(model, gpus, **knobs) -> SearchResult:
     t0 = time.perf_counter()
     sk, pins = _split(knobs)
     s = setup(model, gpus, **sk)
+    lay = {k: pins.pop(k) for k in _LAYOUT_KEYS if k in pins}
     space, notes = _space(s, pins)
-    tab = evaluate(s.problem, space)
+    pars = layout_space(s, lay, space)
+    tab, n_layouts = evaluate_layouts(s.problem, space, pars)
     key = tab.a["rank_key"]
     feas = np.nonzero(np.isfinite(key))[0]
     order = feas[np.argsort(key[feas], kind="stable")]
+    if len(pars) > 1:
+        notes = notes + [explain_layout(tab, order, len(pars), n_layouts, s.problem.n_gpus)]
     return SearchResult(s, tab, order, len(tab), (time.perf_counter() - t0) * 1e3, notes)
+
+
+def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
+    """The dp x tp x pp layouts to search, pinned ones checked (UsageError naming valid values)."""
+    pb = s.problem
+    n, g, model = pb.n_gpus, pb.fabric.gpus_per_node, pb.model
+    heads, layers = getattr(model, "n_heads", None), getattr(model, "n_layers", None)
+    if heads is None or layers is None:  # not a transformer: data parallelism only
+        for k in ("tp", "pp", "vp"):
+            if lay.get(k, 1) != 1:
+                raise UsageError(f"--{k} {lay[k]}: {model.display_name} is not a transformer; valid choice: 1")
+        return [Parallelism(n)]
+    for k in ("tp", "pp", "vp"):
+        v = lay.get(k)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+            raise UsageError(f"--{k} must be a positive integer, got {v!r}")
+    free = layouts(n, g, heads, layers)
+    tp, pp, vp = lay.get("tp"), lay.get("pp"), lay.get("vp")
+    if tp is not None and tp not in {p.tp for p in free}:
+        raise UsageError(f"--tp {tp}: tp must divide the {g} GPUs per node and the {heads} attention heads; "
+                         f"valid choices: {', '.join(str(v) for v in sorted({p.tp for p in free}))}")
+    if pp is not None:
+        ok = sorted({p.pp for p in free if tp is None or p.tp == tp})
+        if pp not in ok:
+            raise UsageError(f"--pp {pp}: dp x tp x pp must make the {n} GPUs and pp be at most the {layers} "
+                             f"layers; valid choices: {', '.join(str(v) for v in ok)}")
+        if pp > 1 and not any(sh in PIPELINE_SHARDINGS for sh in space.shardings):
+            raise UsageError(f"--pp {pp} needs --sharding ddp or zero1 (pipelining does not combine with "
+                             f"{', '.join(space.shardings)})")
+    if vp is not None and vp > 1:
+        p_eff = pp or max({p.pp for p in free if tp is None or p.tp == tp})
+        min_layers = stage_layers(layers, p_eff)[-1] if p_eff > 1 else 0
+        if p_eff == 1 or vp > min_layers:
+            raise UsageError(f"--vp {vp}: interleaving needs --pp above 1 and at most {min_layers or 1} "
+                             "virtual stages (the layers of the smallest stage); valid here: "
+                             f"1..{max(1, min_layers)}")
+    sp = lay.get("sequence_parallel")
+    out = layouts(n, g, heads, layers, tp=tp, pp=pp, vp=vp, sp=sp)
+    if vp is not None and vp > 1 and pp is None:
+        out = [p for p in out if p.pp > 1]
+    return out
 
 
 def search(model, gpus, top: int | None = None, **knobs) -> list[Plan]:

@@ -83,10 +83,14 @@ class Table:
 
     def strategy(self, i: int) -> Strategy:
         p, att, c, ck = self.packs[int(self.a["pack"][i])]
+        layout = {k: int(self.a[k][i]) for k in ("dp", "tp", "pp", "vp") if k in self.a}
+        if "sp" in self.a:
+            layout["sequence_parallel"] = bool(self.a["sp"][i])
         return Strategy(precision=p, attention=att, compile=c, checkpointing=ck,
                         sharding=self.shardings[int(self.a["sharding"][i])],
                         offload=self.offloads[int(self.a["offload"][i])],
-                        micro_batch=int(self.a["micro_batch"][i]), grad_accum=int(self.a["grad_accum"][i]))
+                        micro_batch=int(self.a["micro_batch"][i]), grad_accum=int(self.a["grad_accum"][i]),
+                        **layout)
 
 
 def model_flops_per_token(model, seq_len: int) -> float:
@@ -313,5 +317,6 @@ def evaluate(pb: Problem, space: Space) -> Table:
     ck_rank = np.array([("none", "selective", "full").index(pk[3]) for pk in packs])
     rank = (tab.a["offload"] * 100 + ck_rank[tab.a["pack"]] * 10 + stage[tab.a["sharding"]]
             + 1.0 - tab.a["micro_batch"] / (mbs.max() + 1.0)).astype(float)
+    tab.a["rank"] = rank
     tab.a["rank_key"] = np.where(feasible.ravel(), tab.a["step_time"] * (1 + 1e-9 * rank), np.inf)
     return tab

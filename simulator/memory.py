@@ -99,11 +99,13 @@ def layer_activation_bytes_per_token(model, seq_len: int, e: int, attention: str
     """Bytes one layer saves for backward per token (no dropout), after Korthikanti et al. 2022:
     attention block LN input, QKV input, Q/K/V, attention output; MLP block LN input, FC1
     input, FC1 output, activation output; eager attention adds the s x s softmax per head
-    (a*s*e per token), fused SDPA only its fp32 log-sum-exp (4a)."""
-    h, f = model.hidden, model.ffn_hidden
-    kv = workload.kv_dim(model)
+    (a*s*e per token), fused SDPA only its fp32 log-sum-exp (4a). Under tensor parallelism
+    (a ``parallel.ShardView``) heads and f are the GPU's shard; the hidden-sized inputs of the
+    norms and of QKV / FC1 are divided only with sequence parallelism (Korthikanti eq. 2-4)."""
+    h, f = model.hidden / workload.seq_shards(model), model.ffn_hidden
+    kv, q = workload.kv_dim(model), workload.q_dim(model)
     up = 2 * f if model.gated_mlp else f
-    attn = e * (h + h + (h + 2 * kv) + h)
+    attn = e * (h + h + (q + 2 * kv) + q)
     mlp = e * (h + h + up + f)
     core = eager_scores_bytes_per_token(model, seq_len, e) if attention == "eager" else 4.0 * model.n_heads
     return attn + mlp + core
@@ -122,14 +124,15 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     tokens = np.asarray(mb, dtype=float) * seq_len
     per_layer = layer_activation_bytes_per_token(model, seq_len, e, attention)
     L = model.n_layers
+    h = model.hidden / workload.seq_shards(model)
     if checkpointing == "full":
-        trunk = tokens * (L * model.hidden * e + per_layer)
+        trunk = tokens * (L * h * e + per_layer)
     elif checkpointing == "selective" and attention == "eager":
         core = eager_scores_bytes_per_token(model, seq_len, e)
         trunk = tokens * (L * (per_layer - core) + core)
     else:
         trunk = tokens * L * per_layer
-    return trunk + tokens * model.hidden * e * 2  # embedding output + final norm
+    return trunk + tokens * h * e * 2  # embedding output + final norm
 
 
 def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool) -> np.ndarray:

@@ -33,6 +33,12 @@ class Strategy(BaseModel):
     offload: Literal["none", "optimizer", "all"]
     micro_batch: int
     grad_accum: int
+    # layout (simulator.parallel): None = every GPU a data-parallel rank
+    dp: int | None = None
+    tp: int = 1
+    pp: int = 1
+    vp: int = 1
+    sequence_parallel: bool = False
 
     def describe(self) -> str:
         """One line, e.g. 'bf16 · SDPA · compiled · ZeRO-1 · no checkpointing · micro-batch 4 × 32'."""
@@ -47,7 +53,12 @@ class Strategy(BaseModel):
         ]
         if self.offload != "none":
             parts.append({"optimizer": "optimizer offloaded to CPU", "all": "params + optimizer offloaded to CPU"}[self.offload])
-        parts.append(f"micro-batch {self.micro_batch} × {self.grad_accum} accumulation")
+        parts.append(f"micro-batch {self.micro_batch} × {self.grad_accum} "
+                     + ("micro-batches" if self.pp > 1 else "accumulation"))
+        if self.tp > 1 or self.pp > 1:
+            from .parallel import Parallelism
+
+            parts.insert(0, Parallelism(self.dp or 1, self.tp, self.pp, self.vp, self.sequence_parallel).describe())
         return " · ".join(parts)
 
 

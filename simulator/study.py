@@ -30,7 +30,8 @@ MODELS = ("pythia-160m", "pythia-410m", "pythia-1b", "pythia-2.8b", "pythia-6.9b
           "vit-large-16-in21k")
 GPUS = ("rtx3090", "rtx-a6000", "a100-80gb-sxm", "h100-sxm")
 COUNTS = (1, 2, 4, 8)
-NAIVE_PINS = {"attention": "eager", "compile": False, "checkpointing": "none", "sharding": "ddp", "offload": "none"}
+NAIVE_PINS = {"attention": "eager", "compile": False, "checkpointing": "none", "sharding": "ddp", "offload": "none",
+              "tp": 1, "pp": 1}
 
 
 @dataclass
@@ -92,7 +93,7 @@ def cell(model: str, gpu_id: str, n: int, prices: Prices, pub: dict) -> Cell:
     g = hardware.get_gpu(gpu_id)
     text = f"{n}x{gpu_id}"
     p_days, p_src = pub.get((model, gpu_id, n), (None, ""))
-    res = run_search(model, text)
+    res = run_search(model, text, tp=1, pp=1)  # the study searched data-parallel strategies only
     plan = res.best
     c = Cell(model, plan.model["name"], gpu_id, g.short_name, n, plan.feasible, days_at_peak=plan.days_at_peak,
              published_days=p_days, published_source=p_src)

@@ -52,16 +52,31 @@ def is_causal(model) -> bool:
 
 def kv_dim(model) -> int:
     kvh = model.n_kv_heads or model.n_heads
-    return kvh * (model.hidden // model.n_heads)
+    return kvh * model.head_dim
+
+
+def q_dim(model) -> int:
+    """Width of the query projection and the attention output (heads x head_dim, elements);
+    the hidden size itself unless a tensor-parallel view holds only some of the heads."""
+    return model.n_heads * model.head_dim
+
+
+def seq_shards(model) -> int:
+    """Shards of the hidden-sized activations (norms, residuals): the tensor-parallel degree
+    under Megatron sequence parallelism (a ``parallel.ShardView``), else 1."""
+    return getattr(model, "seq_shards", 1)
 
 
 def layer_gemms(model, tokens: np.ndarray) -> list[Gemm]:
-    """Forward GEMMs of the transformer layers (all layers), m = tokens in the micro-batch."""
+    """Forward GEMMs of the transformer layers (all layers), m = tokens in the micro-batch.
+    Under tensor parallelism (a ``parallel.ShardView``) QKV and MLP-up are column-parallel (n
+    divided), the output projection and MLP-down row-parallel (k divided)."""
     h, f, L = model.hidden, model.ffn_hidden, model.n_layers
     up = 2 * f if model.gated_mlp else f
+    q = q_dim(model)
     return [
-        Gemm("qkv", tokens, h + 2 * kv_dim(model), h, L),
-        Gemm("attn_out", tokens, h, h, L),
+        Gemm("qkv", tokens, q + 2 * kv_dim(model), h, L),
+        Gemm("attn_out", tokens, h, q, L),
         Gemm("mlp_up", tokens, up, h, L),
         Gemm("mlp_down", tokens, h, f, L),
     ]
@@ -94,7 +109,7 @@ def logits_elements(model, mb: np.ndarray, seq_len: int) -> np.ndarray:
 
 def attention_flops_fwd(model, mb: np.ndarray, seq_len: int, fused: bool) -> np.ndarray:
     """Executed forward FLOPs of attention scores + values, all layers (fused causal skips half)."""
-    full = 4.0 * mb * seq_len**2 * model.hidden * model.n_layers
+    full = 4.0 * mb * seq_len**2 * q_dim(model) * model.n_layers
     return full * (0.5 if (fused and is_causal(model)) else 1.0)
 
 
@@ -106,7 +121,7 @@ def attention_model_flops_per_token(model, seq_len: int) -> float:
 
 def eager_attention_gemms(model, mb: np.ndarray, seq_len: int) -> list[Gemm]:
     """Materialised attention (math backend): batched scores (s x d)@(d x s) and values."""
-    d = model.hidden // model.n_heads
+    d = model.head_dim
     batch = mb * float(model.n_heads)
     s = np.full_like(mb, seq_len, dtype=float)
     return [Gemm("scores", s, seq_len, d, model.n_layers, batch),
@@ -126,17 +141,19 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     Eager: every op reads its inputs and writes its output (LN 2h, add 3h, GELU 2f or SwiGLU 5f,
     rotary 4(h+kv), output transpose copy 2h elements per token). Compiled (Inductor fusion):
     LN1+rotary, residual+LN2, activation and residual become 4 kernels reading inputs once
-    (2h + 2(h+kv), 4h, 2f or 3f, 3h). Backward moves about twice the forward bytes.
+    (2h + 2(h+kv), 4h, 2f or 3f, 3h). Backward moves about twice the forward bytes. Under
+    tensor parallelism heads and f are the GPU's shard; norms and residuals (h) are divided only
+    with sequence parallelism.
     """
-    h, f, kv = model.hidden, model.ffn_hidden, kv_dim(model)
+    h, f, kv, q = model.hidden / seq_shards(model), model.ffn_hidden, kv_dim(model), q_dim(model)
     rotary = model.pos_embedding == "rotary"
     rot = getattr(model, "rotary_pct", 1.0)  # fraction of each head's dims rotated (Pythia 0.25)
     tokens = mb * float(seq_len)
     if compiled:
-        per_tok = 2 * h + (2 * (h + kv) * rot if rotary else 0) + 4 * h + (3 * f if model.gated_mlp else 2 * f) + 3 * h
+        per_tok = 2 * h + (2 * (q + kv) * rot if rotary else 0) + 4 * h + (3 * f if model.gated_mlp else 2 * f) + 3 * h
         kernels = 4
     else:
-        per_tok = 2 * h + 2 * h + 6 * h + (5 * f if model.gated_mlp else 2 * f) + (4 * (h + kv) * rot if rotary else 0) + 2 * h
+        per_tok = 2 * h + 2 * h + 6 * h + (5 * f if model.gated_mlp else 2 * f) + (4 * (q + kv) * rot if rotary else 0) + 2 * q
         kernels = 2 + 2 + (2 if model.gated_mlp else 1) + (8 if rotary else 0) + 1
     L = model.n_layers
     nbytes = tokens * per_tok * e * L
@@ -149,7 +166,7 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     if model.linear_bias:
         # each linear's bias gradient is a reduction over all tokens of its output gradient
         up = 2 * f if model.gated_mlp else f
-        bwd_bytes = bwd_bytes + tokens * (h + 2 * kv + h + up + h) * e * L
+        bwd_bytes = bwd_bytes + tokens * (q + 2 * kv + h + up + h) * e * L
         bwd_kernels += 4 * L
     fwd = MemOps(nbytes, float(kernels * L))
     bwd = MemOps(bwd_bytes, bwd_kernels)

@@ -1,0 +1,191 @@
+"""Search over dp x tp x pp layouts, jointly with every other knob.
+
+One vectorized :func:`estimate.evaluate` per (tp, pp, sp) on the GPU's view of the model
+(:class:`parallel.ShardView`) over its data-parallel group's links (:func:`parallel.dp_fabric`);
+then per layout (and virtual-stage count) the pipeline bubble, the tensor-parallel collectives, the
+stage-to-stage sends and the first/last stage's memory are added. Layouts whose model states
+cannot fit even fully sharded are never evaluated. Units: seconds, bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from itertools import product
+
+import numpy as np
+
+from . import memory, parallel, workload
+from .estimate import Problem, Space, Table, evaluate, model_flops_per_token
+from .strategy import offload_allowed
+
+#: Sharding modes that combine with pipeline parallelism: Megatron's data-parallel gradient
+#: all-reduce (DDP) and its distributed optimizer (ZeRO-1); DeepSpeed refuses ZeRO-2/3 with
+#: pipelining, and FSDP does not pipeline.
+PIPELINE_SHARDINGS = ("ddp", "zero1")
+
+_ADDED = ("bubble", "tp_comm", "pp_comm")
+
+
+def micro_batch_sizes(per_replica: int) -> np.ndarray:
+    """Micro-batch sizes a tensor/pipeline-parallel run can use: the divisors of the replica's
+    batch (Megatron-LM requires global batch = micro-batch x micro-batches x dp exactly)."""
+    small = [d for d in range(1, math.isqrt(per_replica) + 1) if per_replica % d == 0]
+    return np.array(sorted(set(small + [per_replica // d for d in small])))
+
+
+def states_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
+    """The least bytes of weights, gradients and optimizer states any allowed strategy keeps on
+    one GPU of ``par`` (the bound used to prune layouts that cannot fit)."""
+    v = parallel.view(pb.model, par)
+    P = float(v.n_params())
+    PL = max(1.0, (P - v.n_embedding_params()) / v.n_layers)
+    shardings = [s for s in space.shardings if par.pp == 1 or s in PIPELINE_SHARDINGS]
+    best = np.inf
+    for p in space.precisions:
+        for s in shardings:
+            for o in space.offloads:
+                if offload_allowed(s, o):
+                    st = memory.model_states(P, PL, p, s, o, pb.optimizer, par.dp)
+                    best = min(best, st["weights"] + st["gradients"] + st["optimizer"])
+    return best
+
+
+def _one(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -> list[dict]:
+    """Arrays of every strategy under ``par`` for each virtual-stage count in ``vps``."""
+    model = parallel.view(pb.model, par)
+    fab = parallel.dp_fabric(pb.fabric, par)
+    shardings = [s for s in space.shardings if par.pp == 1 or s in PIPELINE_SHARDINGS]
+    sub = dataclasses.replace(space, shardings=shardings)
+    if space.micro_batches is None and (par.tp > 1 or par.pp > 1):
+        sub.micro_batches = micro_batch_sizes(math.ceil(pb.global_batch / par.dp))
+    tab = evaluate(dataclasses.replace(pb, model=model, fabric=fab), sub)
+    a = dict(tab.a)
+    a["sharding"] = np.array([space.shardings.index(s) for s in shardings])[a["sharding"]]
+    packs = tab.packs
+    e = np.array([workload.act_bytes(pk[0]) for pk in packs], dtype=float)[a["pack"]]
+    passes = np.array([3.0 if pk[3] == "full" else 2.0 for pk in packs])[a["pack"]]
+    ga = a["grad_accum"].astype(float)
+    tokens = math.ceil(pb.global_batch / par.dp) * pb.seq_len / ga  # mean tokens per micro-batch
+    h = pb.model.hidden
+    tp_mb = model.n_layers * parallel.tp_comm_time(tokens, h, e, par.tp, par.sp, passes,
+                                                   pb.fabric.intra_bw, pb.fabric.intra_alpha)
+    t_mb = (a["forward"] + a["backward"] + a["recompute"]) / ga
+    act, log = a["mem_activations"], a["mem_logits"]
+    act_f = act * (1 + memory.FRAGMENTATION)
+    rest = a["mem_total"] - act_f - log
+    out = []
+    for vp in vps:
+        p = dataclasses.replace(par, vp=vp)
+        p2p_mb = parallel.p2p_time(tokens, h, e, p, pb.fabric)
+        bubble = (p.pp - 1) / vp * (t_mb + tp_mb + p2p_mb)
+        b = dict(a)
+        b["bubble"], b["tp_comm"], b["pp_comm"] = bubble, ga * tp_mb, ga * p2p_mb
+        b["step_time"] = a["step_time"] + bubble + b["tp_comm"] + b["pp_comm"]
+        first = parallel.in_flight(p.pp, ga, vp) * act_f
+        first_binds = first >= act_f + log
+        b["mem_activations"] = np.where(first_binds, first / (1 + memory.FRAGMENTATION), act)
+        b["mem_logits"] = np.where(first_binds, 0.0, log)
+        b["mem_other"] = a["mem_other"] + memory.FRAGMENTATION * (b["mem_activations"] - act)
+        b["mem_total"] = rest + np.maximum(first, act_f + log)
+        b["fits"] = b["mem_total"] <= pb.device.usable_memory
+        b["feasible"] = a["valid"] & b["fits"] & a["host_ok"]
+        for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp)):
+            b[k] = np.full(ga.size, val)
+        simpler = np.log2(p.tp) + np.log2(p.pp) + (vp - 1)
+        b["rank_key"] = np.where(b["feasible"], b["step_time"] * (1 + 1e-9 * (a["rank"] + 1000 * simpler)), np.inf)
+        out.append(b)
+    return out
+
+
+def step_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
+    """A lower bound on any strategy's step time under ``par`` (seconds): the GPU's share of the
+    model's GEMM FLOPs at the profile's best GEMM efficiency and of its attention at the best
+    searched backend (fused: forward + FlashAttention's 2.5x backward at the best attention
+    efficiency; eager: the unmasked scores at the best GEMM efficiency), the smallest pipeline
+    bubble (one sample per micro-batch) and the tensor-parallel bytes at the link's bandwidth
+    without latency. Layouts whose floor exceeds a step already found are never evaluated: none
+    of their strategies could win."""
+    from .compute import FLASH_BWD_FLOPS
+
+    dev, prof, model = pb.device, pb.device.profile, pb.model
+    peak = max((dev.gemm_peak(p) or 0.0) for p in space.precisions)
+    e_gemm = max(prof.gemm_for(p).e_max for p in space.precisions)
+    at = prof.attention
+    per_replica = math.ceil(pb.global_batch / par.dp)
+    tokens = per_replica * pb.seq_len
+    one = np.array([1.0])
+    attn_fwd = float(workload.attention_flops_fwd(model, one, pb.seq_len, fused=True)[0]) / pb.seq_len
+    gemm = model_flops_per_token(model, pb.seq_len) - 3.0 * attn_fwd
+    fused = (1 + FLASH_BWD_FLOPS) * attn_fwd / max(at.flash_fwd, at.flash_bwd, at.mem_efficient_fwd,
+                                                   at.mem_efficient_bwd)
+    eager = 3.0 * 2.0 * attn_fwd / e_gemm if workload.is_causal(model) else 3.0 * attn_fwd / e_gemm
+    attn = min(fused if "sdpa" in space.attentions else np.inf, eager if "eager" in space.attentions else np.inf)
+    compute = (gemm / e_gemm + attn) * tokens / (par.tp * par.pp) / peak
+    bubble = compute * (par.pp - 1) / (par.vp * per_replica)
+    L = parallel.stage_layers(model.n_layers, par.pp)[0]
+    tp = L * parallel.tp_comm_time(tokens, model.hidden, 2, par.tp, par.sp, 2, pb.fabric.intra_bw, 0.0)
+    return float(compute + bubble + tp)
+
+
+def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Parallelism]) -> tuple[Table, int]:
+    """Evaluate every strategy of ``space`` under every layout that could fit and could win;
+    one Table (rows of all evaluated layouts) and the number of layouts evaluated. Layouts are
+    taken in order of their :func:`step_floor`; one whose floor is slower than the fastest
+    feasible step found so far is skipped. The least-memory layout is evaluated when none can fit,
+    so the cluster still gets its closest plan and reasons."""
+    groups: dict[tuple, list[int]] = {}
+    for par in layouts:
+        if par.pp > 1 and not any(s in PIPELINE_SHARDINGS for s in space.shardings):
+            continue
+        groups.setdefault((par.dp, par.tp, par.pp, par.sp), []).append(par.vp)
+    floors = {key: states_floor(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3])) for key in groups}
+    keep = [k for k in groups if floors[k] <= pb.device.usable_memory] or [min(floors, key=floors.get)]
+    bound = {k: step_floor(pb, space, parallel.Parallelism(k[0], k[1], k[2], max(groups[k]), k[3])) for k in keep}
+    parts: list[dict] = []
+    best = np.inf
+    for key in sorted(keep, key=bound.get):
+        if bound[key] > best:
+            break
+        dp, tp, pp, sp = key
+        for b in _one(pb, space, parallel.Parallelism(dp, tp, pp, 1, sp), groups[key]):
+            parts.append(b)
+            fin = b["rank_key"][np.isfinite(b["rank_key"])]
+            best = min(best, float(fin.min()) if fin.size else np.inf)
+    if not parts:
+        raise ValueError("no layout to evaluate: pipelining needs --sharding ddp or zero1")
+    a = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
+    tab = Table(problem=pb, packs=packs, shardings=list(space.shardings), offloads=list(space.offloads), a=a)
+    return tab, len({(int(p["dp"][0]), int(p["tp"][0]), int(p["pp"][0]), int(p["vp"][0])) for p in parts})
+
+
+def _layout_text(a: dict, i: int) -> str:
+    p = parallel.Parallelism(int(a["dp"][i]), int(a["tp"][i]), int(a["pp"][i]), int(a["vp"][i]), bool(a["sp"][i]))
+    return p.describe() or f"data parallelism over all {p.dp} GPUs"
+
+
+def explain_layout(tab: Table, order: np.ndarray, n_layouts: int, n_evaluated: int, n_gpus: int) -> str:
+    """One sentence on why the winning layout won: its bubble and tensor-parallel time, and how
+    the best plan of the other kind (pure data parallelism, or tensor/pipeline) compares."""
+    a = tab.a
+    head = (f"considered {n_layouts} layouts dp × tp × pp = {n_gpus}, evaluated {n_evaluated} (the rest "
+            "cannot fit their model states or cannot beat the winner even at peak speed)"
+            if n_layouts > n_evaluated else f"evaluated all {n_layouts} layouts dp × tp × pp = {n_gpus}")
+    if not order.size:
+        return head + "; none fits"
+    i = int(order[0])
+    plain = (a["tp"] == 1) & (a["pp"] == 1)
+    win_plain = bool(plain[i])
+    other = np.nonzero(np.isfinite(a["rank_key"]) & (plain != win_plain))[0]
+    text = f"{head}; {_layout_text(a, i)} wins"
+    if not win_plain:
+        text += (f" (per step: pipeline bubble {a['bubble'][i]:.2f} s, tensor-parallel collectives "
+                 f"{a['tp_comm'][i]:.2f} s, stage sends {a['pp_comm'][i]:.2f} s of {a['step_time'][i]:.2f} s)")
+    if other.size:
+        j = other[np.argmin(a["rank_key"][other])]
+        text += (f"; the best {'tensor/pipeline' if win_plain else 'pure data-parallel'} plan "
+                 f"({_layout_text(a, j)}) takes {a['step_time'][j] / a['step_time'][i]:.2f}× as long")
+    elif not win_plain:
+        text += "; no pure data-parallel plan fits"
+    return text

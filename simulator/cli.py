@@ -100,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--sharding", help="ddp | zero1 | zero2 | zero3 | fsdp-grad-op | fsdp-full")
     k.add_argument("--offload", help="none | optimizer | all")
     k.add_argument("--micro-batch", type=_positive_int("--micro-batch"), help="samples per micro-batch per GPU")
+    k.add_argument("--tp", type=_positive_int("--tp"), help="tensor-parallel degree (divides the GPUs per node and the heads)")
+    k.add_argument("--pp", type=_positive_int("--pp"), help="pipeline stages (1F1B)")
+    k.add_argument("--vp", type=_positive_int("--vp"), help="virtual pipeline stages per GPU (interleaved 1F1B)")
+    k.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None,
+                   help="Megatron sequence parallelism with tensor parallelism")
+    k.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false")
     from .costs import add_cost_args
 
     add_cost_args(p)
@@ -112,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _knobs(a: argparse.Namespace) -> dict:
     keys = ("profile", "intra_node", "inter_node", "host_memory", "overhead", "tokens", "steps", "global_batch",
             "seq_len", "optimizer", "precision", "attention", "compile", "checkpointing", "sharding",
-            "offload", "micro_batch")
+            "offload", "micro_batch", "tp", "pp", "vp", "sequence_parallel")
     out = {k: getattr(a, k) for k in keys if getattr(a, k) is not None}
     for k in ("precision", "attention", "checkpointing", "sharding", "offload", "optimizer"):
         if k in out:

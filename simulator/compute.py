@@ -88,11 +88,13 @@ def _sum(*parts: _Part) -> _Part:
 def _attention_part(model, seq_len: int, mb: np.ndarray, precision: str, attention: str, dev: Device) -> _Part:
     prof = dev.profile
     if attention == "sdpa":
+        a = prof.attention
         if precision in ("bf16", "fp16"):
-            peak, e_f, e_b = dev.gemm_peak(precision), prof.attention.flash_fwd, prof.attention.flash_bwd
+            peak, e_f, e_b = dev.gemm_peak(precision), a.flash_fwd, a.flash_bwd
         else:  # SDPA on fp32 inputs picks the memory-efficient kernel on CUDA cores
-            peak = dev.peak_flops["fp32"]
-            e_f, e_b = prof.attention.mem_efficient_fwd, prof.attention.mem_efficient_bwd
+            peak, e_f, e_b = dev.peak_flops["fp32"], a.mem_efficient_fwd, a.mem_efficient_bwd
+        shape = (model.head_dim, seq_len, a.head_dim_half, a.seq_half)
+        e_f, e_b = kernels.attention_efficiency(e_f, *shape), kernels.attention_efficiency(e_b, *shape)
         fl = workload.attention_flops_fwd(model, mb, seq_len, fused=True)
         return _Part(fl / (peak * e_f), FLASH_BWD_FLOPS * fl / (peak * e_b), fl, FLASH_BWD_FLOPS * fl,
                      float(model.n_layers), float(model.n_layers))

@@ -52,13 +52,17 @@ class AttentionEfficiency(_Strict):
     """Achieved fraction of the dtype's dense peak for fused attention kernels (FLOP-bound).
 
     'flash' and 'mem_efficient' are SDPA fused backends; 'math' (eager) is modelled as
-    GEMMs plus bandwidth-bound softmax over the materialised s x s scores.
+    GEMMs plus bandwidth-bound softmax over the materialised s x s scores. The fused fractions
+    are the large-head, long-sequence limits: the achieved fraction is scaled by
+    d/(d + head_dim_half) * s/(s + seq_half) (:func:`simulator.kernels.attention_efficiency`).
     """
 
     flash_fwd: float = Field(gt=0, le=1)
     flash_bwd: float = Field(gt=0, le=1)
     mem_efficient_fwd: float = Field(gt=0, le=1)
     mem_efficient_bwd: float = Field(gt=0, le=1)
+    head_dim_half: float = Field(default=0.0, ge=0)  # elements; 0 = no head-size dependence
+    seq_half: float = Field(default=0.0, ge=0)  # tokens; 0 = no sequence-length dependence
     source: str
 
 

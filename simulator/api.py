@@ -133,10 +133,7 @@ def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=No
             raise UsageError(f"--host-memory must be a positive number of GiB, got {host_memory!r}")
         host = float(host_memory) * GIB
     notes = []
-    if recipe.global_batch < fab.n:
-        raise UsageError(f"--global-batch {recipe.global_batch} is smaller than the {fab.n} GPUs; "
-                         "each GPU needs at least one sample per step")
-    if recipe.global_batch % fab.n:
+    if recipe.global_batch >= fab.n and recipe.global_batch % fab.n:
         notes.append(f"global batch {recipe.global_batch} is not divisible by {fab.n} GPUs; "
                      f"the busiest GPU processes {math.ceil(recipe.global_batch / fab.n)} samples")
     extra = 0.0
@@ -173,9 +170,6 @@ def _space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
                 base, ("fp32",)) if p in supported]
             notes.append(f"{s.hardware['gpu']} has no {base}: searched {', '.join(precs)} instead")
     mb = pins.get("micro_batch")
-    if mb is not None and mb > s.problem.per_gpu_batch:
-        raise UsageError(f"--micro-batch {mb} exceeds the per-GPU batch of {s.problem.per_gpu_batch} "
-                         f"(global batch {s.recipe.global_batch} over {s.problem.n_gpus} GPUs)")
     if pins.get("compile") is not None:
         check_choice("--compile", pins["compile"], COMPILES)
 
@@ -344,7 +338,7 @@ def run_search(model, gpus, **knobs) -> SearchResult:
     s = setup(model, gpus, **sk)
     lay = {k: pins.pop(k) for k in _LAYOUT_KEYS if k in pins}
     space, notes = _space(s, pins)
-    pars = layout_space(s, lay, space)
+    pars = _batch_fits(s, layout_space(s, lay, space), pins.get("micro_batch"))
     tab, n_layouts = evaluate_layouts(s.problem, space, pars)
     key = tab.a["rank_key"]
     feas = np.nonzero(np.isfinite(key))[0]
@@ -352,6 +346,23 @@ def run_search(model, gpus, **knobs) -> SearchResult:
     if len(pars) > 1:
         notes = notes + [explain_layout(tab, order, len(pars), n_layouts, s.problem.n_gpus)]
     return SearchResult(s, tab, order, len(tab), (time.perf_counter() - t0) * 1e3, notes)
+
+
+def _batch_fits(s: Setup, pars: list[Parallelism], mb: int | None) -> list[Parallelism]:
+    """Layouts whose data-parallel replicas each get at least one sample (and the pinned
+    micro-batch); UsageError when none does."""
+    gb = s.recipe.global_batch
+    ok = [p for p in pars if p.dp <= gb]
+    if not ok:
+        raise UsageError(f"--global-batch {gb} is smaller than the {min(p.dp for p in pars)} data-parallel "
+                         f"replicas of every layout searched ({s.problem.n_gpus} GPUs); each replica needs at "
+                         "least one sample per step (pin --tp/--pp to split the model instead)")
+    fit = [p for p in ok if mb is None or mb <= math.ceil(gb / p.dp)]
+    if not fit:
+        most = max(math.ceil(gb / p.dp) for p in ok)
+        raise UsageError(f"--micro-batch {mb} exceeds the per-replica batch of {most} (global batch {gb} over "
+                         f"{min(p.dp for p in ok)} data-parallel replicas)")
+    return fit
 
 
 def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:

@@ -13,7 +13,8 @@ from rich.console import Console
 
 from .errors import UsageError, run_cli
 
-SUBCOMMANDS = {"validate-published": "simulator.published:main", "compare": "simulator.compare:main",
+SUBCOMMANDS = {"validate-published": "simulator.published:main",
+               "validate-parallel": "simulator.parallel_validation:main", "compare": "simulator.compare:main",
                "budget": "simulator.budget:main", "study-grid": "simulator.study:main"}
 
 

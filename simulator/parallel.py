@@ -164,6 +164,8 @@ class ShardView:
         self._params = self.n_layers * layer + self._emb + b["final_norm"]
 
     def __getattr__(self, name):
+        if name.startswith("_"):  # not set yet (copying): never recurse into the spec
+            raise AttributeError(name)
         return getattr(self._spec, name)
 
     @property

@@ -9,6 +9,7 @@ cannot fit even fully sharded are never evaluated. Units: seconds, bytes.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from itertools import product
@@ -32,6 +33,21 @@ def micro_batch_sizes(per_replica: int) -> np.ndarray:
     batch (Megatron-LM requires global batch = micro-batch x micro-batches x dp exactly)."""
     small = [d for d in range(1, math.isqrt(per_replica) + 1) if per_replica % d == 0]
     return np.array(sorted(set(small + [per_replica // d for d in small])))
+
+
+def stored_activations(model, seq_len: int, packs: list[tuple], pack: np.ndarray, mb: np.ndarray,
+                       act: np.ndarray) -> np.ndarray:
+    """Bytes of one micro-batch's activations that stay stored while later micro-batches run
+    (the per-layer part, x the stage's layers): ``layers x (act(L) - act(L-1))``; the rest of
+    ``act`` (one layer's recomputed working set, the embedding output) exists once per stage."""
+    fewer = copy.copy(model)
+    fewer.n_layers = model.n_layers - 1
+    out = np.empty_like(act)
+    for k, (p, att, _c, ck) in enumerate(packs):
+        sel = pack == k
+        if sel.any():
+            out[sel] = model.n_layers * (act[sel] - memory.activations(fewer, seq_len, mb[sel], p, att, ck))
+    return np.minimum(out, act)
 
 
 def states_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
@@ -72,8 +88,9 @@ def _one(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -
                                                    pb.fabric.intra_bw, pb.fabric.intra_alpha)
     t_mb = (a["forward"] + a["backward"] + a["recompute"]) / ga
     act, log = a["mem_activations"], a["mem_logits"]
-    act_f = act * (1 + memory.FRAGMENTATION)
-    rest = a["mem_total"] - act_f - log
+    F = 1 + memory.FRAGMENTATION
+    rest = a["mem_total"] - act * F - log
+    stored = stored_activations(model, pb.seq_len, packs, a["pack"], a["micro_batch"], act) if par.pp > 1 else act
     out = []
     for vp in vps:
         p = dataclasses.replace(par, vp=vp)
@@ -82,12 +99,13 @@ def _one(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -
         b = dict(a)
         b["bubble"], b["tp_comm"], b["pp_comm"] = bubble, ga * tp_mb, ga * p2p_mb
         b["step_time"] = a["step_time"] + bubble + b["tp_comm"] + b["pp_comm"]
-        first = parallel.in_flight(p.pp, ga, vp) * act_f
-        first_binds = first >= act_f + log
-        b["mem_activations"] = np.where(first_binds, first / (1 + memory.FRAGMENTATION), act)
+        # first stage: in-flight micro-batches' stored activations + one working set; last: one + logits
+        first = act + (parallel.in_flight(p.pp, ga, vp) - 1) * stored
+        first_binds = first * F >= act * F + log
+        b["mem_activations"] = np.where(first_binds, first, act)
         b["mem_logits"] = np.where(first_binds, 0.0, log)
         b["mem_other"] = a["mem_other"] + memory.FRAGMENTATION * (b["mem_activations"] - act)
-        b["mem_total"] = rest + np.maximum(first, act_f + log)
+        b["mem_total"] = rest + np.maximum(first * F, act * F + log)
         b["fits"] = b["mem_total"] <= pb.device.usable_memory
         b["feasible"] = a["valid"] & b["fits"] & a["host_ok"]
         for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp)):

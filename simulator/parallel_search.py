@@ -17,6 +17,7 @@ from itertools import product
 import numpy as np
 
 from . import memory, parallel, workload
+from .compute import micro_batch_time
 from .estimate import Problem, Space, Table, evaluate, model_flops_per_token
 from .strategy import offload_allowed
 
@@ -116,34 +117,43 @@ def _one(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -
     return out
 
 
-def step_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
-    """A lower bound on any strategy's step time under ``par`` (seconds): the GPU's share of the
-    model's GEMM FLOPs at the profile's best GEMM efficiency and of its attention at the best
-    searched backend (fused: forward + FlashAttention's 2.5x backward at the best attention
-    efficiency; eager: the unmasked scores at the best GEMM efficiency), the smallest pipeline
-    bubble (one sample per micro-batch) and the tensor-parallel bytes at the link's bandwidth
-    without latency. Layouts whose floor exceeds a step already found are never evaluated: none
-    of their strategies could win."""
-    from .compute import FLASH_BWD_FLOPS
-
-    dev, prof, model = pb.device, pb.device.profile, pb.model
-    peak = max((dev.gemm_peak(p) or 0.0) for p in space.precisions)
-    e_gemm = max(prof.gemm_for(p).e_max for p in space.precisions)
-    at = prof.attention
+def _extra_floor(pb: Problem, par: parallel.Parallelism, compute: float, layers: int) -> float:
+    """What a layout adds at least to ``compute`` seconds: the smallest pipeline bubble (one sample
+    per micro-batch) and the tensor-parallel bytes at the link's bandwidth without latency."""
     per_replica = math.ceil(pb.global_batch / par.dp)
-    tokens = per_replica * pb.seq_len
-    one = np.array([1.0])
-    attn_fwd = float(workload.attention_flops_fwd(model, one, pb.seq_len, fused=True)[0]) / pb.seq_len
-    gemm = model_flops_per_token(model, pb.seq_len) - 3.0 * attn_fwd
-    fused = (1 + FLASH_BWD_FLOPS) * attn_fwd / max(at.flash_fwd, at.flash_bwd, at.mem_efficient_fwd,
-                                                   at.mem_efficient_bwd)
-    eager = 3.0 * 2.0 * attn_fwd / e_gemm if workload.is_causal(model) else 3.0 * attn_fwd / e_gemm
-    attn = min(fused if "sdpa" in space.attentions else np.inf, eager if "eager" in space.attentions else np.inf)
-    compute = (gemm / e_gemm + attn) * tokens / (par.tp * par.pp) / peak
     bubble = compute * (par.pp - 1) / (par.vp * per_replica)
-    L = parallel.stage_layers(model.n_layers, par.pp)[0]
-    tp = L * parallel.tp_comm_time(tokens, model.hidden, 2, par.tp, par.sp, 2, pb.fabric.intra_bw, 0.0)
-    return float(compute + bubble + tp)
+    tp = layers * parallel.tp_comm_time(per_replica * pb.seq_len, pb.model.hidden, 2, par.tp, par.sp, 2,
+                                        pb.fabric.intra_bw, 0.0)
+    return float(bubble + tp)
+
+
+def flops_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
+    """A cheap lower bound on any strategy's step time under ``par`` (seconds): the GPU's share of
+    the model's minimum FLOPs at the fastest searched peak and the profile's best efficiency of any
+    kernel, plus :func:`_extra_floor`."""
+    dev, prof = pb.device, pb.device.profile
+    peak = max((dev.gemm_peak(p) or 0.0) for p in space.precisions)
+    at = prof.attention
+    eff = min(1.0, max([prof.gemm_for(p).e_max for p in space.precisions]
+                       + [at.flash_fwd, at.flash_bwd, at.mem_efficient_fwd, at.mem_efficient_bwd]))
+    tokens = math.ceil(pb.global_batch / par.dp) * pb.seq_len
+    compute = model_flops_per_token(pb.model, pb.seq_len) * tokens / (par.tp * par.pp) / (peak * eff)
+    return float(compute) + _extra_floor(pb, par, compute, parallel.stage_layers(pb.model.n_layers, par.pp)[0])
+
+
+def step_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
+    """A tighter lower bound (seconds): the replica's whole batch as one micro-batch without
+    recomputation, on the fastest searched precision, attention and compilation (a micro-batch's
+    time is subadditive: GEMMs only get more efficient with more rows, launches amortize), plus
+    :func:`_extra_floor`. Layouts whose floor exceeds a step already found are never evaluated:
+    none of their strategies could win."""
+    model = parallel.view(pb.model, par)
+    mb = np.array([float(math.ceil(pb.global_batch / par.dp))])
+    compiles = [True] if True in space.compiles else list(space.compiles)
+    compute = min(float(micro_batch_time(model, pb.seq_len, mb, p, att, c, "none", pb.device).total[0])
+                  for p in space.precisions if pb.device.gemm_peak(p) is not None
+                  for att in space.attentions for c in compiles)
+    return compute + _extra_floor(pb, par, compute, model.n_layers)
 
 
 def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Parallelism]) -> tuple[Table, int]:
@@ -159,12 +169,15 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
         groups.setdefault((par.dp, par.tp, par.pp, par.sp), []).append(par.vp)
     floors = {key: states_floor(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3])) for key in groups}
     keep = [k for k in groups if floors[k] <= pb.device.usable_memory] or [min(floors, key=floors.get)]
-    bound = {k: step_floor(pb, space, parallel.Parallelism(k[0], k[1], k[2], max(groups[k]), k[3])) for k in keep}
+    par_of = {k: parallel.Parallelism(k[0], k[1], k[2], max(groups[k]), k[3]) for k in keep}
+    cheap = {k: flops_floor(pb, space, par_of[k]) for k in keep}
     parts: list[dict] = []
     best = np.inf
-    for key in sorted(keep, key=bound.get):
-        if bound[key] > best:
+    for key in sorted(keep, key=cheap.get):
+        if cheap[key] > best:
             break
+        if np.isfinite(best) and step_floor(pb, space, par_of[key]) > best:
+            continue
         dp, tp, pp, sp = key
         for b in _one(pb, space, parallel.Parallelism(dp, tp, pp, 1, sp), groups[key]):
             parts.append(b)

@@ -344,7 +344,7 @@ class ModelSpec(BaseModel):
     def describe(self) -> str:
         """One line: display name, parameter count, shape."""
         n = self.n_params()
-        size = f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.0f} M"
+        size = f"{n / 1e9:.2f} B" if n >= 999.5e6 else f"{n / 1e6:.0f} M"
         return (
             f"{self.display_name} · {size} parameters · {self.n_layers} layers × {self.hidden} "
             f"hidden × {self.n_heads} heads · {self.family_display} {self.kind}"
@@ -392,31 +392,62 @@ def list_models() -> list[str]:
     return [spec.name for spec in _load_presets()[0].values()]
 
 
+def find_preset(name: str) -> ModelSpec | None:
+    """The preset with this name, alias, display name or Hugging Face id (case-insensitive)."""
+    presets, aliases = _load_presets()
+    key = aliases.get(_normalize(name))
+    return presets[key] if key is not None else None
+
+
 def get_model(name: str) -> ModelSpec:
     """Look up a preset by name, alias, display name or Hugging Face id (case-insensitive).
 
     ``pythia-1b``, ``Pythia-1B`` and ``EleutherAI/pythia-1b`` all give the same spec. An
     ``org/name`` id that is not a known alias falls back to ``name``.
     """
-    presets, aliases = _load_presets()
-    key = _normalize(name)
-    if key in aliases:
-        return presets[aliases[key]]
-    if "/" in key and key.rsplit("/", 1)[1] in aliases:
-        return presets[aliases[key.rsplit("/", 1)[1]]]
-    raise unknown("model", name, list_models())
+    spec = find_preset(name)
+    if spec is None and "/" in name:
+        spec = find_preset(name.rsplit("/", 1)[1])
+    if spec is None:
+        raise unknown("model", name, list_models())
+    return spec
 
 
 def resolve_model(arg: str | os.PathLike[str]) -> ModelSpec:
-    """A preset name, or a Hugging Face ``config.json``: an existing file, any ``*.json`` path, or
-    a folder holding ``config.json``."""
+    """A preset name; a Hugging Face ``config.json`` (an existing file, any ``*.json`` path, or a
+    folder holding ``config.json``); or a Hub id ``org/name[@revision]``: the preset with that
+    ``hf_id``, else the config in the local Hugging Face cache, else the config alone downloaded
+    with ``huggingface_hub`` when installed and online (:mod:`simulator.hub`)."""
     text = os.fspath(arg)
     path = Path(text)
     if text.lower().endswith(".json") or path.is_file() or (path / "config.json").is_file():
         from simulator.hf_config import model_from_hf_config
 
         return model_from_hf_config(text)
-    return get_model(text)
+    from simulator import hub
+
+    parsed = hub.parse_hub_id(text)
+    if parsed is None:
+        return get_model(text)
+    repo_id, revision = parsed
+    preset = find_preset(repo_id)
+    if preset is not None:
+        return preset
+    try:
+        config, where = hub.find_config(repo_id, revision)
+    except UsageError as exc:
+        near = find_preset(repo_id.rsplit("/", 1)[1])
+        hint = f"; or use the preset {near.name!r}" if near is not None else ""
+        raise UsageError(f"{exc}{hint}") from None
+    from simulator.hf_config import model_from_hf_config
+
+    label = repo_id + (f"@{revision}" if revision else "")
+    spec = model_from_hf_config(config, name=repo_id.rsplit("/", 1)[1])
+    return spec.model_copy(update={
+        "display": label,
+        "hf_id": repo_id,
+        "source": f"huggingface.co/{repo_id} config.json, revision {revision or 'main'} ({where}: {config})",
+    })
 
 
 def model_from_dict(data: dict[str, Any]) -> ModelSpec:

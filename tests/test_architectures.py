@@ -11,9 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hf_reference import COUNTS, all_configs, count_params
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from simulator import memory, workload
+from simulator.api import simulate
 from simulator.cli import main
 from simulator.errors import UsageError
 from simulator.estimate import model_flops_per_token
@@ -218,8 +221,6 @@ def test_bad_new_fields_one_line(cfg: dict[str, object], needle: str) -> None:
 
 
 def test_new_presets_simulate() -> None:
-    from simulator.api import simulate
-
     for name in ("smollm2-360m", "gemma-2-2b", "qwen3-0.6b", "falcon-7b"):
         plan = simulate(name, "8xa100-80gb")
         assert plan.feasible, name
@@ -273,3 +274,46 @@ def test_cli_exits_2_with_one_sentence(cfg: dict[str, object], tmp_path: Path, c
     code = main(["--gpus", "8x3090", "--model", str(f)])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "not modelled yet" in err
+
+
+# ---------------------------------------------------------------------- invariants
+@st.composite
+def modern_models(draw) -> ModelSpec:
+    """Random decoders with the features of this module: head_dim != hidden / heads, sliding
+    windows, QK-norm, 1/2/4 norms per block, soft-capping, Q/K/V-only biases."""
+    heads = draw(st.sampled_from([4, 8, 16]))
+    kv = draw(st.sampled_from([h for h in (1, 2, 4, heads) if heads % h == 0]))
+    hidden = draw(st.sampled_from([256, 512, 768, 1024]))
+    layers = draw(st.integers(1, 24))
+    window = draw(st.sampled_from([None, 128, 512, 4096]))
+    return ModelSpec(
+        name="random-modern", family="gemma2", kind="decoder", n_layers=layers, hidden=hidden,
+        n_heads=heads, n_kv_heads=kv, attn_head_dim=draw(st.sampled_from([None, 64, 128, 256])),
+        ffn_hidden=4 * hidden, gated_mlp=True, vocab_size=draw(st.sampled_from([32000, 256000])),
+        max_positions=8192, default_seq_len=2048, tied_embeddings=True, pos_embedding="rotary",
+        norm="rmsnorm", linear_bias=False, qkv_bias=draw(st.booleans()), norm_bias=False,
+        qk_norm=draw(st.sampled_from(["none", "shared", "full"])),
+        norms_per_layer=draw(st.sampled_from([1, 2, 4])), sliding_window=window,
+        n_window_layers=draw(st.integers(0, layers)) if window else 0,
+        attn_softcap=draw(st.sampled_from([None, 50.0])), logit_softcap=draw(st.sampled_from([None, 30.0])),
+        head="lm")
+
+
+INVARIANTS = settings(max_examples=12, derandomize=True, deadline=None,
+                      suppress_health_check=[HealthCheck.too_slow])
+
+
+@INVARIANTS
+@given(model=modern_models(), gpus=st.sampled_from(["1x3090", "8xa100-80gb", "2x8xh100"]),
+       attention=st.sampled_from(["eager", "sdpa"]), compiled=st.booleans(),
+       seq=st.sampled_from([512, 2048]))
+def test_modern_models_physics_holds(model, gpus, attention, compiled, seq) -> None:
+    kw = dict(seq_len=seq, global_batch=64, steps=10, micro_batch=1, offload="none",
+              precision="bf16", attention=attention, compile=compiled)
+    plan = simulate(model, gpus, **kw)
+    assert 0 < plan.step_time_s < float("inf") and plan.mfu <= plan.hfu + 1e-9 <= 1.0 + 1e-9
+    assert plan.days >= plan.days_at_peak
+    # a wider window (or none) is never faster
+    if model.sliding_window and model.n_window_layers:
+        wider = model.model_copy(update={"sliding_window": 2 * model.sliding_window})
+        assert simulate(wider, gpus, **kw).step_time_s >= plan.step_time_s * (1 - 1e-12)

@@ -50,44 +50,22 @@ def is_causal(model) -> bool:
     return model.kind == "decoder"
 
 
-def q_dim(model) -> int:
-    """Width of the queries and of the attention output: heads x head_dim (elements). Equals
-    ``hidden`` unless the config sets ``head_dim`` (Gemma: 8 x 256 = 2048 for hidden 2304)."""
-    return model.n_heads * model.head_dim
-
-
 def kv_dim(model) -> int:
-    """Width of the keys (or values): kv heads x head_dim (elements)."""
-    return (model.n_kv_heads or model.n_heads) * model.head_dim
+    kvh = model.n_kv_heads or model.n_heads
+    return kvh * model.head_dim
 
 
-def attention_span_fraction(seq_len: int, window: int | None) -> float:
-    """Fraction of the s x s score matrix a causal kernel that skips masked blocks computes:
-    1/2 for full causal attention; with a sliding window of w < s keys per query,
-    (w*s - w^2/2) / s^2 (continuous count of the band; 1/2 again when w >= s)."""
-    if window is None or window >= seq_len:
-        return 0.5
-    return (window * seq_len - 0.5 * window**2) / float(seq_len) ** 2
-
-
-def attention_layer_weight(model, seq_len: int, fused: bool) -> float:
-    """Layers' worth of full s x s attention executed: causal fused kernels skip the masked half
-    and, in sliding-window layers, everything outside the window (FlashAttention-2
-    ``window_size``, FlexAttention block masks); materialised (eager) attention computes the
-    whole matrix and masks it afterwards, windows or not; encoders attend to everything."""
-    L = model.n_layers
-    if not (fused and is_causal(model)):
-        return float(L)
-    n_win = getattr(model, "n_window_layers", 0)
-    window = getattr(model, "sliding_window", None)
-    return (L - n_win) * 0.5 + n_win * attention_span_fraction(seq_len, window)
+def q_dim(model) -> int:
+    """Width of the query projection and the attention output (heads x head_dim, elements);
+    the hidden size itself unless a tensor-parallel view holds only some of the heads."""
+    return model.n_heads * model.head_dim
 
 
 def layer_gemms(model, tokens: np.ndarray) -> list[Gemm]:
     """Forward GEMMs of the transformer layers (all layers), m = tokens in the micro-batch."""
     h, f, L = model.hidden, model.ffn_hidden, model.n_layers
-    q = q_dim(model)
     up = 2 * f if model.gated_mlp else f
+    q = q_dim(model)
     return [
         Gemm("qkv", tokens, q + 2 * kv_dim(model), h, L),
         Gemm("attn_out", tokens, h, q, L),
@@ -119,6 +97,28 @@ def logits_elements(model, mb: np.ndarray, seq_len: int) -> np.ndarray:
     if model.head in ("lm", "mlm"):
         return mb * seq_len * float(model.vocab_size)
     return mb * float(model.num_classes or 1)
+
+
+def attention_span_fraction(seq_len: int, window: int | None) -> float:
+    """Fraction of the s x s score matrix a causal kernel that skips masked blocks computes:
+    1/2 for full causal attention; with a sliding window of w < s keys per query,
+    (w*s - w^2/2) / s^2 (continuous count of the band; 1/2 again when w >= s)."""
+    if window is None or window >= seq_len:
+        return 0.5
+    return (window * seq_len - 0.5 * window**2) / float(seq_len) ** 2
+
+
+def attention_layer_weight(model, seq_len: int, fused: bool) -> float:
+    """Layers' worth of full s x s attention executed: causal fused kernels skip the masked half
+    and, in sliding-window layers, everything outside the window (FlashAttention-2
+    ``window_size``, FlexAttention block masks); materialised (eager) attention computes the
+    whole matrix and masks it afterwards, windows or not; encoders attend to everything."""
+    L = model.n_layers
+    if not (fused and is_causal(model)):
+        return float(L)
+    n_win = getattr(model, "n_window_layers", 0)
+    window = getattr(model, "sliding_window", None)
+    return (L - n_win) * 0.5 + n_win * attention_span_fraction(seq_len, window)
 
 
 def attention_flops_fwd(model, mb: np.ndarray, seq_len: int, fused: bool) -> np.ndarray:

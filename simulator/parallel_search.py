@@ -173,16 +173,24 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
     cheap = {k: flops_floor(pb, space, par_of[k]) for k in keep}
     parts: list[dict] = []
     best = np.inf
+    done: set[tuple] = set()
     for key in sorted(keep, key=cheap.get):
         if cheap[key] > best:
             break
         if np.isfinite(best) and step_floor(pb, space, par_of[key]) > best:
             continue
-        dp, tp, pp, sp = key
-        for b in _one(pb, space, parallel.Parallelism(dp, tp, pp, 1, sp), groups[key]):
+        done.add(key)
+        for b in _one(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3]), groups[key]):
             parts.append(b)
             fin = b["rank_key"][np.isfinite(b["rank_key"])]
             best = min(best, float(fin.min()) if fin.size else np.inf)
+    # the most promising layout of the other kind (plain data parallelism, or tensor/pipeline),
+    # so the winner can be explained against it
+    for plain in (True, False):
+        rest = [k for k in keep if (k[1] == 1 and k[2] == 1) == plain]
+        if rest and not any(k in done for k in rest):
+            k = min(rest, key=cheap.get)
+            parts.extend(_one(pb, space, parallel.Parallelism(k[0], k[1], k[2], 1, k[3]), groups[k]))
     if not parts:
         raise ValueError("no layout to evaluate: pipelining needs --sharding ddp or zero1")
     a = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

@@ -360,8 +360,8 @@ def _batch_fits(s: Setup, pars: list[Parallelism], mb: int | None) -> list[Paral
     fit = [p for p in ok if mb is None or mb <= math.ceil(gb / p.dp)]
     if not fit:
         most = max(math.ceil(gb / p.dp) for p in ok)
-        raise UsageError(f"--micro-batch {mb} exceeds the per-replica batch of {most} (global batch {gb} over "
-                         f"{min(p.dp for p in ok)} data-parallel replicas)")
+        raise UsageError(f"--micro-batch {mb} exceeds the largest per-GPU batch of any layout, {most} samples "
+                         f"(global batch {gb} over {min(p.dp for p in ok)} data-parallel replica(s))")
     return fit
 
 

@@ -67,7 +67,7 @@ def test_nothing_fits_exit_1_with_numbers(capsys):
     (["--gpus", "8x3090", "--model", "pythia-1b", "--sharding", "zero9"], "zero9"),
     (["--gpus", "8x3090", "--model", "pythia-1b", "--precision", "fp64"], "fp64"),
     (["--gpus", "8x3090", "--model", "/nonexistent/config.json"], "config.json"),
-    (["--gpus", "8x3090", "--model", "pythia-1b", "--micro-batch", "1000"], "per-GPU batch"),
+    (["--gpus", "8x3090", "--model", "pythia-1b", "--micro-batch", "2000"], "per-GPU batch"),
     (["--gpus", "8x3090", "--model", "pythia-1b", "--inter-node", "-1"], "--inter-node"),
     (["--gpus", "8x3090", "--model", "pythia-1b", "--sharding", "ddp", "--offload", "all"], "--offload"),
     (["--gpus", "1xlocal", "--model", "pythia-1b"], "--profile"),

@@ -54,7 +54,7 @@ def predict_row(row) -> dict:
                     optimizer="adamw", precision=_PREC.get(str(row["precision"]), "bf16"),
                     sharding=_SHARD.get(str(row["sharding"]), "fsdp-full"), attention="sdpa", compile=False,
                     checkpointing="full" if ckpt else "none", offload="none",
-                    micro_batch=int(row["micro_batch"]))
+                    micro_batch=int(row["micro_batch"]), stack="llm-foundry")
     measured = float(row["throughput_tok_s"])
     return {"model": f"mpt-{row['model']}", "seq_len": int(row["seq_len"]), "gpus": gpus,
             "micro_batch": int(row["micro_batch"]), "grad_accum": plan.strategy["grad_accum"],

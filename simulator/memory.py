@@ -130,9 +130,11 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     working set of the one layer being recomputed during backward.
 
     none: every layer's saved tensors. full / every:K: checkpointed layers keep only their input
-    (h*e per token), the others everything; one layer is rebuilt at a time. selective (Megatron):
+    (h*e per token), the others everything; during backward one checkpointed layer at a time is
+    rebuilt around its kept input (its saved tensors less that input). selective (Megatron):
     eager attention's s x s tensors are dropped and recomputed (fused attention saves none).
-    op: each layer keeps its matmul and attention outputs (:func:`op_kept_bytes_per_token`).
+    op: each layer keeps its matmul and attention outputs (:func:`op_kept_bytes_per_token`), one
+    layer at a time rebuilds the rest. With one layer every policy holds what 'none' holds.
     """
     e = workload.act_bytes(precision)
     tokens = np.asarray(mb, dtype=float) * seq_len
@@ -140,9 +142,11 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     L = model.n_layers
     c = checkpointed_layers(checkpointing, L)
     if c:
-        trunk = tokens * ((L - c) * per_layer + c * model.hidden * e + per_layer)
+        kept = model.hidden * e
+        trunk = tokens * ((L - c) * per_layer + c * kept + (per_layer - kept))
     elif checkpointing == "op":
-        trunk = tokens * (L * op_kept_bytes_per_token(model, e, attention) + per_layer)
+        kept = op_kept_bytes_per_token(model, e, attention)
+        trunk = tokens * (L * kept + (per_layer - kept))
     elif checkpointing == "selective" and attention == "eager":
         core = eager_scores_bytes_per_token(model, seq_len, e)
         trunk = tokens * (L * (per_layer - core) + core)

@@ -24,6 +24,9 @@ E = 2  # bf16 activations
 #: LN1 in, QKV in, Q/K/V, attention out; LN2 in, FC1 in, FC1 out, GELU out; fp32 log-sum-exp
 PER_LAYER = E * (H + H + 3 * H + H) + E * (H + H + F + F) + 4 * A
 OUTSIDE = 2 * H * E  # embedding output + final norm input
+#: op-level selective: layer input, QKV out (3h), attention out (h), out-proj out (h), FC1 out (f),
+#: FC2 out (h), fp32 log-sum-exp
+OP_KEPT = E * (H + 3 * H + H + H + F + H) + 4 * A
 
 
 def act(ck, attention="sdpa", mb=2):
@@ -36,15 +39,15 @@ def test_layer_bytes_by_hand():
 
 @pytest.mark.parametrize("ck, per_token", [
     ("none", L * PER_LAYER + OUTSIDE),
-    # every layer keeps only its input; one layer's working set is rebuilt at a time
-    ("full", L * H * E + PER_LAYER + OUTSIDE),
+    # every layer keeps only its input; one layer's working set is rebuilt around it at a time
+    ("full", L * H * E + PER_LAYER - H * E + OUTSIDE),
     # every 2nd layer: 3 of the 6 layers keep their input, the other 3 everything
-    ("every:2", 3 * PER_LAYER + 3 * H * E + PER_LAYER + OUTSIDE),
+    ("every:2", 3 * PER_LAYER + 3 * H * E + PER_LAYER - H * E + OUTSIDE),
     # every 4th layer: floor(6/4) = 1 layer checkpointed
-    ("every:4", 5 * PER_LAYER + 1 * H * E + PER_LAYER + OUTSIDE),
-    ("every:1", L * H * E + PER_LAYER + OUTSIDE),  # every layer = full
+    ("every:4", 5 * PER_LAYER + 1 * H * E + PER_LAYER - H * E + OUTSIDE),
+    ("every:1", L * H * E + PER_LAYER - H * E + OUTSIDE),  # every layer = full
     # op: layer input, QKV out (3h), attention out (h), out-proj out (h), FC1 out (f), FC2 out (h), lse
-    ("op", L * (E * (H + 3 * H + H + H + F + H) + 4 * A) + PER_LAYER + OUTSIDE),
+    ("op", L * OP_KEPT + PER_LAYER - OP_KEPT + OUTSIDE),
     # Megatron selective with fused attention: nothing s x s to drop
     ("selective", L * PER_LAYER + OUTSIDE),
 ])
@@ -58,7 +61,8 @@ def test_eager_selective_and_op_drop_the_scores():
     assert act("none", "eager") == pytest.approx(2 * S * (L * per_eager + OUTSIDE))
     assert act("selective", "eager") == pytest.approx(2 * S * (L * (per_eager - scores) + scores + OUTSIDE))
     # op keeps the attention output but recomputes eager attention's scores and probabilities
-    assert act("op", "eager") == pytest.approx(2 * S * (L * E * (H + 3 * H + H + H + F + H) + per_eager + OUTSIDE))
+    kept = OP_KEPT - 4 * A
+    assert act("op", "eager") == pytest.approx(2 * S * (L * kept + per_eager - kept + OUTSIDE))
 
 
 def test_memory_order_of_policies():

@@ -133,7 +133,7 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
                   else _Part(0 * mb, 0 * mb, 0 * mb, 0 * mb, 0.0, 0.0))
     attn = cached(("attn", precision, attention), lambda: _attention_part(model, seq_len, mb, precision, attention, dev))
 
-    fp32_norm, fused_loss = stack.fp32_norm(e, compiled), stack.loss == "fused"
+    fp32_norm, fused_loss = stack.fp32_norm(e, compiled), stack.fused_loss
 
     def elementwise():
         lf, lb = workload.layer_elementwise(model, mb, seq_len, e, compiled, fp32_norm)

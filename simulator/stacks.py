@@ -26,7 +26,7 @@ class Stack(BaseModel):
     name: str
     display: str
     description: str
-    loss: Literal["upcast", "fused"]
+    loss: Literal["upcast", "fused", "fused-inplace"]
     loss_source: str
     norm: Literal["fp32", "half"]
     norm_source: str
@@ -34,6 +34,7 @@ class Stack(BaseModel):
     fragmentation_source: str
     shardings: tuple[str, ...]
     shardings_source: str
+    aliases: tuple[str, ...] = ()
 
     @field_validator("shardings")
     @classmethod
@@ -45,10 +46,18 @@ class Stack(BaseModel):
 
     def loss_bytes_per_logit(self, e: int, compiled: bool) -> float:
         """Bytes per logit element held at the loss (logits, loss buffers, their gradient), with
-        ``e`` bytes per activation element. Compiled (Inductor fuses the upcast and log-softmax)
-        or a fused loss kernel: the half logits and their half gradient (2e). Eager upcast: the
-        logits plus fp32 log-probabilities and their fp32 gradient (e + 8)."""
+        ``e`` bytes per activation element. A fused kernel writing the gradient over the logits: e.
+        Compiled (Inductor fuses the upcast and log-softmax) or a fused loss kernel: the half
+        logits and their half gradient (2e). Eager upcast: the logits plus fp32 log-probabilities
+        and their fp32 gradient (e + 8)."""
+        if self.loss == "fused-inplace":
+            return float(e)
         return 2.0 * e if (compiled or self.loss == "fused") else e + 8.0
+
+    @property
+    def fused_loss(self) -> bool:
+        """Whether the eager loss is one fused kernel (reads and writes the logits about twice)."""
+        return self.loss != "upcast"
 
     def fp32_norm(self, e: int, compiled: bool) -> bool:
         """Whether eager norms write fp32 outputs under mixed precision (autocast layer_norm)."""
@@ -73,6 +82,17 @@ def default_stack() -> Stack:
     """The default stack (hf-trainer)."""
     stacks, default = _load()
     return stacks[default]
+
+
+def for_published(name: str) -> Stack:
+    """The preset for a stack name found in published run tables (its name or an alias);
+    UsageError if none claims it."""
+    stacks, _ = _load()
+    key = str(name).strip().lower()
+    for s in stacks.values():
+        if key == s.name or key in s.aliases:
+            return s
+    raise unknown("stack", str(name), [a for s in stacks.values() for a in (s.name, *s.aliases)])
 
 
 def get_stack(name: str | Stack | None) -> Stack:

@@ -19,7 +19,7 @@ from .errors import UsageError
 from .estimate import Problem, Space, Table, evaluate, model_flops_per_token, palm_flops_per_token
 from .models import ModelSpec, resolve_model
 from .plan import SECONDS_PER_DAY, Plan
-from .profile import Profile, load_profile
+from .profile import Profile, comm_params, load_profile
 from .recipes import Recipe, make_recipe
 from .stacks import get_stack
 from .strategy import (
@@ -74,7 +74,8 @@ def _local_setup(text: str, profile: Profile | None):
     if n > 1 and fit is None:
         raise UsageError(f"--gpus {text!r}: the profile {profile.name!r} has no 'local' collective "
                          "fit; run `calibrate --nproc N` to measure one, or use 1xlocal")
-    fab = comm.Fabric(1, n, fit.busbw_gbs * 1e9 if fit else 1.0, fit.alpha_us * 1e-6 if fit else 0.0, 0.0, 0.0)
+    fab = comm.Fabric(1, n, fit.busbw_gbs * 1e9 if fit else 1.0, fit.alpha_us * 1e-6 if fit else 0.0, 0.0, 0.0,
+                      **comm_params(profile))
     hw = {"description": f"{n} × {profile.device.name} (calibrated device)", "gpu": profile.device.name,
           "gpu_id": "local", "n_gpus": n, "nodes": 1, "gpus_per_node": n,
           "intra_node": "local (calibrated)" if n > 1 else None, "inter_node": None,
@@ -99,7 +100,7 @@ def _catalog_setup(text, profile, intra_node, inter_node):
 
     ib, ia = link_fit(cl.intra)
     eb, ea = link_fit(cl.inter) if cl.inter is not None else (0.0, 0.0)
-    fab = comm.Fabric(cl.nodes, cl.gpus_per_node, ib, ia, eb, ea)
+    fab = comm.Fabric(cl.nodes, cl.gpus_per_node, ib, ia, eb, ea, **comm_params(prof))
     g = cl.gpu
     hw = {"description": cl.describe(), "gpu": g.short_name, "gpu_id": g.id, "n_gpus": cl.n_gpus,
           "nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import product
 
 import numpy as np
@@ -213,6 +214,7 @@ def evaluate(pb: Problem, space: Space) -> Table:
     buckets = np.maximum(1.0, np.ceil(grad_bytes / (25.0 * memory.MIB)))
     zbuckets = max(1.0, math.ceil(P / memory.ZERO_BUCKET_ELEMENTS))
     exposed_comm = np.zeros((K, M, Z))
+    exposed = partial(comm.exposed, overlap=fab.overlap)
     if n > 1:
         ar = comm.all_reduce(fab, grad_bytes, buckets)
         rs_z = comm.gather_or_scatter(fab, grad_bytes, zbuckets)
@@ -229,13 +231,13 @@ def evaluate(pb: Problem, space: Space) -> Table:
         ag_unit = comm.gather_or_scatter(fab, w_bytes * unit)
         rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
         per_mb = lambda c, win_mb, win_last, floor: (  # noqa: E731
-            (gaz - 1) * comm.exposed(c, win_mb, floor) + comm.exposed(c, win_last, floor))
+            (gaz - 1) * exposed(c, win_mb, floor) + exposed(c, win_last, floor))
         for j, s in enumerate(space.shardings):
             sl = (slice(None), slice(None), slice(j, j + 1))
             if s == "ddp":
-                e = comm.exposed(ar[sl], bwd_last, ar_bucket[sl])
+                e = exposed(ar[sl], bwd_last, ar_bucket[sl])
             elif s == "zero1":
-                e = comm.exposed(rs_z[sl], bwd_last, rs_bucket[sl]) + ag_z[sl]
+                e = exposed(rs_z[sl], bwd_last, rs_bucket[sl]) + ag_z[sl]
             elif s == "zero2":
                 e = per_mb(rs_z[sl], bwd_mb, bwd_last, rs_bucket[sl]) + ag_z[sl]
             elif s == "fsdp-grad-op":

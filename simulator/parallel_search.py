@@ -19,7 +19,7 @@ import numpy as np
 from . import memory, parallel, workload
 from .compute import micro_batch_time
 from .estimate import Problem, Space, Table, evaluate, model_flops_per_token
-from .strategy import offload_allowed
+from .strategy import checkpointed_layers, offload_allowed
 
 #: Sharding modes that combine with pipeline parallelism: Megatron's data-parallel gradient
 #: all-reduce (DDP) and its distributed optimizer (ZeRO-1); DeepSpeed refuses ZeRO-2/3 with
@@ -63,7 +63,7 @@ def states_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
         for s in shardings:
             for o in space.offloads:
                 if offload_allowed(s, o):
-                    st = memory.model_states(P, PL, p, s, o, pb.optimizer, par.dp)
+                    st = memory.model_states(P, PL, p, s, o, pb.optimizer, par.dp, pb.stack)
                     best = min(best, st["weights"] + st["gradients"] + st["optimizer"])
     return best
 
@@ -81,7 +81,8 @@ def _one(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -
     a["sharding"] = np.array([space.shardings.index(s) for s in shardings])[a["sharding"]]
     packs = tab.packs
     e = np.array([workload.act_bytes(pk[0]) for pk in packs], dtype=float)[a["pack"]]
-    passes = np.array([3.0 if pk[3] == "full" else 2.0 for pk in packs])[a["pack"]]
+    # forward + backward, and the forward again for every recomputed layer (full, every:K)
+    passes = np.array([2.0 + checkpointed_layers(pk[3], model.n_layers) / model.n_layers for pk in packs])[a["pack"]]
     ga = a["grad_accum"].astype(float)
     tokens = math.ceil(pb.global_batch / par.dp) * pb.seq_len / ga  # mean tokens per micro-batch
     h = pb.model.hidden
@@ -89,7 +90,7 @@ def _one(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -
                                                    pb.fabric.intra_bw, pb.fabric.intra_alpha)
     t_mb = (a["forward"] + a["backward"] + a["recompute"]) / ga
     act, log = a["mem_activations"], a["mem_logits"]
-    F = 1 + memory.FRAGMENTATION
+    F = 1 + pb.stack.fragmentation
     rest = a["mem_total"] - act * F - log
     stored = stored_activations(model, pb.seq_len, packs, a["pack"], a["micro_batch"], act) if par.pp > 1 else act
     out = []
@@ -105,7 +106,7 @@ def _one(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -
         first_binds = first * F >= act * F + log
         b["mem_activations"] = np.where(first_binds, first, act)
         b["mem_logits"] = np.where(first_binds, 0.0, log)
-        b["mem_other"] = a["mem_other"] + memory.FRAGMENTATION * (b["mem_activations"] - act)
+        b["mem_other"] = a["mem_other"] + pb.stack.fragmentation * (b["mem_activations"] - act)
         b["mem_total"] = rest + np.maximum(first * F, act * F + log)
         b["fits"] = b["mem_total"] <= pb.device.usable_memory
         b["feasible"] = a["valid"] & b["fits"] & a["host_ok"]
@@ -150,7 +151,7 @@ def step_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
     model = parallel.view(pb.model, par)
     mb = np.array([float(math.ceil(pb.global_batch / par.dp))])
     compiles = [True] if True in space.compiles else list(space.compiles)
-    compute = min(float(micro_batch_time(model, pb.seq_len, mb, p, att, c, "none", pb.device).total[0])
+    compute = min(float(micro_batch_time(model, pb.seq_len, mb, p, att, c, "none", pb.device, stack=pb.stack).total[0])
                   for p in space.precisions if pb.device.gemm_peak(p) is not None
                   for att in space.attentions for c in compiles)
     return compute + _extra_floor(pb, par, compute, model.n_layers)

@@ -179,13 +179,17 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     return trunk + tokens * h * e * 2  # embedding output + final norm
 
 
-def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool, stack) -> np.ndarray:
+def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool, stack=None) -> np.ndarray:
     """Logits and loss buffers (bytes): logit elements x the stack's bytes per logit
     (:meth:`simulator.stacks.Stack.loss_bytes_per_logit`: e + 8 for an eager fp32-upcast loss,
-    2e for a fused or compiled one), and with eager final-logit soft-capping (Gemma 2) the tanh
-    output (e)."""
+    2e for a fused or compiled one; default: the default stack's), and with eager final-logit
+    soft-capping (Gemma 2) the tanh output (e)."""
     e = workload.act_bytes(precision)
     n = workload.logits_elements(model, np.asarray(mb, dtype=float), seq_len)
+    if stack is None:
+        from .stacks import default_stack
+
+        stack = default_stack()
     per = stack.loss_bytes_per_logit(e, compiled)
     cap = e if getattr(model, "logit_softcap", None) and per > 2 * e else 0
     return n * (per + cap)

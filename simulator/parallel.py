@@ -21,6 +21,7 @@ memory functions on a :class:`ShardView` of the model (the GPU's shard of the bu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -113,14 +114,14 @@ def p2p_time(tokens, hidden: int, e: int, par: Parallelism, fab: comm.Fabric) ->
     """Seconds of point-to-point sends per micro-batch on a stage: one activation forward and
     one gradient backward per virtual stage. Stages cross nodes when the cluster has more than
     one node (the slowest boundary paces the pipeline): the node's network shared by its GPUs;
-    else the intra-node link."""
+    else the intra-node link; at the profile's sustained fraction of bus bandwidth."""
     if par.pp <= 1:
         return np.zeros_like(np.asarray(tokens, dtype=float))
     if fab.nodes > 1:
         bw, alpha = fab.inter_bw / fab.gpus_per_node, fab.inter_alpha
     else:
         bw, alpha = fab.intra_bw, fab.intra_alpha
-    return 2.0 * par.vp * (alpha + p2p_bytes(tokens, hidden, e, par.tp, par.sp) / bw)
+    return 2.0 * par.vp * (alpha + p2p_bytes(tokens, hidden, e, par.tp, par.sp) / (bw * fab.busbw_eff))
 
 
 def dp_fabric(fab: comm.Fabric, par: Parallelism) -> comm.Fabric:
@@ -130,8 +131,8 @@ def dp_fabric(fab: comm.Fabric, par: Parallelism) -> comm.Fabric:
     g = fab.gpus_per_node
     k = max(1, min(par.dp, g // par.tp))
     nodes = math.ceil(par.dp / k)
-    return comm.Fabric(nodes, k, fab.intra_bw, fab.intra_alpha,
-                       fab.inter_bw * k / g if nodes > 1 else 0.0, fab.inter_alpha if nodes > 1 else 0.0)
+    return dataclasses.replace(fab, nodes=nodes, gpus_per_node=k, inter_bw=fab.inter_bw * k / g if nodes > 1 else 0.0,
+                               inter_alpha=fab.inter_alpha if nodes > 1 else 0.0)
 
 
 class ShardView:

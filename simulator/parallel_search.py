@@ -87,7 +87,7 @@ def _one(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -
     tokens = math.ceil(pb.global_batch / par.dp) * pb.seq_len / ga  # mean tokens per micro-batch
     h = pb.model.hidden
     tp_mb = model.n_layers * parallel.tp_comm_time(tokens, h, e, par.tp, par.sp, passes,
-                                                   pb.fabric.intra_bw, pb.fabric.intra_alpha)
+                                                   pb.fabric.intra_bw * pb.fabric.busbw_eff, pb.fabric.intra_alpha)
     t_mb = (a["forward"] + a["backward"] + a["recompute"]) / ga
     act, log = a["mem_activations"], a["mem_logits"]
     F = 1 + pb.stack.fragmentation
@@ -124,7 +124,7 @@ def _extra_floor(pb: Problem, par: parallel.Parallelism, compute: float, layers:
     per_replica = math.ceil(pb.global_batch / par.dp)
     bubble = compute * (par.pp - 1) / (par.vp * per_replica)
     tp = layers * parallel.tp_comm_time(per_replica * pb.seq_len, pb.model.hidden, 2, par.tp, par.sp, 2,
-                                        pb.fabric.intra_bw, 0.0)
+                                        pb.fabric.intra_bw * pb.fabric.busbw_eff, 0.0)
     return float(bubble + tp)
 
 

@@ -317,3 +317,10 @@ def test_modern_models_physics_holds(model, gpus, attention, compiled, seq) -> N
     if model.sliding_window and model.n_window_layers:
         wider = model.model_copy(update={"sliding_window": 2 * model.sliding_window})
         assert simulate(wider, gpus, **kw).step_time_s >= plan.step_time_s * (1 - 1e-12)
+
+
+def test_every_family_has_a_display_name() -> None:
+    from simulator.models import FAMILIES, list_models
+
+    for name in list_models():
+        assert get_model(name).family in FAMILIES and get_model(name).family_display

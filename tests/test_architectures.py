@@ -35,7 +35,12 @@ CONVENTIONS = {
 
 # ---------------------------------------------------------------------- exact counts
 def test_reference_counts_cover_every_config() -> None:
+    from hf_reference import TYPES
+
+    from simulator.hf_config import SUPPORTED_MODEL_TYPES
+
     assert set(REFERENCE["counts"]) == set(all_configs())
+    assert set(TYPES) <= set(SUPPORTED_MODEL_TYPES)
     assert REFERENCE["transformers_version"].split(".")[0].isdigit()
 
 

@@ -191,7 +191,11 @@ def test_soft_capping_costs_eager_passes_not_compiled() -> None:
         assert (capped > uncapped) == (not compiled)
     sf = workload.eager_softmax_bytes(g, mb, 2048, 2)[0].nbytes[0]
     assert sf > workload.eager_softmax_bytes(plain, mb, 2048, 2)[0].nbytes[0]
-    assert memory.logits_bytes(g, 2048, mb, "bf16", False)[0] > memory.logits_bytes(plain, 2048, mb, "bf16", False)[0]
+    kw = dict(attention="eager", compile=False, micro_batch=1, seq_len=2048, precision="bf16")
+    capped_plan, plain_plan = simulate(g, "8xa100-80gb", **kw), simulate(plain, "8xa100-80gb", **kw)
+    assert capped_plan.memory_gib["logits"] > plain_plan.memory_gib["logits"]
+    assert capped_plan.memory_gib["activations"] > plain_plan.memory_gib["activations"]
+    assert capped_plan.step_time_s > plain_plan.step_time_s
 
 
 @pytest.mark.parametrize("over, needle", [

@@ -153,7 +153,8 @@ def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[Me
             MemOps((3.0 + cap) * elems * e, (2.0 + kcap) * model.n_layers))
 
 
-def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool) -> tuple[MemOps, MemOps]:
+def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
+                      fp32_norm: bool | None = None) -> tuple[MemOps, MemOps]:
     """Norms, residual adds, activation, rotary and layout copies of all layers (fwd, bwd).
 
     Eager: every op reads its inputs and writes its output (LN 2h, add 3h, GELU 2f or SwiGLU 5f,
@@ -164,7 +165,11 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     norm (parallel attention) removes one; QK-norm (Qwen3, Gemma 3, OLMo 2) normalizes Q and K:
     2(q+kv) and 2 kernels. Compiled, both fuse into the residual and rotary kernels, which read
     and write the same tensors anyway.
+    ``fp32_norm``: eager norms write fp32 outputs (torch.autocast's layer_norm; default: under
+    eager mixed precision); False for stacks whose norms run in half (simulator.stacks).
     """
+    if fp32_norm is None:
+        fp32_norm = e == 2 and not compiled
     h, f, kv, q = model.hidden, model.ffn_hidden, kv_dim(model), q_dim(model)
     rotary = model.pos_embedding == "rotary"
     rot = getattr(model, "rotary_pct", 1.0)  # fraction of each head's dims rotated (Pythia 0.25)
@@ -180,7 +185,7 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
         kernels = 2 + 2 + (2 if model.gated_mlp else 1) + (8 if rotary else 0) + 1 + extra_norms + (2 if qk_norm else 0)
     L = model.n_layers
     nbytes = tokens * per_tok * e * L
-    if e == 2 and not compiled:
+    if fp32_norm:
         # torch.autocast runs layer_norm in fp32: each of the 2 norms writes 4-byte outputs
         # (+2 bytes) that the next linear casts back to half (read 4 + write 2): +8 bytes/element.
         nbytes = nbytes + tokens * 2 * h * 8.0 * L
@@ -196,14 +201,15 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     return fwd, bwd
 
 
-def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool) -> tuple[MemOps, MemOps]:
+def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
+               fused: bool = False) -> tuple[MemOps, MemOps]:
     """Cross-entropy over the logits (fwd, bwd). Eager upcasts to fp32 and runs log-softmax,
-    NLL and their backward: (e+12) + (16+e) bytes per logit; a compiled, fused loss reads and
-    writes the logits about twice each (2e + 2e). Eager final-logit soft-capping (Gemma 2:
-    divide, tanh, multiply) adds 6e bytes per logit and 3 kernels each way; compiled, it fuses
-    into the loss."""
+    NLL and their backward: (e+12) + (16+e) bytes per logit; a compiled or fused loss kernel
+    (``fused``: e.g. flash-attn's cross-entropy) reads and writes the logits about twice each
+    (2e + 2e). Eager final-logit soft-capping (Gemma 2: divide, tanh, multiply) adds 6e bytes
+    per logit and 3 kernels each way; compiled, it fuses into the loss."""
     n = logits_elements(model, mb, seq_len)
-    if compiled:
+    if compiled or fused:
         return MemOps(n * 2 * e, 1.0), MemOps(n * 2 * e, 1.0)
     cap = 6.0 * e if getattr(model, "logit_softcap", None) else 0.0
     kcap = 3.0 if cap else 0.0

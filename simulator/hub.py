@@ -15,9 +15,12 @@ commit hash itself). ``HF_HUB_OFFLINE=1`` forbids the download.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from simulator.errors import UsageError
 
@@ -86,8 +89,20 @@ def _how_to_get(repo_id: str, revision: str | None) -> str:
             "in older huggingface_hub) or pass the path of its config.json")
 
 
+def hub_reachable() -> bool:
+    """Whether the Hub's host (``$HF_ENDPOINT``, default huggingface.co) resolves: a machine
+    without network fails here at once instead of in huggingface_hub's retries (~30 s)."""
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.getaddrinfo(url.hostname or "huggingface.co", url.port or 443)
+    except (OSError, UnicodeError):
+        return False
+    return True
+
+
 def _download(repo_id: str, revision: str | None) -> Path:
-    """Download ``config.json`` only, through huggingface_hub; one-line UsageError on failure."""
+    """Download ``config.json`` only, through huggingface_hub; one-line UsageError on failure
+    (huggingface_hub's own retry warnings are silenced: the error is the one line)."""
     label = repo_id + (f"@{revision}" if revision else "")
     try:
         from huggingface_hub import hf_hub_download
@@ -97,11 +112,21 @@ def _download(repo_id: str, revision: str | None) -> Path:
             f"({cache_dir()}); install the hub extra (pip install 'pretrain-simulator[hub]') to "
             f"download it, or {_how_to_get(repo_id, revision)}"
         ) from None
+    if not hub_reachable():
+        raise UsageError(
+            f"model {label!r}: not a preset, no config.json in the local Hugging Face cache "
+            f"({cache_dir()}) and the Hugging Face Hub is unreachable; {_how_to_get(repo_id, revision)}"
+        )
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level
+    hub_log.setLevel(logging.ERROR)
     try:
         return Path(hf_hub_download(repo_id, "config.json", revision=revision))
     except Exception as exc:  # huggingface_hub and network errors: one line, never a traceback
         kinds = {c.__name__ for c in type(exc).__mro__}
-        if "GatedRepoError" in kinds:
+        if kinds & {"LocalEntryNotFoundError", "OfflineModeIsEnabled"}:
+            why = f"cannot reach the Hugging Face Hub ({type(exc).__name__})"
+        elif "GatedRepoError" in kinds:
             why = "the repository is gated: accept its licence on huggingface.co and run `hf auth login`"
         elif "RepositoryNotFoundError" in kinds:
             why = "no such repository on the Hugging Face Hub (or it is private)"
@@ -112,6 +137,8 @@ def _download(repo_id: str, revision: str | None) -> Path:
         else:
             why = f"cannot reach the Hugging Face Hub ({type(exc).__name__})"
         raise UsageError(f"model {label!r}: {why}; {_how_to_get(repo_id, revision)}") from None
+    finally:
+        hub_log.setLevel(level)
 
 
 def find_config(repo_id: str, revision: str | None = None) -> tuple[Path, str]:

@@ -139,7 +139,9 @@ def op_kept_bytes_per_token(model, e: int, attention: str) -> float:
     'op' policy: outputs of matmuls and of the fused attention kernel are saved, everything
     else recomputed): the layer input, the Q/K/V, attention-output-projection, MLP up and down
     projection outputs, the attention output and SDPA's fp32 log-sum-exp. Eager attention's
-    s x s scores and probabilities are recomputed."""
+    s x s scores and probabilities are recomputed. Q and the attention output are heads x
+    head_dim wide (q); the hidden-sized tensors are the GPU's sequence shard under sequence
+    parallelism."""
     h = model.hidden / workload.seq_shards(model)
     kv, q = workload.kv_dim(model), workload.q_dim(model)
     up = 2 * model.ffn_hidden if model.gated_mlp else model.ffn_hidden
@@ -179,17 +181,12 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     return trunk + tokens * h * e * 2  # embedding output + final norm
 
 
-def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool, stack=None) -> np.ndarray:
+def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool, stack) -> np.ndarray:
     """Logits and loss buffers (bytes): logit elements x the stack's bytes per logit
     (:meth:`simulator.stacks.Stack.loss_bytes_per_logit`: e + 8 for an eager fp32-upcast loss,
-    2e for a fused or compiled one; default: the default stack's), and with eager final-logit
-    soft-capping (Gemma 2) the tanh output (e)."""
+    2e for a fused or compiled one), plus, with eager final-logit soft-capping (Gemma 2), the
+    tanh output (e)."""
     e = workload.act_bytes(precision)
     n = workload.logits_elements(model, np.asarray(mb, dtype=float), seq_len)
-    if stack is None:
-        from .stacks import default_stack
-
-        stack = default_stack()
-    per = stack.loss_bytes_per_logit(e, compiled)
-    cap = e if getattr(model, "logit_softcap", None) and per > 2 * e else 0
-    return n * (per + cap)
+    cap = e if (getattr(model, "logit_softcap", None) and not compiled) else 0
+    return n * (stack.loss_bytes_per_logit(e, compiled) + cap)

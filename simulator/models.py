@@ -22,7 +22,7 @@ import functools
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -34,6 +34,8 @@ Family = Literal[
     "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "olmo", "olmo2", "stablelm",
     "falcon", "opt", "bloom",
 ]  # fmt: skip
+#: Every ``family`` value a :class:`ModelSpec` takes (the transformer families).
+FAMILIES: tuple[str, ...] = get_args(Family)
 
 #: Keys of :meth:`ModelSpec.param_breakdown` whose values add up to :meth:`ModelSpec.n_params`.
 BREAKDOWN_TOTAL_KEYS: tuple[str, ...] = (

@@ -215,8 +215,8 @@ def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
     """Cross-entropy over the logits (fwd, bwd). Eager upcasts to fp32 and runs log-softmax,
     NLL and their backward: (e+12) + (16+e) bytes per logit; a compiled or fused loss kernel
     (``fused``: e.g. flash-attn's cross-entropy) reads and writes the logits about twice each
-    (2e + 2e). Eager final-logit soft-capping (Gemma 2: divide, tanh, multiply) adds 6e bytes per
-    logit and 3 kernels each way; compiled or fused, it fuses into the loss."""
+    (2e + 2e). Eager final-logit soft-capping (Gemma 2: divide, tanh, multiply) adds 6e bytes
+    per logit and 3 kernels each way; compiled, it fuses into the loss."""
     n = logits_elements(model, mb, seq_len)
     if compiled or fused:
         return MemOps(n * 2 * e, 1.0), MemOps(n * 2 * e, 1.0)

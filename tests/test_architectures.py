@@ -35,7 +35,12 @@ CONVENTIONS = {
 
 # ---------------------------------------------------------------------- exact counts
 def test_reference_counts_cover_every_config() -> None:
+    from hf_reference import TYPES
+
+    from simulator.hf_config import SUPPORTED_MODEL_TYPES
+
     assert set(REFERENCE["counts"]) == set(all_configs())
+    assert set(TYPES) <= set(SUPPORTED_MODEL_TYPES)
     assert REFERENCE["transformers_version"].split(".")[0].isdigit()
 
 
@@ -186,7 +191,11 @@ def test_soft_capping_costs_eager_passes_not_compiled() -> None:
         assert (capped > uncapped) == (not compiled)
     sf = workload.eager_softmax_bytes(g, mb, 2048, 2)[0].nbytes[0]
     assert sf > workload.eager_softmax_bytes(plain, mb, 2048, 2)[0].nbytes[0]
-    assert memory.logits_bytes(g, 2048, mb, "bf16", False)[0] > memory.logits_bytes(plain, 2048, mb, "bf16", False)[0]
+    kw = dict(attention="eager", compile=False, micro_batch=1, seq_len=2048, precision="bf16")
+    capped_plan, plain_plan = simulate(g, "8xa100-80gb", **kw), simulate(plain, "8xa100-80gb", **kw)
+    assert capped_plan.memory_gib["logits"] > plain_plan.memory_gib["logits"]
+    assert capped_plan.memory_gib["activations"] > plain_plan.memory_gib["activations"]
+    assert capped_plan.step_time_s > plain_plan.step_time_s
 
 
 @pytest.mark.parametrize("over, needle", [
@@ -317,3 +326,11 @@ def test_modern_models_physics_holds(model, gpus, attention, compiled, seq) -> N
     if model.sliding_window and model.n_window_layers:
         wider = model.model_copy(update={"sliding_window": 2 * model.sliding_window})
         assert simulate(wider, gpus, **kw).step_time_s >= plan.step_time_s * (1 - 1e-12)
+
+
+def test_every_family_has_a_display_name() -> None:
+    from simulator.models import FAMILIES, list_models
+
+    specs = [get_model(n) for n in list_models()]
+    for spec in (s for s in specs if isinstance(s, ModelSpec)):  # other families: their own specs
+        assert spec.family in FAMILIES and spec.family_display

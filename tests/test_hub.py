@@ -129,6 +129,7 @@ def _fake_hub(monkeypatch: pytest.MonkeyPatch, impl) -> list[tuple]:
     module = types.ModuleType("huggingface_hub")
     module.hf_hub_download = hf_hub_download  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "huggingface_hub", module)
+    monkeypatch.setattr(hub, "hub_reachable", lambda: True)
     monkeypatch.delenv("HF_HUB_OFFLINE")
     return calls
 
@@ -153,8 +154,16 @@ def test_online_errors_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     class ConnectError(Exception):
         pass
 
+    class EntryNotFoundError(Exception):
+        pass
+
+    class LocalEntryNotFoundError(EntryNotFoundError):
+        pass
+
     for exc, needle in ((RepositoryNotFoundError("404"), "no such repository"),
                         (GatedRepoError("403"), "gated"),
+                        (EntryNotFoundError("no file"), "has no config.json"),
+                        (LocalEntryNotFoundError("offline"), "cannot reach the Hugging Face Hub"),
                         (ConnectError("dns"), "cannot reach the Hugging Face Hub")):
         def fail(repo_id, filename, revision, exc=exc):
             raise exc
@@ -171,3 +180,14 @@ def test_online_without_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails
     with pytest.raises(UsageError, match=r"pretrain-simulator\[hub\]"):
         resolve_model("someorg/x")
+
+
+def test_unreachable_hub_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    reachable = hub.hub_reachable
+    calls = _fake_hub(monkeypatch, lambda *a: pytest.fail("no download when the Hub is unreachable"))
+    monkeypatch.setattr(hub, "hub_reachable", lambda: False)
+    with pytest.raises(UsageError, match="unreachable"):
+        resolve_model("someorg/x")
+    assert calls == []
+    monkeypatch.setenv("HF_ENDPOINT", "https://no-such-host.invalid")  # .invalid never resolves
+    assert reachable() is False

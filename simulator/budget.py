@@ -272,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deadline", required=True, help="wall-clock limit, e.g. 60d, 8w, 1y")
     p.add_argument("--mode", choices=MODES, default="both", help="buy, rent or both (default both)")
     p.add_argument("--gpu", action="append", metavar="GPU[,GPU]", help="only these GPUs (ids or aliases)")
-    p.add_argument("--counts", type=compare._counts, default=compare.COUNTS, help="GPUs per node (default 1,2,4,8)")
+    p.add_argument("--counts", type=compare._counts, default=compare.COUNTS, help="GPU counts to try (default 1,2,4,8); a count beyond one node is split into equal nodes")
     p.add_argument("--multi-node", action="store_true", help="also 2 and 4 nodes of 8 GPUs")
     add_recipe_args(p)
     add_cost_args(p)

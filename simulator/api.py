@@ -139,7 +139,7 @@ def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=No
     """Resolve user-level inputs into a Problem (no strategy yet).
 
     ``overhead``: wall-clock time beyond the training steps, as a fraction of it (data loading,
-    evaluation, checkpointing, restarts after failures); excluded (0) by default, DESIGN.md 7.
+    evaluation, checkpointing, restarts after failures); excluded (0) by default, docs/architecture.md, physics 7.
     """
     spec = model if isinstance(model, ModelSpec) else resolve_model_input(model)
     recipe = make_recipe(spec, tokens=tokens, steps=steps, global_batch=global_batch,

@@ -1,6 +1,6 @@
 """`simulate validate-published FILE`: predict published end-to-end runs with their exact strategy.
 
-Rows follow ../shared/data/validation_dev.csv (MosaicML llm-foundry H100 BF16 table): model
+Rows follow simulator/data/validation_dev.csv (MosaicML llm-foundry H100 BF16 table): model
 size, seq_len, GPUs/nodes, sharding, activation checkpointing, micro-batch, accumulation and the
 measured tokens/s. Nothing is fitted to these rows: they check the physics.
 """

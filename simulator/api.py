@@ -35,6 +35,9 @@ from .strategy import (
 #: Default host RAM per node when offloading (GiB): twice the node's GPU memory, at least 64.
 #: Assumption (common server sizing rule for offload-capable training boxes); --host-memory.
 HOST_RAM_FACTOR, HOST_RAM_MIN_GIB = 2.0, 64.0
+#: Step times within this relative difference are a tie when listing distinct plans (far below the
+#: model's accuracy; the simpler plan is listed first).
+TIE = 0.005
 _LOCAL_RE = re.compile(r"^(?:(\d+)\s*x\s*)?local$", re.IGNORECASE)
 
 
@@ -315,9 +318,29 @@ class SearchResult:
     elapsed_ms: float
     notes: list[str]
 
-    def plans(self, top: int | None = None) -> list[Plan]:
-        idx = self.order if top is None else self.order[:top]
-        return [_plan(self.setup, self.table, int(i), self.notes, self.n_evaluated) for i in idx]
+    def plans(self, top: int | None = None, distinct: bool = False) -> list[Plan]:
+        """The ``top`` fastest plans (all if None). ``distinct``: one plan per strategy apart from
+        the micro-batch (the fastest micro-batch of each), and plans whose step times tie within
+        :data:`TIE` ordered simplest first (SDPA before eager attention, compiled before not, then
+        less checkpointing, offload and sharding)."""
+        if not distinct:
+            idx = self.order if top is None else self.order[:top]
+            return [_plan(self.setup, self.table, int(i), self.notes, self.n_evaluated) for i in idx]
+        seen: dict[tuple, int] = {}
+        for i in self.order:
+            st = self.table.strategy(int(i))
+            key = (st.precision, st.attention, st.compile, st.checkpointing, st.sharding, st.offload)
+            seen.setdefault(key, int(i))
+        step = self.table.a["step_time"]
+
+        def simplicity(item):
+            (prec, att, comp, ck, sh, off), i = item
+            return (math.floor(math.log(step[i]) / math.log1p(TIE)), att != "sdpa", not comp,
+                    CHECKPOINTINGS.index(ck), OFFLOADS.index(off), SHARDINGS.index(sh), step[i])
+
+        idx = [i for _, i in sorted(seen.items(), key=simplicity)]
+        idx = idx if top is None else idx[:top]
+        return [_plan(self.setup, self.table, i, self.notes, self.n_evaluated) for i in idx]
 
     @property
     def best(self) -> Plan:

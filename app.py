@@ -181,19 +181,31 @@ def app_words(text: str) -> str:
         if name is None:
             return m.group(0)
         return ("set " if m.group(0) != flag else "") + name
-    return _FLAG.sub(sub, str(text))
+    return _CLUSTER.sub(_cluster_words, _FLAG.sub(sub, str(text)))
 
 
-_PATHY = re.compile(r"\s*(?:\S*/\S*|@?\b[0-9a-f]{7,40}\b|\b[\w.-]+\.(?:csv|py|yaml|json|md)\b|\bcommit\b)")
+_CLUSTER = re.compile(r"\b(\d+)x(?:(\d+)x)?([a-z][a-z0-9-]*)\b")
+
+
+def _cluster_words(m: re.Match) -> str:
+    """'2x8xh100-sxm' -> '2 nodes × 8 × H100 80 GB SXM' (left as is if not a catalog GPU)."""
+    try:
+        name = hardware.get_gpu(m.group(3)).short_name
+    except UsageError:
+        return m.group(0)
+    return (f"{m.group(1)} nodes × {m.group(2)} × {name}" if m.group(2) else f"{m.group(1)} × {name}")
+
+
+_PATHY = re.compile(r"\s*(?:[^\s()]*/[^\s()]*|@?\b[0-9a-f]{7,40}\b|\b[\w.-]+\.(?:csv|py|yaml|json|md)\b|\bcommit\b)")
 
 
 def plain_source(text: str | None) -> str:
     """A source in a reader's words: file paths, file names and commit hashes dropped."""
     t = _PATHY.sub("", str(text or ""))
-    t = re.sub(r"\(\s*[;,]?\s*\)", "", t)
+    t = re.sub(r"\(\s*(?:[;,]|via|from)?\s*\)", "", t)
     t = re.sub(r"\(\s*[;,]\s*", "(", t)
     t = re.sub(r"\s*[;,]\s*\)", ")", t)
-    t = re.sub(r"\s{2,}", " ", t)
+    t = re.sub(r"\s+([;,)])", r"\1", re.sub(r"\s{2,}", " ", t))
     return t.strip(" ;,:")
 
 
@@ -208,8 +220,8 @@ def interval_words(plan) -> str:
         return ("This efficiency profile has no validation against real training runs, so there is no "
                 "range: treat the estimate as optimistic.")
     n, bias, src = m.groups()
-    src = plain_source(src.split(": ", 1)[-1])
-    return (f"Where the range comes from: on {n} real training runs ({src}) the runs took on average "
+    src = re.sub(r",\s*\d+ runs.*$", "", plain_source(src.split(": ", 1)[-1]).split(";")[0])
+    return (f"Where the range comes from: on {n} real training runs ({src}) the runs were on average "
             f"{bias} than this simulator estimated; 8 in 10 fell within the range shown.")
 
 
@@ -297,7 +309,7 @@ GPU_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
                "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5"]
 GPU_SHAPES = ["circle", "square", "diamond", "triangle-up", "triangle-down", "cross", "triangle-right",
-              "triangle-left", "wedge", "arrow"]
+              "triangle-left"]
 
 
 @st.cache_data(max_entries=128, show_spinner=False)

@@ -29,6 +29,19 @@ def _app(sweep: bool = False) -> AppTest:
     return at.run()
 
 
+def _app_module():
+    """app.py as a module (it is not part of the installed package)."""
+    import importlib.util
+    import sys
+
+    if "app" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("app", APP)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["app"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["app"]
+
+
 def _clean(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
@@ -319,7 +332,7 @@ def test_upload_prompt_is_not_an_error_and_the_upload_survives_switching():
 
 
 def test_upload_limit_text_matches_the_widget():
-    import app
+    app = _app_module()
 
     at = _app()
     at.radio(key="model_source").set_value("Upload config.json").run()
@@ -355,7 +368,7 @@ def test_how_to_read_and_plain_tooltips():
 def test_chart_has_a_colour_and_marker_per_gpu_and_fitted_axes():
     import pandas as pd
 
-    import app
+    app = _app_module()
 
     df = pd.DataFrame([{"gpus": f"1x{g.id}", "gpu": g.short_name, "n_gpus": 1, "days": 10.0 * (i + 1),
                         "cost_usd": 1000.0 * (i + 1), "mfu": 0.5, "strategy": "s", "pareto": False}
@@ -376,7 +389,7 @@ def simulator_gpus():
 
 
 def test_left_out_lists_configurations_without_a_price():
-    import app
+    app = _app_module()
     from simulator import compare
 
     opts = compare.sweep("pythia-160m", ["3090"], counts=(1,))
@@ -397,7 +410,7 @@ def test_budget_report_from_the_app_reports_the_plan_on_screen():
 
 def _budget_text(at: AppTest) -> str:
     """The Markdown the budget button serves (rebuilt through the app's own function)."""
-    import app
+    app = _app_module()
     from simulator import api
 
     st_ = at.session_state

@@ -9,6 +9,7 @@ comparison and budget modules; this file only collects inputs, caches and draws.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
 import re
@@ -402,10 +403,15 @@ def _opt_int(label: str, key: str, help: str, max_value: int = 10**9) -> int | N
     return int(v) if v else None
 
 
+#: the widget states the same limit as the app (older Streamlit releases lack the argument)
+_UPLOAD_LIMIT = ({"max_upload_size": MAX_UPLOAD_MB}
+                 if "max_upload_size" in inspect.signature(st.file_uploader).parameters else {})
+
+
 def _kept_upload(widget_key: str, store_key: str, label: str, help: str):
     """A file uploader whose file survives the widget being hidden (switching source and back):
     the last upload is kept in the session until another replaces it or it is cleared."""
-    up = st.file_uploader(label, type=["json"], key=widget_key, max_upload_size=MAX_UPLOAD_MB, help=help)
+    up = st.file_uploader(label, type=["json"], key=widget_key, help=help, **_UPLOAD_LIMIT)
     if up is not None:
         st.session_state[store_key] = (up.name, up.getvalue())
         return up.name, up.getvalue()

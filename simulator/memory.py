@@ -8,40 +8,45 @@ from __future__ import annotations
 import numpy as np
 
 from . import workload
-from .strategy import SHARD_STAGE
+from .strategy import SHARD_STAGE, checkpointed_layers
 
 MIB = 1024**2
 #: DeepSpeed ZeRO's default reduce_bucket_size and allgather_bucket_size (5e8 elements each,
 #: DeepSpeed configuration docs, "ZeRO optimizations"): buffers at the communication dtype.
 ZERO_BUCKET_ELEMENTS = 5e8
-#: Caching-allocator fragmentation, as a fraction of activation memory. Assumption: PyTorch's
-#: caching allocator typically reserves 5-15% above allocated tensors during training
-#: (memory_reserved vs memory_allocated); replaced by measurement where validation shows otherwise.
-FRAGMENTATION = 0.10
 
 OPTIMIZER_MOMENTS = {"adam": 2, "adamw": 2, "lion": 1, "sgd": 1}
 
 
-def state_bytes_per_param(precision: str, sharding: str, optimizer: str) -> tuple[int, int, int]:
+def autocast_fp32_params(precision: str, sharding: str, stack=None) -> bool:
+    """Whether mixed precision keeps fp32 weights and gradients that torch.autocast casts to half
+    (DDP; and ZeRO-1/2 where the stack's ZeRO is PyTorch's ZeroRedundancyOptimizer or apex's
+    DistributedFusedAdam over autocast, ``stack.zero_params == 'fp32'``). Otherwise ZeRO/FSDP
+    keep half weights and gradients with an fp32 master copy in the optimizer."""
+    if precision not in ("bf16", "fp16"):
+        return False
+    if sharding == "ddp":
+        return True
+    torch_zero = stack is not None and stack.zero_params == "fp32"
+    return torch_zero and sharding in ("zero1", "zero2")
+
+
+def state_bytes_per_param(precision: str, sharding: str, optimizer: str, stack=None) -> tuple[int, int, int]:
     """(weights, gradients, optimizer) bytes per parameter before sharding.
 
-    fp32/tf32: 4 + 4 + 4*moments. Mixed precision under DDP (torch.autocast keeps fp32 weights
-    and gradients): 4 + 4 + 4*moments. Mixed precision under ZeRO/FSDP (half weights and
-    gradients, fp32 master copy in the optimizer): 2 + 2 + (4 + 4*moments). Adam: 16 B/param.
+    fp32/tf32: 4 + 4 + 4*moments. Mixed precision with fp32 weights under autocast (DDP; see
+    :func:`autocast_fp32_params`): 4 + 4 + 4*moments. Mixed precision under DeepSpeed ZeRO / FSDP
+    (half weights and gradients, fp32 master copy in the optimizer): 2 + 2 + (4 + 4*moments).
+    Adam: 16 B/param either way.
     """
     k = 4 * OPTIMIZER_MOMENTS[optimizer]
-    if precision in ("bf16", "fp16") and sharding != "ddp":
+    if precision in ("bf16", "fp16") and not autocast_fp32_params(precision, sharding, stack):
         return 2, 2, 4 + k
     return 4, 4, k
 
 
-def grad_comm_bytes_per_param(precision: str, sharding: str) -> int:
-    """Bytes per parameter that gradient collectives move (DDP + autocast reduces fp32 grads)."""
-    return state_bytes_per_param(precision, sharding, "sgd")[1]
-
-
 def model_states(n_params: float, layer_params: float, precision: str, sharding: str,
-                 offload: str, optimizer: str, n_gpus: int) -> dict[str, float]:
+                 offload: str, optimizer: str, n_gpus: int, stack=None) -> dict[str, float]:
     """Per-GPU bytes of weights, gradients and optimizer states; and bytes put in host RAM.
 
     Sharding over n data-parallel ranks (ZeRO-1 optimizer states; ZeRO-2/shard-grad-op also
@@ -49,7 +54,7 @@ def model_states(n_params: float, layer_params: float, precision: str, sharding:
     weights (current + prefetched) and 1 layer of unsharded gradients). Offload moves optimizer
     states (and, with 'all', the weight shards) to host memory.
     """
-    w, g, o = state_bytes_per_param(precision, sharding, optimizer)
+    w, g, o = state_bytes_per_param(precision, sharding, optimizer, stack)
     n = n_gpus
     stage = SHARD_STAGE[sharding]
     frac = (n - 1) / n
@@ -74,21 +79,22 @@ def model_states(n_params: float, layer_params: float, precision: str, sharding:
     return {"weights": weights, "gradients": grads, "optimizer": opt, "host": host}
 
 
-def autocast_weight_copies(n_params: float, precision: str, sharding: str) -> float:
+def autocast_weight_copies(n_params: float, precision: str, sharding: str, stack=None) -> float:
     """Bytes of half-precision weight copies torch.autocast caches from forward to backward
     (cache_enabled=True, the default) where the weights themselves stay fp32 (DDP)."""
-    return 2.0 * n_params if precision in ("bf16", "fp16") and sharding == "ddp" else 0.0
+    return 2.0 * n_params if autocast_fp32_params(precision, sharding, stack) else 0.0
 
 
-def comm_buffers(n_params: float, precision: str, sharding: str, n_gpus: int) -> float:
+def comm_buffers(n_params: float, precision: str, sharding: str, n_gpus: int, stack=None) -> float:
     """Communication buffers per GPU (bytes). PyTorch DDP (gradient_as_bucket_view=False, the
     default) copies every gradient into flat buckets: one more gradient-sized buffer. DeepSpeed
     ZeRO keeps a reduce and an all-gather bucket of up to 5e8 elements each; FSDP communicates
-    from its flat per-unit parameters (counted in the gathered working set)."""
+    from its flat per-unit parameters (counted in the gathered working set). PyTorch's
+    ZeroRedundancyOptimizer runs under DDP (``stack.zero_params == 'fp32'``): DDP's buckets."""
     if n_gpus <= 1:
         return 0.0
-    w, g, _ = state_bytes_per_param(precision, sharding, "sgd")
-    if sharding == "ddp":
+    w, g, _ = state_bytes_per_param(precision, sharding, "sgd", stack)
+    if sharding == "ddp" or (sharding.startswith("zero") and stack is not None and stack.zero_params == "fp32"):
         return n_params * g
     if sharding.startswith("zero"):
         return min(n_params, ZERO_BUCKET_ELEMENTS) * (g + w)
@@ -115,15 +121,42 @@ def eager_scores_bytes_per_token(model, seq_len: int, e: int) -> float:
     return model.n_heads * seq_len * (e + 4 if e == 2 else e)
 
 
+def op_kept_bytes_per_token(model, e: int, attention: str) -> float:
+    """Bytes one layer keeps per token under op-level selective checkpointing (torchtitan's
+    'op' policy: outputs of matmuls and of the fused attention kernel are saved, everything
+    else recomputed): the layer input, the Q/K/V, attention-output-projection, MLP up and down
+    projection outputs, the attention output and SDPA's fp32 log-sum-exp. Eager attention's
+    s x s scores and probabilities are recomputed."""
+    h = model.hidden
+    kv = workload.kv_dim(model)
+    up = 2 * model.ffn_hidden if model.gated_mlp else model.ffn_hidden
+    lse = 4.0 * model.n_heads if attention == "sdpa" else 0.0
+    return e * (h + (h + 2 * kv) + h + h + up + h) + lse
+
+
 def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
                 checkpointing: str) -> np.ndarray:
-    """Activation bytes of one micro-batch at the start of backward (all layers)."""
+    """Activation bytes of one micro-batch at the start of backward (all layers), plus the
+    working set of the one layer being recomputed during backward.
+
+    none: every layer's saved tensors. full / every:K: checkpointed layers keep only their input
+    (h*e per token), the others everything; during backward one checkpointed layer at a time is
+    rebuilt around its kept input (its saved tensors less that input). selective (Megatron):
+    eager attention's s x s tensors are dropped and recomputed (fused attention saves none).
+    op: each layer keeps its matmul and attention outputs (:func:`op_kept_bytes_per_token`), one
+    layer at a time rebuilds the rest. With one layer every policy holds what 'none' holds.
+    """
     e = workload.act_bytes(precision)
     tokens = np.asarray(mb, dtype=float) * seq_len
     per_layer = layer_activation_bytes_per_token(model, seq_len, e, attention)
     L = model.n_layers
-    if checkpointing == "full":
-        trunk = tokens * (L * model.hidden * e + per_layer)
+    c = checkpointed_layers(checkpointing, L)
+    if c:
+        kept = model.hidden * e
+        trunk = tokens * ((L - c) * per_layer + c * kept + (per_layer - kept))
+    elif checkpointing == "op":
+        kept = op_kept_bytes_per_token(model, e, attention)
+        trunk = tokens * (L * kept + (per_layer - kept))
     elif checkpointing == "selective" and attention == "eager":
         core = eager_scores_bytes_per_token(model, seq_len, e)
         trunk = tokens * (L * (per_layer - core) + core)
@@ -132,9 +165,10 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     return trunk + tokens * model.hidden * e * 2  # embedding output + final norm
 
 
-def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool) -> np.ndarray:
-    """Logits and loss buffers: eager keeps logits (e) plus fp32 log-probabilities and their
-    fp32 gradient (e + 8 bytes per logit); a compiled fused loss about 2e."""
+def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool, stack) -> np.ndarray:
+    """Logits and loss buffers (bytes): logit elements x the stack's bytes per logit
+    (:meth:`simulator.stacks.Stack.loss_bytes_per_logit`: e + 8 for an eager fp32-upcast loss,
+    2e for a fused or compiled one)."""
     e = workload.act_bytes(precision)
     n = workload.logits_elements(model, np.asarray(mb, dtype=float), seq_len)
-    return n * (2 * e if compiled else e + 8)
+    return n * stack.loss_bytes_per_logit(e, compiled)

@@ -73,6 +73,9 @@ def resolve_model_input(model) -> ModelSpec:
         raise UsageError(f"model must be a preset name, a config.json path or a simulator.ModelSpec, "
                          f"got {type(model).__name__} {model!r}")
     text = os.fspath(model)
+    if os.path.isdir(text) and not os.path.isfile(os.path.join(text, "config.json")):
+        raise UsageError(f"--model {text!r} is a folder without a config.json; expected a preset name, a "
+                         "config.json file or a folder holding one")
     if os.path.exists(text) and not os.path.isdir(text):
         from .userfiles import check_regular_file
 

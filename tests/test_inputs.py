@@ -53,6 +53,7 @@ def bad_configs(tmp_path):
     (["--gpus", "2x2x2x3090"], "more than two counts"),
     (["--gpus", "2x8xlocal"], "Nxlocal"),
     (["--model", "/dev/null"], "not a regular file"),
+    (["--model", "/"], "without a config.json"),
     (["--overhead", "-10%"], "-10%"),
     (["--profile", "/dev/zero"], "not a regular file"),
     (["--profile", f"/tmp/{LONG}.json"], "too long"),

@@ -552,9 +552,10 @@ def suggest_fixes(model, gpus, knobs: dict, res: SearchResult) -> list[dict]:
     bigger = sorted((g for g in hardware.list_gpus() if g.usable_memory_gib.value > cur.usable_memory_gib.value),
                     key=lambda g: g.usable_memory_gib.value)
     shape = "" if hw["nodes"] == 1 else f"{hw['nodes']}x"
-    got = attempt([f"{shape}{hw['gpus_per_node'] if shape else hw['n_gpus']}x{g.id}" for g in bigger], other)
+    cards = {f"{shape}{hw['gpus_per_node'] if shape else hw['n_gpus']}x{g.id}": g for g in bigger}
+    got = attempt(list(cards), other)
     if got and not (got[2] and simpler()):
-        g = hardware.get_gpu(got[0].rsplit("x", 1)[-1])
+        g = cards[got[0]]
         fix("larger_card", got[0], {}, got[2], got[1],
             f"a larger card: {got[0]} ({g.usable_memory_gib.value:.1f} GiB usable) fits "
             f"({got[1].strategy_line()}; {got[1].days:,.0f} days)")

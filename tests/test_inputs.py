@@ -167,6 +167,7 @@ def test_another_catalog_gpus_profile_is_refused():
     ("llama-2-13b", "1x3090", {"sharding": "ddp"}),
     ("llama-2-7b", "2x3090", {"offload": "none", "checkpointing": "none"}),
     ("llama-2-13b", "1x3090", {}),
+    ("mpt-70b", "1xh100", {}),  # a GPU id with an 'x' in it
 ])
 def test_every_suggestion_fits_when_applied(model, gpus, pins):
     plan = simulator.simulate(model, gpus, **pins)

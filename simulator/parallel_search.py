@@ -151,7 +151,9 @@ def step_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
     model = parallel.view(pb.model, par)
     mb = np.array([float(math.ceil(pb.global_batch / par.dp))])
     compiles = [True] if True in space.compiles else list(space.compiles)
-    compute = min(float(micro_batch_time(model, pb.seq_len, mb, p, att, c, "none", pb.device, stack=pb.stack).total[0])
+    memo: dict = {}  # the GEMMs are shared by every attention and compilation choice
+    compute = min(float(micro_batch_time(model, pb.seq_len, mb, p, att, c, "none", pb.device, memo,
+                                         pb.stack).total[0])
                   for p in space.precisions if pb.device.gemm_peak(p) is not None
                   for att in space.attentions for c in compiles)
     return compute + _extra_floor(pb, par, compute, model.n_layers)

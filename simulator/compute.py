@@ -13,6 +13,7 @@ import numpy as np
 
 from . import kernels, workload
 from .device import Device
+from .models import ModelSpec
 from .workload import Gemm, MemOps
 
 #: FlashAttention's backward executes 5 matmuls of the forward's size against the forward's 2
@@ -109,6 +110,10 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
     only the attention core (Korthikanti et al. 2022). Each kernel costs the profile's launch
     overhead (eager, or per fused kernel under torch.compile).
     """
+    if not isinstance(model, ModelSpec):  # other families: through their operations
+        from . import opcost
+
+        return opcost.micro_batch_time(model, seq_len, mb, precision, attention, compiled, checkpointing, dev, memo)
     mb = np.asarray(mb, dtype=float)
     memo = {} if memo is None else memo
     e = workload.act_bytes(precision)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import workload
+from .models import ModelSpec
 from .strategy import SHARD_STAGE
 
 MIB = 1024**2
@@ -118,6 +119,10 @@ def eager_scores_bytes_per_token(model, seq_len: int, e: int) -> float:
 def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
                 checkpointing: str) -> np.ndarray:
     """Activation bytes of one micro-batch at the start of backward (all layers)."""
+    if not isinstance(model, ModelSpec):  # other families: through their operations
+        from . import opcost
+
+        return opcost.activations(model, seq_len, mb, precision, attention, checkpointing)
     e = workload.act_bytes(precision)
     tokens = np.asarray(mb, dtype=float) * seq_len
     per_layer = layer_activation_bytes_per_token(model, seq_len, e, attention)
@@ -135,6 +140,10 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
 def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool) -> np.ndarray:
     """Logits and loss buffers: eager keeps logits (e) plus fp32 log-probabilities and their
     fp32 gradient (e + 8 bytes per logit); a compiled fused loss about 2e."""
+    if not isinstance(model, ModelSpec):  # other families: through their operations
+        from . import opcost
+
+        return opcost.logits_bytes(model, seq_len, mb, precision, compiled)
     e = workload.act_bytes(precision)
     n = workload.logits_elements(model, np.asarray(mb, dtype=float), seq_len)
     return n * (2 * e if compiled else e + 8)

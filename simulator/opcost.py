@@ -20,8 +20,20 @@ NO_ATTENTION = "n/a"
 
 
 def graph(model, seq_len: int, mb, precision: str, attention: str, compiled: bool) -> Graph:
-    """The family's operations of one micro-batch of ``mb`` samples (array)."""
-    return family_of(model).graph(model, np.asarray(mb, dtype=float), seq_len, Knobs(precision, attention, compiled))
+    """The family's operations of one micro-batch of ``mb`` samples (array); the last few graphs
+    are kept, since a search asks for the same one per knob combination."""
+    mb = np.asarray(mb, dtype=float)
+    key = (model, seq_len, mb.tobytes(), precision, attention, compiled)
+    g = _GRAPHS.get(key)
+    if g is None:
+        g = family_of(model).graph(model, mb, seq_len, Knobs(precision, attention, compiled))
+        if len(_GRAPHS) >= 64:
+            _GRAPHS.pop(next(iter(_GRAPHS)))
+        _GRAPHS[key] = g
+    return g
+
+
+_GRAPHS: dict = {}
 
 
 def _op_times(op: Op, dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray]:
@@ -74,7 +86,7 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
     memo = {} if memo is None else memo
     key = ("ops", precision, attention, compiled)
     if key not in memo:
-        memo[key] = _timed(graph(model, seq_len, mb, precision, attention, compiled), dev, precision)
+        memo[key] = _timed(graph(model, seq_len, mb, precision, attention, compiled), dev, precision, memo)
     timed = memo[key]
     prof = dev.profile
     launch = 1e-6 * (prof.compiled_launch_overhead_us if compiled else prof.launch_overhead_us)
@@ -85,9 +97,8 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
         k = sum(r[which][1] for r in rows)
         return t + k * launch if serial else np.maximum(t, k * launch)
 
-    every = [r for r in timed if True]
-    fwd = pass_time(every, "fwd")
-    bwd = pass_time(every, "bwd")
+    fwd = pass_time(timed, "fwd")
+    bwd = pass_time(timed, "bwd")
     rerun = [r for r in timed if r["block"] and (checkpointing == "full" or checkpointing in r["recompute"])]
     always = [r for r in timed if "always" in r["recompute"]]
     rec = (pass_time(rerun, "fwd") if rerun else 0.0 * mb) + (pass_time(always, "fwd") if always else 0.0 * mb)
@@ -97,18 +108,24 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
     return MicroBatchTime(fwd + z, bwd + z, rec + z, hw + z)
 
 
-def _timed(g: Graph, dev: Device, precision: str) -> list[dict]:
+def _timed(g: Graph, dev: Device, precision: str, memo: dict) -> list[dict]:
     rows = []
     for b in g.blocks:
         for op in b.ops:
-            rows.append(_row(op, float(b.repeat) * op.count, True, dev, precision))
+            rows.append(_row(op, float(b.repeat) * op.count, True, dev, precision, memo, b.name))
     for op in g.outside:
-        rows.append(_row(op, op.count, False, dev, precision))
+        rows.append(_row(op, op.count, False, dev, precision, memo, ""))
     return rows
 
 
-def _row(op: Op, reps: float, in_block: bool, dev: Device, precision: str) -> dict:
-    t_f, t_b = _op_times(op, dev, precision)
+def _row(op: Op, reps: float, in_block: bool, dev: Device, precision: str, memo: dict, where: str) -> dict:
+    if op.kind == "gemm":  # a GEMM's time depends on its shape and the precision only
+        key = ("op-gemm", precision, where, op.name)
+        if key not in memo:
+            memo[key] = _op_times(op, dev, precision)
+        t_f, t_b = memo[key]
+    else:
+        t_f, t_b = _op_times(op, dev, precision)
     return {"fwd": (reps * t_f, reps * op.kernels_fwd), "bwd": (reps * t_b, reps * op.kernels_bwd),
             "fl_fwd": reps * op.fwd_flops(), "fl_bwd": reps * op.bwd_flops(), "block": in_block,
             "recompute": op.recompute}

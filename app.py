@@ -264,7 +264,8 @@ def sidebar_model() -> tuple[str | None, str | None]:
         name = st.selectbox("Preset", names, index=names.index(DEFAULT_MODEL), key="model")
         return f"preset:{name}", None
     if source == "Custom dimensions":
-        base_name = st.selectbox("Start from", names, index=names.index(DEFAULT_MODEL), key="custom_base")
+        bases = [n for n in names if isinstance(get_model(n), ModelSpec)]  # transformer dimensions below
+        base_name = st.selectbox("Start from", bases, index=bases.index(DEFAULT_MODEL), key="custom_base")
         base = get_model(base_name)
         c1, c2 = st.columns(2)
         layers = c1.number_input("Layers", 1, 1024, base.n_layers, key="custom_layers")

@@ -67,5 +67,14 @@ def hf_builders() -> dict[str, Any]:
     return out
 
 
-# Registration happens on import, one module per family.
-from . import convnext, mamba, transformer  # noqa: E402,F401
+def _import_families() -> None:
+    """Import every module of this package (each registers its family on import)."""
+    import importlib
+    import pkgutil
+
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if info.name != "base":
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+_import_families()

@@ -326,21 +326,6 @@ _BUILDERS: dict[str, Callable[[_Cfg, str], dict[str, Any]]] = {
 }
 
 
-def _family_builder(build: Callable[[_Cfg, str], dict[str, Any]]) -> Callable[[_Cfg, str], dict[str, Any]]:
-    def run(c: _Cfg, name: str) -> dict[str, Any]:
-        try:
-            return build(c, name)
-        except ValueError as exc:
-            raise _ConfigProblem(str(exc)) from None
-
-    return run
-
-
-# Families outside the transformer register their own config.json import (simulator/families).
-_BUILDERS.update({t: _family_builder(b) for t, b in hf_builders().items()})
-SUPPORTED_MODEL_TYPES = tuple(sorted({*SUPPORTED_MODEL_TYPES, *hf_builders()}))
-
-
 def _read(path: Path) -> dict[str, Any]:
     """Read a JSON object from ``path`` (a directory means its ``config.json``)."""
     if path.is_dir():
@@ -415,3 +400,18 @@ def model_from_hf_config(
         msg = str(first["msg"]).removeprefix("Value error, ")
         detail = f"{loc}: {msg}" if loc else msg
         raise UsageError(f"{where}: invalid model ({detail}); {_supported()}") from None
+
+
+def _family_builder(build: Callable[[_Cfg, str], dict[str, Any]]) -> Callable[[_Cfg, str], dict[str, Any]]:
+    def run(c: _Cfg, name: str) -> dict[str, Any]:
+        try:
+            return build(c, name)
+        except ValueError as exc:
+            raise _ConfigProblem(str(exc)) from None
+
+    return run
+
+
+# Families outside the transformer register their own config.json import (simulator/families).
+_BUILDERS.update({t: _family_builder(b) for t, b in hf_builders().items()})
+SUPPORTED_MODEL_TYPES = tuple(sorted({*SUPPORTED_MODEL_TYPES, *hf_builders()}))

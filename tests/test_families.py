@@ -74,6 +74,9 @@ def test_operations_own_every_parameter_once(name):
     if family_of(m).name == "transformer":
         b = m.param_breakdown()
         assert owned == b["attention"] + b["mlp"] + b["norms"]
+        # the GEMMs own the projections (weights and biases), the norms op the norms
+        norms = next(op for op in g.blocks[0].ops if op.name == "norms_residual_activation")
+        assert norms.params == b["norms_per_layer"]
     else:
         assert owned + sum(op.params for op in g.outside) == m.n_params()
 

@@ -8,14 +8,18 @@ computes (``tests/test_families.py`` proves the equality). The spec is
 
 from __future__ import annotations
 
+from typing import get_args
+
 import numpy as np
 
 from .. import workload
-from ..models import ModelSpec
+from ..models import Family, ModelSpec
 from . import register
-from .base import Block, Family, Graph, Knobs, Op
+from .base import Block, Graph, Knobs, Op
+from .base import Family as FamilyDef
 
-TRANSFORMER_FAMILIES = ("gpt_neox", "gpt2", "llama", "mistral", "mpt", "bert", "roberta", "vit")
+#: Every ``family`` value a transformer ModelSpec takes (models.Family).
+TRANSFORMER_FAMILIES: tuple[str, ...] = get_args(Family)
 
 
 def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
@@ -26,39 +30,36 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
     mb = np.asarray(mb, dtype=float)
     e = workload.act_bytes(knobs.precision)
     L = model.n_layers
-    h, f, kv = model.hidden, model.ffn_hidden, workload.kv_dim(model)
-    up = 2 * f if model.gated_mlp else f
+    h = model.hidden
     tokens = mb * seq_len
-    # each GEMM saves its input; the QKV GEMM also its output (Q, K, V: the attention core's input)
-    saved_in = {"qkv": e * (2 * h + 2 * kv), "attn_out": e * h, "mlp_up": e * h, "mlp_down": e * f}
-    params = {"qkv": h * (h + 2 * kv) + ((h + 2 * kv) if model.linear_bias else 0),
-              "attn_out": h * h + (h if model.linear_bias else 0),
-              "mlp_up": h * up + (up if model.linear_bias else 0),
-              "mlp_down": f * h + (h if model.linear_bias else 0)}
+    # each GEMM saves its input and owns its weight (+ bias); what a layer saves and owns beyond
+    # that (Q/K/V, norm and activation inputs; norms) goes with the norms/residual/activation op,
+    # so the totals are memory's and the parameter count's exactly
     ops = [Op(g.name, "gemm", count=g.count / L, m=g.m, n=g.n, k=g.k, batch=g.batch, kernels_fwd=1,
-              kernels_bwd=2, saved=tokens * saved_in[g.name], params=params[g.name])
+              kernels_bwd=2, saved=tokens * e * g.k, params=int(g.k * g.n + (g.n if model.linear_bias else 0)))
            for g in workload.layer_gemms(model, tokens)]
+    per_layer = memory.layer_activation_bytes_per_token(model, seq_len, e, knobs.attention)
     # attention core: selective checkpointing re-runs it (Korthikanti et al. 2022)
+    core = 0.0
     if knobs.attention == "sdpa":
         fl = workload.attention_flops_fwd(model, mb, seq_len, fused=True) / L
         ops.append(Op("attention", "attention", flops_fwd=fl, flops_bwd=FLASH_BWD_FLOPS * fl, kernels_fwd=1,
                       kernels_bwd=1, recompute=frozenset({"selective"})))
-        # FlashAttention's fp32 log-sum-exp (4 bytes per head and token) stays with its output
-        ops[1] = _with_saved(ops[1], ops[1].saved + tokens * 4.0 * model.n_heads)
     else:
-        core = tokens * memory.eager_scores_bytes_per_token(model, seq_len, e)
+        core = memory.eager_scores_bytes_per_token(model, seq_len, e)
         sf, sb = workload.eager_softmax_bytes(model, mb, seq_len, e)
         for g in workload.eager_attention_gemms(model, mb, seq_len):
             ops.append(Op(g.name, "gemm", count=g.count / L, m=g.m, n=g.n, k=g.k, batch=g.batch, kernels_fwd=1,
                           kernels_bwd=2, recompute=frozenset({"selective"})))
         ops.append(Op("softmax", "elementwise", bytes_fwd=sf.nbytes / L, bytes_bwd=sb.nbytes / L,
                       kernels_fwd=float(sf.kernels) / L, kernels_bwd=float(sb.kernels) / L,
-                      saved=core, recompute=frozenset({"selective"})))
+                      saved=tokens * core, recompute=frozenset({"selective"})))
     lf, lb = workload.layer_elementwise(model, mb, seq_len, e, knobs.compiled)
-    norms = model.norm_params_per_layer()
+    rest_saved = per_layer - core - sum(e * op.k for op in ops if op.kind == "gemm" and not op.recompute)
+    rest_params = model.param_breakdown()["layer_per_layer"] - sum(op.params for op in ops)
     ops.append(Op("norms_residual_activation", "elementwise", bytes_fwd=lf.nbytes / L, bytes_bwd=lb.nbytes / L,
                   kernels_fwd=float(lf.kernels) / L, kernels_bwd=float(lb.kernels) / L,
-                  saved=tokens * e * (2 * h + up), params=norms))
+                  saved=tokens * rest_saved, params=rest_params))
     layer = Block("layer", tuple(ops), L, tokens * h * e)
 
     outside = [Op(g.name, "gemm", count=g.count, m=g.m, n=g.n, k=g.k, batch=g.batch, kernels_fwd=1, kernels_bwd=2)
@@ -74,10 +75,4 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
     return Graph((layer,), tuple(outside), logits)
 
 
-def _with_saved(op: Op, saved) -> Op:
-    from dataclasses import replace
-
-    return replace(op, saved=saved)
-
-
-TRANSFORMER = register(Family(name="transformer", spec_cls=ModelSpec, families=TRANSFORMER_FAMILIES, graph=graph))
+TRANSFORMER = register(FamilyDef(name="transformer", spec_cls=ModelSpec, families=TRANSFORMER_FAMILIES, graph=graph))

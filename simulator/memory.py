@@ -9,40 +9,45 @@ import numpy as np
 
 from . import workload
 from .models import ModelSpec
-from .strategy import SHARD_STAGE
+from .strategy import SHARD_STAGE, checkpointed_layers
 
 MIB = 1024**2
 #: DeepSpeed ZeRO's default reduce_bucket_size and allgather_bucket_size (5e8 elements each,
 #: DeepSpeed configuration docs, "ZeRO optimizations"): buffers at the communication dtype.
 ZERO_BUCKET_ELEMENTS = 5e8
-#: Caching-allocator fragmentation, as a fraction of activation memory. Assumption: PyTorch's
-#: caching allocator typically reserves 5-15% above allocated tensors during training
-#: (memory_reserved vs memory_allocated); replaced by measurement where validation shows otherwise.
-FRAGMENTATION = 0.10
 
 OPTIMIZER_MOMENTS = {"adam": 2, "adamw": 2, "lion": 1, "sgd": 1}
 
 
-def state_bytes_per_param(precision: str, sharding: str, optimizer: str) -> tuple[int, int, int]:
+def autocast_fp32_params(precision: str, sharding: str, stack=None) -> bool:
+    """Whether mixed precision keeps fp32 weights and gradients that torch.autocast casts to half
+    (DDP; and ZeRO-1/2 where the stack's ZeRO is PyTorch's ZeroRedundancyOptimizer or apex's
+    DistributedFusedAdam over autocast, ``stack.zero_params == 'fp32'``). Otherwise ZeRO/FSDP
+    keep half weights and gradients with an fp32 master copy in the optimizer."""
+    if precision not in ("bf16", "fp16"):
+        return False
+    if sharding == "ddp":
+        return True
+    torch_zero = stack is not None and stack.zero_params == "fp32"
+    return torch_zero and sharding in ("zero1", "zero2")
+
+
+def state_bytes_per_param(precision: str, sharding: str, optimizer: str, stack=None) -> tuple[int, int, int]:
     """(weights, gradients, optimizer) bytes per parameter before sharding.
 
-    fp32/tf32: 4 + 4 + 4*moments. Mixed precision under DDP (torch.autocast keeps fp32 weights
-    and gradients): 4 + 4 + 4*moments. Mixed precision under ZeRO/FSDP (half weights and
-    gradients, fp32 master copy in the optimizer): 2 + 2 + (4 + 4*moments). Adam: 16 B/param.
+    fp32/tf32: 4 + 4 + 4*moments. Mixed precision with fp32 weights under autocast (DDP; see
+    :func:`autocast_fp32_params`): 4 + 4 + 4*moments. Mixed precision under DeepSpeed ZeRO / FSDP
+    (half weights and gradients, fp32 master copy in the optimizer): 2 + 2 + (4 + 4*moments).
+    Adam: 16 B/param either way.
     """
     k = 4 * OPTIMIZER_MOMENTS[optimizer]
-    if precision in ("bf16", "fp16") and sharding != "ddp":
+    if precision in ("bf16", "fp16") and not autocast_fp32_params(precision, sharding, stack):
         return 2, 2, 4 + k
     return 4, 4, k
 
 
-def grad_comm_bytes_per_param(precision: str, sharding: str) -> int:
-    """Bytes per parameter that gradient collectives move (DDP + autocast reduces fp32 grads)."""
-    return state_bytes_per_param(precision, sharding, "sgd")[1]
-
-
 def model_states(n_params: float, layer_params: float, precision: str, sharding: str,
-                 offload: str, optimizer: str, n_gpus: int) -> dict[str, float]:
+                 offload: str, optimizer: str, n_gpus: int, stack=None) -> dict[str, float]:
     """Per-GPU bytes of weights, gradients and optimizer states; and bytes put in host RAM.
 
     Sharding over n data-parallel ranks (ZeRO-1 optimizer states; ZeRO-2/shard-grad-op also
@@ -50,7 +55,7 @@ def model_states(n_params: float, layer_params: float, precision: str, sharding:
     weights (current + prefetched) and 1 layer of unsharded gradients). Offload moves optimizer
     states (and, with 'all', the weight shards) to host memory.
     """
-    w, g, o = state_bytes_per_param(precision, sharding, optimizer)
+    w, g, o = state_bytes_per_param(precision, sharding, optimizer, stack)
     n = n_gpus
     stage = SHARD_STAGE[sharding]
     frac = (n - 1) / n
@@ -75,21 +80,22 @@ def model_states(n_params: float, layer_params: float, precision: str, sharding:
     return {"weights": weights, "gradients": grads, "optimizer": opt, "host": host}
 
 
-def autocast_weight_copies(n_params: float, precision: str, sharding: str) -> float:
+def autocast_weight_copies(n_params: float, precision: str, sharding: str, stack=None) -> float:
     """Bytes of half-precision weight copies torch.autocast caches from forward to backward
     (cache_enabled=True, the default) where the weights themselves stay fp32 (DDP)."""
-    return 2.0 * n_params if precision in ("bf16", "fp16") and sharding == "ddp" else 0.0
+    return 2.0 * n_params if autocast_fp32_params(precision, sharding, stack) else 0.0
 
 
-def comm_buffers(n_params: float, precision: str, sharding: str, n_gpus: int) -> float:
+def comm_buffers(n_params: float, precision: str, sharding: str, n_gpus: int, stack=None) -> float:
     """Communication buffers per GPU (bytes). PyTorch DDP (gradient_as_bucket_view=False, the
     default) copies every gradient into flat buckets: one more gradient-sized buffer. DeepSpeed
     ZeRO keeps a reduce and an all-gather bucket of up to 5e8 elements each; FSDP communicates
-    from its flat per-unit parameters (counted in the gathered working set)."""
+    from its flat per-unit parameters (counted in the gathered working set). PyTorch's
+    ZeroRedundancyOptimizer runs under DDP (``stack.zero_params == 'fp32'``): DDP's buckets."""
     if n_gpus <= 1:
         return 0.0
-    w, g, _ = state_bytes_per_param(precision, sharding, "sgd")
-    if sharding == "ddp":
+    w, g, _ = state_bytes_per_param(precision, sharding, "sgd", stack)
+    if sharding == "ddp" or (sharding.startswith("zero") and stack is not None and stack.zero_params == "fp32"):
         return n_params * g
     if sharding.startswith("zero"):
         return min(n_params, ZERO_BUCKET_ELEMENTS) * (g + w)
@@ -100,25 +106,59 @@ def layer_activation_bytes_per_token(model, seq_len: int, e: int, attention: str
     """Bytes one layer saves for backward per token (no dropout), after Korthikanti et al. 2022:
     attention block LN input, QKV input, Q/K/V, attention output; MLP block LN input, FC1
     input, FC1 output, activation output; eager attention adds the s x s softmax per head
-    (a*s*e per token), fused SDPA only its fp32 log-sum-exp (4a)."""
+    (a*s*e per token), fused SDPA only its fp32 log-sum-exp (4a). Q and the attention output
+    are heads x head_dim wide (q), K and V kv wide. Each norm beyond two (Gemma 2/3) saves its
+    input (h); one norm shared by attention and MLP (parallel attention) saves its input and
+    output once, not twice (-2h); QK-norm saves Q and K before the norm too (q + kv). A sliding
+    window saves nothing: fused kernels keep O(s) statistics either way, and materialised
+    attention builds the full s x s matrix before masking it."""
     h, f = model.hidden, model.ffn_hidden
-    kv = workload.kv_dim(model)
+    kv, q = workload.kv_dim(model), workload.q_dim(model)
     up = 2 * f if model.gated_mlp else f
-    attn = e * (h + h + (h + 2 * kv) + h)
+    norms = getattr(model, "norms_per_layer", 2)
+    attn = e * (h + h + (q + 2 * kv) + q)
     mlp = e * (h + h + up + f)
+    extra = e * ((norms - 2) * h if norms >= 2 else -2 * h)
+    if getattr(model, "qk_norm", "none") != "none":
+        extra += e * (q + kv)
     core = eager_scores_bytes_per_token(model, seq_len, e) if attention == "eager" else 4.0 * model.n_heads
-    return attn + mlp + core
+    return attn + mlp + extra + core
 
 
 def eager_scores_bytes_per_token(model, seq_len: int, e: int) -> float:
     """Saved softmax probabilities of materialised attention per token: a*s elements at 4 bytes
-    (fp32 softmax) plus the half copy under autocast (6 bytes), or e bytes in fp32 training."""
-    return model.n_heads * seq_len * (e + 4 if e == 2 else e)
+    (fp32 softmax) plus the half copy under autocast (6 bytes), or e bytes in fp32 training;
+    soft-capped scores (Gemma 2) also keep the tanh output (e bytes)."""
+    cap = e if getattr(model, "attn_softcap", None) else 0
+    return model.n_heads * seq_len * ((e + 4 if e == 2 else e) + cap)
+
+
+def op_kept_bytes_per_token(model, e: int, attention: str) -> float:
+    """Bytes one layer keeps per token under op-level selective checkpointing (torchtitan's
+    'op' policy: outputs of matmuls and of the fused attention kernel are saved, everything
+    else recomputed): the layer input, the Q/K/V, attention-output-projection, MLP up and down
+    projection outputs, the attention output and SDPA's fp32 log-sum-exp. Eager attention's
+    s x s scores and probabilities are recomputed. Q and the attention output are heads x
+    head_dim wide (q)."""
+    h = model.hidden
+    kv, q = workload.kv_dim(model), workload.q_dim(model)
+    up = 2 * model.ffn_hidden if model.gated_mlp else model.ffn_hidden
+    lse = 4.0 * model.n_heads if attention == "sdpa" else 0.0
+    return e * (h + (q + 2 * kv) + h + q + up + h) + lse
 
 
 def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
                 checkpointing: str) -> np.ndarray:
-    """Activation bytes of one micro-batch at the start of backward (all layers)."""
+    """Activation bytes of one micro-batch at the start of backward (all layers), plus the
+    working set of the one layer being recomputed during backward.
+
+    none: every layer's saved tensors. full / every:K: checkpointed layers keep only their input
+    (h*e per token), the others everything; during backward one checkpointed layer at a time is
+    rebuilt around its kept input (its saved tensors less that input). selective (Megatron):
+    eager attention's s x s tensors are dropped and recomputed (fused attention saves none).
+    op: each layer keeps its matmul and attention outputs (:func:`op_kept_bytes_per_token`), one
+    layer at a time rebuilds the rest. With one layer every policy holds what 'none' holds.
+    """
     if not isinstance(model, ModelSpec):  # other families: through their operations
         from . import opcost
 
@@ -127,8 +167,13 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     tokens = np.asarray(mb, dtype=float) * seq_len
     per_layer = layer_activation_bytes_per_token(model, seq_len, e, attention)
     L = model.n_layers
-    if checkpointing == "full":
-        trunk = tokens * (L * model.hidden * e + per_layer)
+    c = checkpointed_layers(checkpointing, L)
+    if c:
+        kept = model.hidden * e
+        trunk = tokens * ((L - c) * per_layer + c * kept + (per_layer - kept))
+    elif checkpointing == "op":
+        kept = op_kept_bytes_per_token(model, e, attention)
+        trunk = tokens * (L * kept + (per_layer - kept))
     elif checkpointing == "selective" and attention == "eager":
         core = eager_scores_bytes_per_token(model, seq_len, e)
         trunk = tokens * (L * (per_layer - core) + core)
@@ -137,13 +182,16 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     return trunk + tokens * model.hidden * e * 2  # embedding output + final norm
 
 
-def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool) -> np.ndarray:
-    """Logits and loss buffers: eager keeps logits (e) plus fp32 log-probabilities and their
-    fp32 gradient (e + 8 bytes per logit); a compiled fused loss about 2e."""
+def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool, stack) -> np.ndarray:
+    """Logits and loss buffers (bytes): logit elements x the stack's bytes per logit
+    (:meth:`simulator.stacks.Stack.loss_bytes_per_logit`: e + 8 for an eager fp32-upcast loss,
+    2e for a fused or compiled one), plus, with eager final-logit soft-capping (Gemma 2), the
+    tanh output (e)."""
     if not isinstance(model, ModelSpec):  # other families: through their operations
         from . import opcost
 
-        return opcost.logits_bytes(model, seq_len, mb, precision, compiled)
+        return opcost.logits_bytes(model, seq_len, mb, precision, compiled, stack)
     e = workload.act_bytes(precision)
     n = workload.logits_elements(model, np.asarray(mb, dtype=float), seq_len)
-    return n * (2 * e if compiled else e + 8)
+    cap = e if (getattr(model, "logit_softcap", None) and not compiled) else 0
+    return n * (stack.loss_bytes_per_logit(e, compiled) + cap)

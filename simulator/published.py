@@ -1,8 +1,8 @@
 """`simulate validate-published FILE`: predict published end-to-end runs with their exact strategy.
 
-Rows follow ../shared/data/validation_dev.csv (MosaicML llm-foundry H100 BF16 table): model
-size, seq_len, GPUs/nodes, sharding, activation checkpointing, micro-batch, accumulation and the
-measured tokens/s. Nothing is fitted to these rows: they check the physics.
+Rows are read by :mod:`simulator.runs` (data/validation_dev.csv, the MosaicML llm-foundry H100
+BF16 table; data/published_runs_more.csv; or a ``calibrate --from-runs`` CSV): model, seq_len,
+GPUs/nodes, sharding, activation checkpointing, micro-batch, accumulation and the measured tokens/s.
 """
 
 from __future__ import annotations
@@ -16,58 +16,55 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from . import runs
 from .errors import UsageError
-
-_GPU = {"h100_80gb": "h100-sxm", "a100_80gb": "a100-80gb-sxm", "a100_40gb": "a100-40gb-sxm"}
-_SHARD = {"FULL_SHARD": "fsdp-full", "SHARD_GRAD_OP": "fsdp-grad-op", "NO_SHARD": "ddp"}
-_PREC = {"amp_bf16": "bf16", "amp_fp16": "fp16", "fp32": "fp32"}
-REQUIRED = ("model", "seq_len", "gpu", "n_gpus", "n_nodes", "gpus_per_node", "precision", "sharding",
-            "act_ckpt", "micro_batch", "grad_accum", "global_batch", "throughput_tok_s")
 
 
 def load_rows(path: str | Path) -> pd.DataFrame:
-    """Read and check a published-runs CSV; UsageError names the file and the problem."""
-    p = Path(path)
+    """Read a runs CSV (any layout :func:`simulator.runs.load_runs` knows) into the normalized table."""
+    return runs.load_runs(path)
+
+
+def stack_preset(name) -> str:
+    """The stack preset (simulator.stacks) for a run's stack name; the default (hf-trainer, plain
+    PyTorch with autocast) where no preset claims it."""
+    from .stacks import default_stack, for_published
+
     try:
-        df = pd.read_csv(p)
-    except FileNotFoundError:
-        raise UsageError(f"cannot read {str(p)!r}: no such file") from None
-    except Exception as exc:  # pandas raises several parser errors
-        raise UsageError(f"cannot parse {str(p)!r} as CSV: {exc}") from None
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
-        raise UsageError(f"{str(p)!r} lacks column(s) {', '.join(missing)}; required: {', '.join(REQUIRED)}")
-    return df
+        return for_published(str(name)).name
+    except UsageError:
+        return default_stack().name
 
 
-def predict_row(row) -> dict:
-    """Predict one published row with its exact strategy; returns predicted/measured tokens/s."""
+def simulate_run(run, profile=None):
+    """Simulate one normalized run (a row of :func:`simulator.runs.load_runs`) with its exact strategy."""
     from .api import simulate
-    from .models import get_model
 
-    gpu = _GPU.get(str(row["gpu"]), str(row["gpu"]))
-    spec = get_model(f"mpt-{row['model']}").with_max_positions(int(row["seq_len"]))
-    gpus = (f"{int(row['n_nodes'])}x{int(row['gpus_per_node'])}x{gpu}" if int(row["n_nodes"]) > 1
-            else f"{int(row['n_gpus'])}x{gpu}")
-    ckpt = str(row["act_ckpt"]).strip().lower() in ("true", "1", "yes")
-    plan = simulate(spec, gpus, global_batch=int(row["global_batch"]), seq_len=int(row["seq_len"]), steps=1,
-                    optimizer="adamw", precision=_PREC.get(str(row["precision"]), "bf16"),
-                    sharding=_SHARD.get(str(row["sharding"]), "fsdp-full"), attention="sdpa", compile=False,
-                    checkpointing="full" if ckpt else "none", offload="none",
-                    micro_batch=int(row["micro_batch"]))
-    measured = float(row["throughput_tok_s"])
-    return {"model": f"mpt-{row['model']}", "seq_len": int(row["seq_len"]), "gpus": gpus,
-            "micro_batch": int(row["micro_batch"]), "grad_accum": plan.strategy["grad_accum"],
-            "act_ckpt": ckpt, "predicted_tok_s": plan.tokens_per_s, "measured_tok_s": measured,
-            "error_pct": 100.0 * (plan.tokens_per_s - measured) / measured,
-            "predicted_mfu": plan.mfu_6nd, "measured_mfu": float(row.get("mfu_pct", math.nan)) / 100.0,
+    return simulate(run["spec"], run["gpus"], profile=profile, global_batch=int(run["global_batch"]),
+                    seq_len=int(run["seq_len"]), steps=1, optimizer="adamw", precision=run["precision"],
+                    sharding=run["sharding"], attention=run["attention"], compile=bool(run["compile"]),
+                    checkpointing=run["checkpointing"], offload="none", micro_batch=int(run["micro_batch"]),
+                    stack=stack_preset(run["stack"]))
+
+
+def predict_row(run) -> dict:
+    """Predict one normalized run with its exact strategy; returns predicted/measured tokens/s."""
+    plan = simulate_run(run)
+    measured = float(run["measured_tok_s"])
+    flops = plan.mfu_6nd * measured / plan.tokens_per_s if plan.tokens_per_s > 0 else math.nan
+    return {"run": run["run"], "source": run["source"], "stack": run["stack"], "model": run["model"],
+            "seq_len": int(run["seq_len"]), "gpus": run["gpus"], "micro_batch": int(run["micro_batch"]),
+            "grad_accum": plan.strategy["grad_accum"], "act_ckpt": run["checkpointing"] != "none",
+            "checkpointing": run["checkpointing"], "predicted_tok_s": plan.tokens_per_s,
+            "measured_tok_s": measured, "error_pct": 100.0 * (plan.tokens_per_s - measured) / measured,
+            "predicted_mfu": plan.mfu_6nd, "measured_mfu": flops,
             "feasible": plan.feasible, "profile": plan.profile["name"]}
 
 
-def validate(path: str | Path) -> pd.DataFrame:
-    """Predict every row; a DataFrame with the error per row."""
-    df = load_rows(path)
-    return pd.DataFrame([predict_row(r) for _, r in df.iterrows()])
+def validate(path: str | Path | None = None) -> pd.DataFrame:
+    """Predict every simulable row (default: the bundled dev runs); a DataFrame with the error per row."""
+    table = runs.default_runs() if path is None else load_rows(path)
+    return pd.DataFrame([predict_row(r) for _, r in runs.simulable(table).iterrows()])
 
 
 def summary(res: pd.DataFrame) -> dict:

@@ -17,6 +17,7 @@ from simulator.families import family_of, registered, spec_from_dict
 from simulator.families.mamba import SCAN_CHUNK, MambaSpec
 from simulator.hardware import default_profile, get_gpu
 from simulator.models import get_model, resolve_model
+from simulator.stacks import get_stack, list_stacks
 
 DATA = Path(__file__).parent / "data"
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
@@ -24,8 +25,15 @@ COUNTS = json.loads((DATA / "family_param_counts.json").read_text())
 
 
 def _device(gpu="a100-80gb-sxm"):
-    g = get_gpu(gpu)
-    return device_from_spec(g, default_profile(g))
+    """A catalog device; ``NAME+shape``: its profile with attention efficiency by head size and
+    sequence and host time per layer switched on (whatever the stored profile holds)."""
+    name, _, shape = gpu.partition("+")
+    g = get_gpu(name)
+    prof = default_profile(g)
+    if shape:
+        att = prof.attention.model_copy(update={"head_dim_half": 24.0, "seq_half": 400.0})
+        prof = prof.model_copy(update={"attention": att, "layer_overhead_us": 40.0})
+    return device_from_spec(g, prof)
 
 
 # ------------------------------------------------------------------ exact parameter counts
@@ -134,10 +142,20 @@ def test_mamba_fused_scan_bytes_and_activations_by_hand():
     outside = s * 4 * d * 2 + s * e * d  # embedding output, final norm input (fp32) ; head input
     act = memory.activations(m, s, np.array([1.0]), "bf16", "n/a", "none")
     assert float(act[0]) == pytest.approx(L * per_layer + outside, rel=1e-12)
+    # full: every layer keeps its fp32 residual input; the layer rebuilt during backward holds its
+    # working set less that input (fidelity-mem's rule)
     full = memory.activations(m, s, np.array([1.0]), "bf16", "n/a", "full")
-    assert float(full[0]) == pytest.approx(L * s * 4 * d + per_layer + outside, rel=1e-12)
-    # logits: bf16 logits + fp32 log-probabilities and gradient (e + 8 per logit), eager
-    assert float(memory.logits_bytes(m, s, np.array([2.0]), "bf16", False)[0]) == 2 * s * 50280 * (e + 8)
+    assert float(full[0]) == pytest.approx(L * s * 4 * d + (per_layer - s * 4 * d) + outside, rel=1e-12)
+    # every:4: a quarter of the layers keep their input only
+    ev4 = memory.activations(m, s, np.array([1.0]), "bf16", "n/a", "every:4")
+    assert float(ev4[0]) == pytest.approx(48 * per_layer + 16 * s * 4 * d + (per_layer - s * 4 * d) + outside,
+                                          rel=1e-12)
+    # logits: bf16 logits + fp32 log-probabilities and gradient (e + 8 per logit), eager upcast
+    # loss (hf-trainer); a fused loss kernel (llm-foundry) keeps 2e
+    assert float(memory.logits_bytes(m, s, np.array([2.0]), "bf16", False, get_stack(None))[0]) \
+        == 2 * s * 50280 * (e + 8)
+    assert float(memory.logits_bytes(m, s, np.array([2.0]), "bf16", False, get_stack("llm-foundry"))[0]) \
+        == 2 * s * 50280 * 2 * e
 
 
 def test_mamba_slow_path_materializes_fp32_states():
@@ -175,27 +193,40 @@ def test_convnext_bytes_and_activations_by_hand():
 
 # ------------------------------------------------------------------ the transformer through operations
 CASES = [("pythia-1b", 2048), ("mistral-7b", 1024), ("roberta-large", 512), ("vit-large-16-in21k", 197),
-         ("gpt2", 1024)]
+         ("gpt2", 1024), ("gemma-2-2b", 1024), ("qwen3-0.6b", 2048)]
 KNOBS = [("bf16", "sdpa", True, "none"), ("bf16", "eager", False, "selective"), ("fp32", "eager", True, "full"),
-         ("tf32", "sdpa", False, "selective"), ("fp16", "sdpa", False, "full")]
+         ("tf32", "sdpa", False, "selective"), ("fp16", "sdpa", False, "full"), ("bf16", "sdpa", False, "op"),
+         ("bf16", "eager", False, "op"), ("bf16", "sdpa", False, "every:3"), ("fp16", "eager", True, "every:2")]
+#: a stored profile, and one whose attention efficiency depends on head size and sequence and
+#: which charges host time per layer
+PROFILES = ["a100-80gb-sxm", "h100-sxm+shape"]
 
 
 @pytest.mark.parametrize("name, seq", CASES)
 @pytest.mark.parametrize("precision, attention, compiled, ckpt", KNOBS)
-def test_transformer_operations_reproduce_the_transformer_path(name, seq, precision, attention, compiled, ckpt):
-    """Same seconds, FLOPs, activation and logit bytes as compute/memory/estimate today, so moving
-    the transformer onto operations changes no result."""
-    m, dev = get_model(name), _device()
+@pytest.mark.parametrize("gpu", PROFILES)
+def test_transformer_operations_reproduce_the_transformer_path(name, seq, precision, attention, compiled, ckpt, gpu):
+    """Same seconds, FLOPs, activation and logit bytes as compute/memory/estimate today, under
+    every stack, so moving the transformer onto operations changes no result."""
+    m, dev = get_model(name), _device(gpu)
     mb = np.array([1.0, 3.0, 8.0])
-    ref = compute.micro_batch_time(m, seq, mb, precision, attention, compiled, ckpt, dev)
-    ops = opcost.micro_batch_time(m, seq, mb, precision, attention, compiled, ckpt, dev)
-    for f in ("fwd", "bwd", "recompute", "hw_flops"):
-        np.testing.assert_allclose(getattr(ops, f), getattr(ref, f), rtol=1e-12, err_msg=f)
+    for stack in map(get_stack, list_stacks()):
+        ref = compute.micro_batch_time(m, seq, mb, precision, attention, compiled, ckpt, dev, stack=stack)
+        ops = opcost.micro_batch_time(m, seq, mb, precision, attention, compiled, ckpt, dev, stack=stack)
+        for f in ("fwd", "bwd", "recompute", "hw_flops"):
+            np.testing.assert_allclose(getattr(ops, f), getattr(ref, f), rtol=1e-12, err_msg=f"{f} {stack.name}")
+        np.testing.assert_allclose(opcost.logits_bytes(m, seq, mb, precision, compiled, stack),
+                                   memory.logits_bytes(m, seq, mb, precision, compiled, stack), rtol=1e-12)
     np.testing.assert_allclose(opcost.activations(m, seq, mb, precision, attention, ckpt),
                                memory.activations(m, seq, mb, precision, attention, ckpt), rtol=1e-12)
-    np.testing.assert_allclose(opcost.logits_bytes(m, seq, mb, precision, compiled),
-                               memory.logits_bytes(m, seq, mb, precision, compiled), rtol=1e-12)
     assert opcost.model_flops_per_token(m, seq) == pytest.approx(estimate.model_flops_per_token(m, seq), rel=1e-12)
+
+
+def test_equality_cases_exercise_the_new_physics():
+    """One profile above makes attention efficiency depend on shape and charges host time per
+    layer (else the equality would not test those paths)."""
+    prof = _device(PROFILES[-1]).profile
+    assert prof.attention.head_dim_half > 0 and prof.attention.seq_half > 0 and prof.layer_overhead_us > 0
 
 
 # ------------------------------------------------------------------ end to end

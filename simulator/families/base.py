@@ -9,15 +9,15 @@ family's fields. Units: elements for shapes, FLOPs, bytes; arrays run over micro
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
+from ..strategy import CHECKPOINTINGS
+
 OpKind = Literal["gemm", "attention", "scan", "conv", "elementwise"]
-#: Checkpointing policies an operation can be re-run under ("full": every op of a block).
-POLICIES = ("none", "selective", "full")
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,14 @@ class Op:
     backward FLOPs and bytes moved explicitly (``attention``: the fused kernel's FLOPs; ``scan``,
     ``conv``, ``elementwise``: bandwidth-bound unless their FLOPs say otherwise). ``kernels_*`` are
     kernel launches per repetition. ``saved`` is bytes kept for backward per repetition;
-    ``recompute`` the checkpointing policies (besides ``full``, which re-runs every block op) under
-    which the op is re-run in backward and its ``saved`` bytes are dropped. ``params`` counts the
-    parameters the op owns (per repetition).
+    ``recompute`` the op-granular checkpointing policies (``selective``, ``op``; layer-granular
+    ``full`` and ``every:K`` re-run every op of the checkpointed block repetitions) under which
+    the op is re-run in backward, and ``always`` for ops a kernel recomputes by design. ``kept``:
+    bytes the op keeps under a policy named there (torchtitan's ``op`` keeps matmul outputs,
+    not their inputs); a policy not named keeps ``saved``, or nothing if it re-runs the op.
+    Attention ops carry their ``head_dim``, sequence length ``seq`` and ``causal`` mask (the
+    kernel's efficiency depends on them). ``params`` counts the parameters the op owns (per
+    repetition).
     """
 
     name: str
@@ -49,7 +54,17 @@ class Op:
     kernels_bwd: float = 0.0
     saved: np.ndarray | float = 0.0
     recompute: frozenset[str] = frozenset()
+    kept: Mapping[str, np.ndarray | float] = field(default_factory=dict)
+    head_dim: float = 0.0
+    seq: float = 0.0
+    causal: bool = True
     params: int = 0
+
+    def kept_under(self, policy: str) -> np.ndarray | float:
+        """Bytes kept per repetition under an op-granular policy (``none``, ``selective``, ``op``)."""
+        if policy in self.kept:
+            return self.kept[policy]
+        return 0.0 if policy in self.recompute else self.saved
 
     def gemm_flops_fwd(self) -> np.ndarray:
         """Forward FLOPs of one repetition of a GEMM op: 2*m*n*k*batch."""
@@ -96,11 +111,13 @@ class Graph:
 
 @dataclass(frozen=True)
 class Knobs:
-    """The execution knobs a family may read when building its graph."""
+    """The execution knobs a family may read when building its graph; ``stack``: the training
+    stack (:class:`simulator.stacks.Stack`: loss kernel, norm precision)."""
 
     precision: str
     attention: str
     compiled: bool
+    stack: Any
 
 
 @dataclass(frozen=True)
@@ -122,10 +139,17 @@ class Family:
     graph: Callable[..., Graph]
     attentions: tuple[str, ...] = ("eager", "sdpa")
     compiles: tuple[bool, ...] = (False, True)
-    checkpointings: tuple[str, ...] = POLICIES
+    checkpointings: tuple[str, ...] = CHECKPOINTINGS
     hf_model_types: tuple[str, ...] = ()
     from_hf_config: Callable[[Any, str], dict[str, Any]] | None = None
     notes: Callable[[Any], list[str]] = field(default=lambda spec: [])
     six_n: bool = True
     """Whether 6 N per token approximates training FLOPs (False where weights are reused
     across positions, as in convolutions)."""
+
+    def allows_checkpointing(self, policy: str) -> bool:
+        """Whether ``policy`` (canonical, e.g. every:4) applies: one of ``checkpointings``, or any
+        every:K where the family searches one (layer-granular checkpointing of its blocks)."""
+        if policy in self.checkpointings:
+            return True
+        return policy.startswith("every:") and any(c.startswith("every:") for c in self.checkpointings)

@@ -127,6 +127,10 @@ def graph(spec: ConvNextSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Gra
     e = workload.act_bytes(knobs.precision)
     imgs = np.asarray(mb, float)
     passes, kern = BLOCK_PASSES[knobs.compiled]
+    # the block's LayerNorm (nn.LayerNorm, channels-last) writes fp32 under eager autocast
+    # where the stack leaves norms to autocast, and pwconv1 casts it back to half
+    fp32_norm = knobs.stack.fp32_norm(e, knobs.compiled)
+    norm_extra, norm_kern = (workload.FP32_NORM_EXTRA_BYTES, 1) if fp32_norm else (0.0, 0)
     blocks = []
     for i, (depth, c, side) in enumerate(zip(spec.depths, spec.widths, spec.grids(), strict=True)):
         P = imgs * side * side  # pixels of the micro-batch at this stage
@@ -148,8 +152,9 @@ def graph(spec: ConvNextSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Gra
             Op("pwconv1", "gemm", m=P, n=x, k=c, kernels_fwd=1, kernels_bwd=2, saved=P * c * e, params=c * x + x),
             Op("pwconv2", "gemm", m=P, n=c, k=x, kernels_fwd=1, kernels_bwd=2, saved=P * x * e, params=x * c + c),
             # copy, LayerNorm (input saved), GELU (input saved), layer scale (input saved), residual
-            Op("norm_gelu_scale_residual", "elementwise", bytes_fwd=P * passes * c * e,
-               bytes_bwd=P * 2 * passes * c * e, kernels_fwd=kern, kernels_bwd=2 * kern,
+            Op("norm_gelu_scale_residual", "elementwise", bytes_fwd=P * c * (passes * e + norm_extra),
+               bytes_bwd=2 * P * c * (passes * e + norm_extra), kernels_fwd=kern + norm_kern,
+               kernels_bwd=2 * (kern + norm_kern),
                saved=P * (c + x + c) * e, params=2 * c + (c if spec.layer_scale else 0)),
         )
         blocks.append(Block(f"stage{i}", ops, depth, P * c * e))
@@ -159,6 +164,7 @@ def graph(spec: ConvNextSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Gra
     pix = imgs * spec.image_size**2 * spec.num_channels
     cl, ncls = spec.widths[-1], spec.num_classes
     Pl = imgs * spec.grids()[-1] ** 2
+    loss_f, loss_b = workload.cross_entropy_bytes(imgs * ncls, e, knobs.compiled or knobs.stack.fused_loss)
     outside = (
         Op("stem_conv", "gemm", m=P0, n=c0, k=spec.num_channels * spec.patch_size**2, kernels_fwd=1, kernels_bwd=2,
            saved=pix * e, params=spec.num_channels * spec.patch_size**2 * c0 + c0),
@@ -169,11 +175,10 @@ def graph(spec: ConvNextSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Gra
            kernels_fwd=2, kernels_bwd=3, saved=imgs * cl * e, params=2 * cl),
         Op("classifier", "gemm", m=imgs, n=ncls, k=cl, kernels_fwd=1, kernels_bwd=2, saved=imgs * cl * e,
            params=cl * ncls + ncls),
-        Op("loss", "elementwise", bytes_fwd=imgs * ncls * (2 * e if knobs.compiled else e + 12),
-           bytes_bwd=imgs * ncls * (2 * e if knobs.compiled else 16 + e), kernels_fwd=1 if knobs.compiled else 3,
-           kernels_bwd=1 if knobs.compiled else 4),
+        Op("loss", "elementwise", bytes_fwd=loss_f.nbytes, bytes_bwd=loss_b.nbytes, kernels_fwd=loss_f.kernels,
+           kernels_bwd=loss_b.kernels),
     )
-    return Graph(tuple(blocks), outside, imgs * ncls * (2 * e if knobs.compiled else e + 8))
+    return Graph(tuple(blocks), outside, imgs * ncls * knobs.stack.loss_bytes_per_logit(e, knobs.compiled))
 
 
 def from_hf_config(c, name: str) -> dict:

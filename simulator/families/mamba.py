@@ -19,6 +19,11 @@ Two kernel paths, as the study ran them (``kernel``):
   the batch), each step's fp32 state kept for backward.
 
 The study ran Mamba without ``torch.compile``, and it has no attention: neither knob is searched.
+Checkpointing is layer-granular (``full``; ``every:K``, which any block wrapper offers):
+Hugging Face's ``gradient_checkpointing`` wraps each ``MambaBlock``. ``selective`` has no
+attention core to drop, and ``op`` (torchtitan's per-op policy) cannot see into
+``mamba_inner_fn``, one autograd function from in_proj to out_proj: neither is searched. The
+RMSNorms upcast to fp32 in Hugging Face's code whatever the stack; the stack decides the loss.
 Parameters count exactly as ``MambaForCausalLM`` (checked against transformers in the tests).
 """
 
@@ -194,7 +199,7 @@ def graph(spec: MambaSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
 
     V = spec.vocab_size
     logits = T * float(V)
-    loss_f, loss_b = (logits * 2 * e, logits * 2 * e) if knobs.compiled else (logits * (e + 12), logits * (16 + e))
+    loss_f, loss_b = workload.cross_entropy_bytes(logits, e, knobs.compiled or knobs.stack.fused_loss)
     outside = (
         Op("embedding", "elementwise", bytes_fwd=T * d * 2 * e, bytes_bwd=T * d * 2 * e + V * d * 4.0,
            kernels_fwd=1, kernels_bwd=2, saved=T * 4 * d * 2, params=V * d),
@@ -202,10 +207,10 @@ def graph(spec: MambaSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
            kernels_bwd=10, params=d),
         Op("lm_head", "gemm", m=T, n=V, k=d, kernels_fwd=1, kernels_bwd=2, saved=T * e * d,
            params=0 if spec.tied_embeddings else V * d),
-        Op("loss", "elementwise", bytes_fwd=loss_f, bytes_bwd=loss_b, kernels_fwd=1 if knobs.compiled else 3,
-           kernels_bwd=1 if knobs.compiled else 4),
+        Op("loss", "elementwise", bytes_fwd=loss_f.nbytes, bytes_bwd=loss_b.nbytes, kernels_fwd=loss_f.kernels,
+           kernels_bwd=loss_b.kernels),
     )
-    return Graph((layer,), outside, logits * (2 * e if knobs.compiled else e + 8))
+    return Graph((layer,), outside, logits * knobs.stack.loss_bytes_per_logit(e, knobs.compiled))
 
 
 def from_hf_config(c, name: str) -> dict:
@@ -230,9 +235,10 @@ def notes(spec: MambaSpec) -> list[str]:
     return [f"{spec.display_name} has no attention: the attention knob does not apply and is not searched; "
             f"{spec.kernel} Mamba kernels "
             + ("(mamba-ssm + causal-conv1d)" if spec.kernel == "fused" else "(Hugging Face slow path, no mamba-ssm)")
-            + "; no torch.compile (as the study ran Mamba)"]
+            + "; no torch.compile (as the study ran Mamba); checkpointing is per layer (none, every:K, full: "
+            "selective and op do not apply)"]
 
 
 MAMBA = register(Family(name="mamba", spec_cls=MambaSpec, families=("mamba",), graph=graph, attentions=("n/a",),
-                        compiles=(False,), checkpointings=("none", "full"), hf_model_types=("mamba",),
+                        compiles=(False,), checkpointings=("none", "every:2", "full"), hf_model_types=("mamba",),
                         from_hf_config=from_hf_config, notes=notes))

@@ -315,8 +315,8 @@ def load_runs(path: str | Path) -> pd.DataFrame:
     elif "tokens_per_s" in cols:
         need, reader = ("model", "gpus", "seq_len", "global_batch", "micro_batch", "tokens_per_s"), _from_user
     else:
-        raise UsageError(f"{str(p)!r}: not a runs file; needs a 'tokens_per_s' column "
-                         "(see docs/calibrate_from_runs.md), or the layout of data/validation_dev.csv")
+        raise UsageError(f"{str(p)!r} lacks column 'tokens_per_s' (the format of docs/calibrate_from_runs.md; "
+                         "or 'throughput_tok_s' as in data/validation_dev.csv)")
     missing = [c for c in need if c not in cols]
     if missing:
         raise UsageError(f"{str(p)!r} lacks column(s) {', '.join(missing)}; required: {', '.join(need)}")

@@ -46,7 +46,7 @@ def test_user_format_and_bad_files(tmp_path):
     assert r["grad_accum"] == 4
     bad = tmp_path / "bad.csv"
     bad.write_text("a,b\n1,2\n")
-    with pytest.raises(UsageError, match="tokens_per_s"):
+    with pytest.raises(UsageError, match="lacks column"):
         runs.load_runs(bad)
     with pytest.raises(UsageError, match="no such file"):
         runs.load_runs(tmp_path / "missing.csv")

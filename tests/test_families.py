@@ -13,6 +13,7 @@ import pytest
 from simulator import compute, estimate, memory, opcost
 from simulator.api import run_search, simulate
 from simulator.device import device_from_spec
+from simulator.errors import UsageError
 from simulator.families import family_of, registered, spec_from_dict
 from simulator.families.mamba import SCAN_CHUNK, MambaSpec
 from simulator.hardware import default_profile, get_gpu
@@ -253,6 +254,22 @@ def test_knobs_that_do_not_apply():
                            text=True, env=env)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_mamba_checkpointing_is_per_layer():
+    """Mamba offers none, every:K and full (layer-granular); selective and op do not apply. Each
+    step towards full checkpointing trades memory for recomputation time."""
+    m, dev, mb = get_model("mamba-2.8b"), _device(), np.array([2.0])
+    policies = ["none", "every:4", "every:2", "full"]
+    act = [float(memory.activations(m, 4096, mb, "bf16", "n/a", ck)[0]) for ck in policies]
+    rec = [float(compute.micro_batch_time(m, 4096, mb, "bf16", "n/a", False, ck, dev).recompute[0]) for ck in policies]
+    assert act == sorted(act, reverse=True) and len(set(act)) == 4
+    assert rec == sorted(rec) and len(set(rec)) == 4
+    p = simulate("mamba-2.8b", "4xa100", checkpointing="every:4")
+    assert p.feasible and p.strategy["checkpointing"] == "every:4"
+    for bad in ("op", "selective"):
+        with pytest.raises(UsageError, match="valid here: none, every:K, full"):
+            simulate("mamba-2.8b", "4xa100", checkpointing=bad)
 
 
 def test_slow_mamba_needs_checkpointing_on_a100():

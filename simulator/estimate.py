@@ -3,7 +3,7 @@
 Every strategy (precision x attention x compile x checkpointing x sharding x offload x
 micro-batch) becomes one element of flat numpy arrays: step time and its parts (seconds),
 memory per GPU by component (bytes), feasibility. No I/O
-DESIGN.md "Physics" 1-7.
+docs/architecture.md, physics 1-7.
 """
 
 from __future__ import annotations

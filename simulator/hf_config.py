@@ -55,6 +55,7 @@ file and the problem and listing the supported types.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -91,7 +92,9 @@ class _Cfg:
                 raise _ConfigProblem(f"missing field {key!r}")
             return default
         value = src[key]
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)
+                or abs(value) > 2**53):
             raise _ConfigProblem(f"field {key!r} must be an integer, got {value!r}")
         return int(value)
 

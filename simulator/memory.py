@@ -1,6 +1,6 @@
 """Memory per GPU (bytes): model states by precision/optimizer/sharding, activations, logits.
 
-Pure functions; arrays broadcast. DESIGN.md "Physics" 4.
+Pure functions; arrays broadcast. docs/architecture.md, physics 4.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ def _d(x: float | None) -> str:
 
 
 #: Above this fraction of dense peak a published end-to-end time is implausible: real large-model
-#: training reaches roughly 35-65% MFU on A100/H100 (DESIGN.md "Known traps"; the llm-foundry H100
+#: training reaches roughly 35-65% MFU on A100/H100 (docs/architecture.md, known traps; the llm-foundry H100
 #: table in data/validation_dev.csv tops out at 46%).
 PLAUSIBLE_MFU = 0.65
 

@@ -3,7 +3,7 @@
 Pure functions of the model, sequence length, micro-batch size (numpy array, vectorized) and
 the execution knobs. Units: elements for shapes, FLOPs, bytes. No timing here (see compute).
 
-Conventions (DESIGN.md "Physics" 1): a GEMM (m x k) @ (k x n) costs 2*m*n*k FLOPs; its
+Conventions (docs/architecture.md, physics 1): a GEMM (m x k) @ (k x n) costs 2*m*n*k FLOPs; its
 backward is two GEMMs of the same cost (input gradient and weight gradient). Attention scores
 and values cost 2*b*s^2*h each forward; fused causal kernels skip about half; FlashAttention's
 backward executes 2.5x its forward (it recomputes the scores).

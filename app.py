@@ -435,7 +435,8 @@ def sidebar_model() -> tuple[str | None, str | None, str | None]:
         name = st.selectbox("Preset", names, index=names.index(DEFAULT_MODEL), key="model")
         return f"preset:{name}", None, None
     if source == "Custom dimensions":
-        base_name = st.selectbox("Start from", names, index=names.index(DEFAULT_MODEL), key="custom_base",
+        bases = [n for n in names if isinstance(get_model(n), ModelSpec)]  # transformer dimensions below
+        base_name = st.selectbox("Start from", bases, index=bases.index(DEFAULT_MODEL), key="custom_base",
                                  help="the preset whose dimensions and training recipe you start from")
         base = get_model(base_name)
         c1, c2 = st.columns(2)

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import BaseModel
 
 from . import communication as comm
 from . import hardware, uncertainty
@@ -155,7 +156,7 @@ def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=No
     ``overhead``: wall-clock time beyond the training steps, as a fraction of it (data loading,
     evaluation, checkpointing, restarts after failures); excluded (0) by default, docs/architecture.md, physics 7.
     """
-    spec = model if isinstance(model, ModelSpec) else resolve_model_input(model)
+    spec = model if isinstance(model, BaseModel) else resolve_model_input(model)
     stk = get_stack(stack)
     recipe = make_recipe(spec, tokens=tokens, steps=steps, global_batch=global_batch,
                          seq_len=seq_len, optimizer=optimizer)
@@ -233,15 +234,39 @@ def _space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
                              f"({s.profile.device.name}): its memory already is host memory; use --offload none")
         offloads = ["none"]
 
+    attentions, compiles, checkpointings = family_knobs(s, pins, pick, notes)
     return Space(
         precisions=precs,
-        attentions=pick("attention", ATTENTIONS),
-        compiles=pick("compile", COMPILES),
-        checkpointings=pick("checkpointing", CHECKPOINTINGS),
+        attentions=attentions,
+        compiles=compiles,
+        checkpointings=checkpointings,
         shardings=pick("sharding", [x for x in free_shardings if x in stack.shardings] or ["ddp"]),
         offloads=offloads,
         micro_batches=np.array([mb]) if mb is not None else None,
     ), notes
+
+
+def family_knobs(s: Setup, pins: dict, pick, notes: list[str]) -> tuple[list, list, list]:
+    """Attention, compile and checkpointing values to search: the transformer's full spaces, or
+    what the model's family says applies (a pin of a knob that does not apply is ignored with a
+    note; a pin outside what applies is a usage error)."""
+    from .families import family_of
+
+    fam = family_of(s.model)
+    if fam.name == "transformer":
+        return pick("attention", ATTENTIONS), pick("compile", COMPILES), pick("checkpointing", CHECKPOINTINGS)
+    notes.extend(fam.notes(s.model))
+    if pins.get("attention") is not None and pins["attention"] not in fam.attentions:
+        notes.append(f"--attention {pins['attention']} ignored: {s.model.display_name} has no attention")
+    out = []
+    applies = {"compile": lambda v: v in fam.compiles, "checkpointing": fam.allows_checkpointing}
+    for key, allowed in (("compile", fam.compiles), ("checkpointing", fam.checkpointings)):
+        if pins.get(key) is not None and not applies[key](pins[key]):
+            shown = ["every:K" if str(a).startswith("every:") else str(a).lower() for a in allowed]
+            raise UsageError(f"--{key} {str(pins[key]).lower()} does not apply to {s.model.display_name} "
+                             f"({fam.name}); valid here: {', '.join(shown)}")
+        out.append([pins[key]] if pins.get(key) is not None else list(allowed))
+    return list(fam.attentions), out[0], out[1]
 
 
 def _gib(x: float) -> float:

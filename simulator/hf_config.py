@@ -65,6 +65,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from simulator.errors import UsageError
+from simulator.families import hf_builders, spec_from_dict
 from simulator.models import ModelSpec
 
 _MAX_DEFAULT_SEQ = 8192
@@ -691,10 +692,25 @@ def model_from_hf_config(
         source=f"Hugging Face config ({where})",
     )
     try:
-        return ModelSpec(**fields)
+        return spec_from_dict(fields)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
         msg = str(first["msg"]).removeprefix("Value error, ")
         detail = f"{loc}: {msg}" if loc else msg
         raise UsageError(f"{where}: invalid model ({detail}); {_supported()}") from None
+
+
+def _family_builder(build: Callable[[_Cfg, str], dict[str, Any]]) -> Callable[[_Cfg, str], dict[str, Any]]:
+    def run(c: _Cfg, name: str) -> dict[str, Any]:
+        try:
+            return build(c, name)
+        except ValueError as exc:
+            raise _ConfigProblem(str(exc)) from None
+
+    return run
+
+
+# Families outside the transformer register their own config.json import (simulator/families).
+_BUILDERS.update({t: _family_builder(b) for t, b in hf_builders().items()})
+SUPPORTED_MODEL_TYPES = tuple(sorted({*SUPPORTED_MODEL_TYPES, *hf_builders()}))

@@ -230,7 +230,11 @@ def make_recipe(
             f"--seq-len {sl} does not fit {model.display_name}: its sequence is fixed at "
             f"{model.seq_len_default} tokens ({model.n_patches} patches + CLS)"
         )
-    if model.pos_embedding == "learned" and sl > model.max_positions:
+    fixed = getattr(model, "fixed_seq_len", None)  # e.g. ConvNeXt: a sample is one image
+    if fixed is not None and sl != fixed:
+        raise UsageError(f"--seq-len {sl} does not fit {model.display_name}: its samples are fixed at "
+                         f"seq_len {fixed} ({model.sample_unit})")
+    if getattr(model, "pos_embedding", None) == "learned" and sl > model.max_positions:
         raise UsageError(
             f"--seq-len {sl} exceeds {model.display_name}'s {model.max_positions} learned "
             f"position embeddings"

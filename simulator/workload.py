@@ -161,6 +161,12 @@ def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[Me
             MemOps((3.0 + cap) * elems * e, (2.0 + kcap) * model.n_layers))
 
 
+#: torch.autocast runs layer_norm in fp32 under eager mixed precision: a norm writes 4-byte
+#: outputs (+2 bytes) that the next linear casts back to half (read 4 + write 2): +8 bytes per
+#: normalized element, and one cast kernel per norm.
+FP32_NORM_EXTRA_BYTES = 8.0
+
+
 def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
                       fp32_norm: bool | None = None) -> tuple[MemOps, MemOps]:
     """Norms, residual adds, activation, rotary and layout copies of all layers (fwd, bwd).
@@ -195,9 +201,7 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     L = model.n_layers
     nbytes = tokens * per_tok * e * L
     if fp32_norm:
-        # torch.autocast runs layer_norm in fp32: each of the 2 norms writes 4-byte outputs
-        # (+2 bytes) that the next linear casts back to half (read 4 + write 2): +8 bytes/element.
-        nbytes = nbytes + tokens * 2 * h * 8.0 * L
+        nbytes = nbytes + tokens * 2 * h * FP32_NORM_EXTRA_BYTES * L
         kernels += 2
     bwd_bytes, bwd_kernels = 2.0 * nbytes, float(2 * kernels * L)
     if model.linear_bias:
@@ -219,10 +223,21 @@ def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
     per logit and 3 kernels each way; compiled, it fuses into the loss."""
     n = logits_elements(model, mb, seq_len)
     if compiled or fused:
-        return MemOps(n * 2 * e, 1.0), MemOps(n * 2 * e, 1.0)
+        return cross_entropy_bytes(n, e, True)
     cap = 6.0 * e if getattr(model, "logit_softcap", None) else 0.0
-    kcap = 3.0 if cap else 0.0
-    return MemOps(n * (e + 12 + cap), 3.0 + kcap), MemOps(n * (16 + e + cap), 4.0 + kcap)
+    return cross_entropy_bytes(n, e, False, cap, 3.0 if cap else 0.0)
+
+
+def cross_entropy_bytes(n_logits, e: int, fused: bool, extra: float = 0.0,
+                        extra_kernels: float = 0.0) -> tuple[MemOps, MemOps]:
+    """Cross-entropy over ``n_logits`` logit elements (fwd, bwd), any family: one fused (or
+    compiled) kernel reads and writes the logits about twice each way (2e, 1 kernel); eager
+    upcasts to fp32 and runs log-softmax and NLL, (e + 12) and (16 + e) bytes per logit in 3 and
+    4 kernels, plus ``extra`` bytes per logit and ``extra_kernels`` each way (soft-capping)."""
+    if fused:
+        return MemOps(n_logits * 2 * e, 1.0), MemOps(n_logits * 2 * e, 1.0)
+    return (MemOps(n_logits * (e + 12 + extra), 3.0 + extra_kernels),
+            MemOps(n_logits * (16 + e + extra), 4.0 + extra_kernels))
 
 
 def embedding_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[MemOps, MemOps]:

@@ -194,7 +194,7 @@ def test_required_presets_present() -> None:
     for n in names:
         m = get_model(n)
         assert m.source, n
-        assert m.hf_id or m.family == "mpt", n
+        assert m.hf_id or m.family == "mpt" or getattr(m, "kernel", None) == "slow", n  # slow: a run variant
 
 
 @pytest.mark.parametrize("alias", ["pythia-1b", "Pythia-1B", "EleutherAI/pythia-1b", " PYTHIA-1B "])
@@ -372,7 +372,7 @@ def test_generic_recipe() -> None:
     for name in list_models():
         model = get_model(name)
         rec = default_recipe(model)
-        assert rec.seq_len <= model.max_positions or model.pos_embedding != "learned"
+        assert getattr(model, "pos_embedding", None) != "learned" or rec.seq_len <= model.max_positions
 
 
 def test_recipe_overrides() -> None:

@@ -164,8 +164,21 @@ class ShardView:
         self._emb = math.ceil(emb / tp)
         self._params = self.n_layers * layer + self._emb + b["final_norm"]
 
+    @property
+    def __class__(self):
+        """The spec's class: isinstance(view, ModelSpec) holds, so the transformer paths of
+        compute, memory and estimate (not the other families' operation layer) handle a view."""
+        return type(self._spec)
+
+    def with_layers(self, n_layers: int) -> ShardView:
+        """The same GPU's view with ``n_layers`` layers on its stage."""
+        out = object.__new__(ShardView)
+        out.__dict__.update(self.__dict__)
+        out.n_layers = n_layers
+        return out
+
     def __getattr__(self, name):
-        if name.startswith("_"):  # not set yet (copying): never recurse into the spec
+        if name in ("_spec", "_emb", "_params"):  # not set yet (copying): never recurse into the spec
             raise AttributeError(name)
         return getattr(self._spec, name)
 
@@ -209,3 +222,4 @@ def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=
                 for s in sps:
                     out.append(Parallelism(d, t, p, v, s))
     return out
+

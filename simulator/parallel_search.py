@@ -9,7 +9,6 @@ cannot fit even fully sharded are never evaluated. Units: seconds, bytes.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from itertools import product
@@ -41,8 +40,7 @@ def stored_activations(model, seq_len: int, packs: list[tuple], pack: np.ndarray
     """Bytes of one micro-batch's activations that stay stored while later micro-batches run
     (the per-layer part, x the stage's layers): ``layers x (act(L) - act(L-1))``; the rest of
     ``act`` (one layer's recomputed working set, the embedding output) exists once per stage."""
-    fewer = copy.copy(model)
-    fewer.n_layers = model.n_layers - 1
+    fewer = model.with_layers(model.n_layers - 1)
     out = np.empty_like(act)
     for k, (p, att, _c, ck) in enumerate(packs):
         sel = pack == k
@@ -85,7 +83,7 @@ def _one(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -
     passes = np.array([2.0 + checkpointed_layers(pk[3], model.n_layers) / model.n_layers for pk in packs])[a["pack"]]
     ga = a["grad_accum"].astype(float)
     tokens = math.ceil(pb.global_batch / par.dp) * pb.seq_len / ga  # mean tokens per micro-batch
-    h = pb.model.hidden
+    h = getattr(pb.model, "hidden", 0)  # other families (no layouts): no TP or stage traffic
     tp_mb = model.n_layers * parallel.tp_comm_time(tokens, h, e, par.tp, par.sp, passes,
                                                    pb.fabric.intra_bw * pb.fabric.busbw_eff, pb.fabric.intra_alpha)
     t_mb = (a["forward"] + a["backward"] + a["recompute"]) / ga
@@ -173,7 +171,7 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
     floors = {key: states_floor(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3])) for key in groups}
     keep = [k for k in groups if floors[k] <= pb.device.usable_memory] or [min(floors, key=floors.get)]
     par_of = {k: parallel.Parallelism(k[0], k[1], k[2], max(groups[k]), k[3]) for k in keep}
-    cheap = {k: flops_floor(pb, space, par_of[k]) for k in keep}
+    cheap = {k: flops_floor(pb, space, par_of[k]) for k in keep} if len(keep) > 1 else {keep[0]: 0.0}
     parts: list[dict] = []
     best = np.inf
     done: set[tuple] = set()

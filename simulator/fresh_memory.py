@@ -7,8 +7,7 @@ gradients in large tensors therefore pays a first-touch cost per byte on top of 
 with them; activation checkpointing, by storing less, avoids most of it. GPU caching allocators
 reuse their blocks, so profiles without ``fresh_memory`` (all catalog profiles) pay nothing.
 
-Pure functions; bytes, seconds. ``p(s) = s^2 / (s^2 + half^2)`` is the fraction of a tensor of
-``s`` bytes that lands on fresh pages (:class:`simulator.profile.FreshMemory`).
+Pure functions; bytes, seconds. The allocator model is :class:`simulator.profile.FreshMemory`.
 """
 
 from __future__ import annotations
@@ -18,22 +17,29 @@ import numpy as np
 from . import memory, workload
 
 
-def fresh_fraction(size_bytes, half_bytes: float):
-    """Fraction of allocations of ``size_bytes`` each that land on fresh pages (0..1)."""
-    s = np.asarray(size_bytes, dtype=float)
-    if half_bytes <= 0:
-        return np.ones_like(s)
-    r = s / half_bytes
-    return r * r / (1.0 + r * r)
+def fresh_bytes(parts, fm) -> np.ndarray:
+    """Bytes landing on fresh pages when one phase allocates ``parts``: (tensor size, total
+    bytes) pairs, arrays broadcast. Tensors of at least ``fm.mmap_bytes`` are all fresh; of the
+    T bytes in smaller tensors, T * T^2 / (T^2 + keep^2) are."""
+    big = 0.0
+    small = 0.0
+    for size, total in parts:
+        is_big = np.asarray(size, dtype=float) >= fm.mmap_bytes
+        total = np.asarray(total, dtype=float)
+        big = big + np.where(is_big, total, 0.0)
+        small = small + np.where(is_big, 0.0, total)
+    small = np.asarray(small, dtype=float)
+    keep2 = fm.keep_bytes**2
+    frac = np.where(small > 0, small**2 / np.maximum(small**2 + keep2, 1e-300), 0.0)
+    return big + small * frac
 
 
-def fresh_time(size_bytes, total_bytes, profile):
-    """Seconds to fault in ``total_bytes`` allocated as tensors of ``size_bytes`` each (0 without
-    a ``fresh_memory`` fit)."""
+def fresh_time(parts, profile):
+    """Seconds of first touches of :func:`fresh_bytes` (0 without a ``fresh_memory`` fit)."""
     fm = profile.fresh_memory
     if fm is None:
-        return 0.0 * np.asarray(total_bytes, dtype=float)
-    return fresh_fraction(size_bytes, fm.half_bytes) * np.asarray(total_bytes, dtype=float) / (fm.gbs * 1e9)
+        return 0.0 * sum(np.asarray(t, dtype=float) for _, t in parts)
+    return fresh_bytes(parts, fm) / (fm.gbs * 1e9)
 
 
 def param_tensor_sizes(model) -> np.ndarray:
@@ -71,8 +77,8 @@ def micro_batch_fresh(model, seq_len: int, mb: np.ndarray, precision: str, atten
     """(forward, backward) seconds of first touches per micro-batch.
 
     Forward: the activations kept for backward (half in hidden-wide, half in MLP-wide tensors;
-    eager attention's s x s probabilities per head group) and the logits with their fp32
-    log-probabilities. Backward: the fp32 gradient of the logits.
+    eager attention's s x s probabilities) and the logit buffers; backward: the logits'
+    gradient (:func:`logits_fresh_bytes`).
     """
     mb = np.asarray(mb, dtype=float)
     if profile.fresh_memory is None:
@@ -89,13 +95,20 @@ def micro_batch_fresh(model, seq_len: int, mb: np.ndarray, precision: str, atten
         act = np.maximum(act - scores, 0.0)
     heads = float(getattr(model, "n_heads", 1))
     f = float(getattr(model, "ffn_hidden", model.hidden))
-    fwd = (fresh_time(tokens * model.hidden * e, 0.5 * act, profile)
-           + fresh_time(tokens * f * e, 0.5 * act, profile)
-           + fresh_time(mb * heads * seq_len**2 * e, scores, profile))
     n_logits = workload.logits_elements(model, mb, seq_len)
-    fwd = fwd + fresh_time(n_logits * 4.0, n_logits * (e + 4.0), profile)
-    bwd = fresh_time(n_logits * 4.0, n_logits * 4.0, profile)
-    return fwd, bwd
+    lf, lb = logits_fresh_bytes(n_logits, e)
+    fwd = fresh_time([(tokens * model.hidden * e, 0.5 * act), (tokens * f * e, 0.5 * act),
+                      (mb * heads * seq_len**2 * e, scores), (n_logits * 4.0, lf)], profile)
+    return fwd, fresh_time([(n_logits * 4.0, lb)], profile)
+
+
+def logits_fresh_bytes(n_logits, e: int):
+    """(forward, backward) bytes of new logit-sized buffers: the logits (e bytes each), their
+    fp32 copy under mixed precision and the fp32 log-probabilities; backward the fp32 gradient
+    and its cast back to half."""
+    n = np.asarray(n_logits, dtype=float)
+    half = 1.0 if e == 2 else 0.0
+    return n * (e + 4.0 + 4.0 * half), n * (4.0 + e * half)
 
 
 def step_fresh(model, profile, param_share: float = 1.0) -> tuple[float, float]:
@@ -106,7 +119,7 @@ def step_fresh(model, profile, param_share: float = 1.0) -> tuple[float, float]:
     if profile.fresh_memory is None:
         return 0.0, 0.0
     sizes = param_tensor_sizes(model) * 4.0
-    t = float(np.sum(fresh_time(sizes, sizes, profile)))
+    t = float(fresh_time([(b, b) for b in sizes], profile))
     return t, t * param_share
 
 

@@ -63,16 +63,21 @@ class AttentionEfficiency(_Strict):
 
 
 class FreshMemory(_Strict):
-    """First touch of freshly allocated host memory (page faults + zeroing), CPU devices.
+    """First touch of freshly mapped host memory (page faults + zeroing), CPU devices.
 
-    A tensor of s bytes allocated during a step lands on fresh pages with probability
-    p(s) = s^2 / (s^2 + half_bytes^2) (the C allocator serves small blocks from memory it keeps,
-    large ones from new pages it returns to the OS when freed) and then costs s / (gbs * 1e9)
-    seconds on top of the work done with it. Fitted by ``calibrate`` (``fresh_memory`` benches).
+    The C allocator (glibc malloc) maps every tensor of at least ``mmap_bytes`` anew and unmaps
+    it when freed; smaller tensors come from a heap whose free top is returned to the OS once it
+    exceeds a trim threshold. A step that allocates T bytes in small tensors therefore re-faults
+    about T * T^2 / (T^2 + keep_bytes^2) of them, and all of its large tensors, each byte at
+    ``gbs`` (1e9 bytes/s) on top of the work done with it. Fitted by ``calibrate`` (``fresh``
+    benches); GPU caching allocators reuse their blocks (no such term).
     """
 
     gbs: float = Field(gt=0, description="bytes/s (1e9) at which fresh pages are faulted in")
-    half_bytes: float = Field(ge=0, description="tensor size with half its allocations fresh (bytes)")
+    keep_bytes: float = Field(ge=0, description="small-tensor bytes per step the heap keeps mapped")
+    mmap_bytes: float = Field(default=32 * 2**20, gt=0, description=(
+        "tensors at least this large are always fresh; glibc DEFAULT_MMAP_THRESHOLD_MAX "
+        "(4 * 1024 * 1024 * sizeof(long) = 32 MiB on 64-bit, mallopt(3))"))
     source: str
 
 

@@ -62,7 +62,35 @@ def build_parser() -> argparse.ArgumentParser:
                    "vocabulary and parameter tensors")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--only", help=argparse.SUPPRESS)  # comma-separated groups or key globs
+    runs = p.add_argument_group("fit to end-to-end runs instead of measuring (docs/calibrate_from_runs.md)")
+    runs.add_argument("--from-runs", metavar="FILE",
+                      help="CSV of past training runs (model, gpus, strategy, measured tokens/s): fit a few "
+                           "named, bounded profile parameters to them; measures nothing")
+    runs.add_argument("--base-profile", metavar="GPU|FILE",
+                      help="with --from-runs: starting profile, a catalog GPU (its microbenchmark profile) or "
+                           "a profile JSON (default: the GPU of the first run)")
+    runs.add_argument("--params", help="with --from-runs: comma-separated parameters to fit (default: "
+                                       "tensor_sustained, attention_scale, collective_busbw_eff, "
+                                       "collective_overlap, collective_hop_latency_us)")
+    runs.add_argument("--no-cv", action="store_true",
+                      help="with --from-runs: skip leave-one-run-out / leave-one-source-out refits")
     return p
+
+
+def _from_runs(a: argparse.Namespace) -> int:
+    from . import from_runs
+
+    if a.out is not None and a.out.suffix != ".json":
+        raise UsageError(f"--out must end in .json, got {str(a.out)!r}")
+    base = a.base_profile
+    if base is None:
+        from simulator import runs
+
+        table = runs.simulable(runs.load_runs(a.from_runs))
+        if table.empty:
+            raise UsageError(f"{a.from_runs!r}: no run can be simulated; see docs/calibrate_from_runs.md")
+        base = str(table["gpu"].iloc[0])
+    return from_runs.main(a.from_runs, base, a.out, a.params, not a.no_cv, print)
 
 
 def _mode(a: argparse.Namespace) -> str:
@@ -142,6 +170,11 @@ def _collectives(a, dev, ctx, store, only, err) -> None:
 
 def run(a: argparse.Namespace, argv: list[str]) -> int:
     """The calibration itself (after argument parsing)."""
+    if a.from_runs is not None:
+        return _from_runs(a)
+    for flag, val in (("--base-profile", a.base_profile), ("--params", a.params)):
+        if val is not None:
+            raise UsageError(f"{flag} needs --from-runs FILE")
     try:
         import torch  # noqa: F401
     except ImportError:

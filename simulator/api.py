@@ -19,8 +19,9 @@ from .errors import UsageError
 from .estimate import Problem, Space, Table, evaluate, model_flops_per_token, palm_flops_per_token
 from .models import ModelSpec, resolve_model
 from .plan import SECONDS_PER_DAY, Plan
-from .profile import Profile, load_profile
+from .profile import Profile, comm_params, load_profile
 from .recipes import Recipe, make_recipe
+from .stacks import get_stack
 from .strategy import (
     ATTENTIONS,
     CHECKPOINTINGS,
@@ -29,6 +30,8 @@ from .strategy import (
     SHARDINGS,
     check_choice,
     check_pins,
+    checkpointed_layers,
+    parse_checkpointing,
 )
 
 #: Default host RAM per node when offloading (GiB): twice the node's GPU memory, at least 64.
@@ -71,7 +74,8 @@ def _local_setup(text: str, profile: Profile | None):
     if n > 1 and fit is None:
         raise UsageError(f"--gpus {text!r}: the profile {profile.name!r} has no 'local' collective "
                          "fit; run `calibrate --nproc N` to measure one, or use 1xlocal")
-    fab = comm.Fabric(1, n, fit.busbw_gbs * 1e9 if fit else 1.0, fit.alpha_us * 1e-6 if fit else 0.0, 0.0, 0.0)
+    fab = comm.Fabric(1, n, fit.busbw_gbs * 1e9 if fit else 1.0, fit.alpha_us * 1e-6 if fit else 0.0, 0.0, 0.0,
+                      **comm_params(profile))
     hw = {"description": f"{n} × {profile.device.name} (calibrated device)", "gpu": profile.device.name,
           "gpu_id": "local", "n_gpus": n, "nodes": 1, "gpus_per_node": n,
           "intra_node": "local (calibrated)" if n > 1 else None, "inter_node": None,
@@ -96,7 +100,7 @@ def _catalog_setup(text, profile, intra_node, inter_node):
 
     ib, ia = link_fit(cl.intra)
     eb, ea = link_fit(cl.inter) if cl.inter is not None else (0.0, 0.0)
-    fab = comm.Fabric(cl.nodes, cl.gpus_per_node, ib, ia, eb, ea)
+    fab = comm.Fabric(cl.nodes, cl.gpus_per_node, ib, ia, eb, ea, **comm_params(prof))
     g = cl.gpu
     hw = {"description": cl.describe(), "gpu": g.short_name, "gpu_id": g.id, "n_gpus": cl.n_gpus,
           "nodes": cl.nodes, "gpus_per_node": cl.gpus_per_node,
@@ -110,13 +114,17 @@ def _catalog_setup(text, profile, intra_node, inter_node):
 
 
 def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=None, seq_len=None,
-          optimizer=None, intra_node=None, inter_node=None, host_memory=None, overhead=None) -> Setup:
+          optimizer=None, intra_node=None, inter_node=None, host_memory=None, overhead=None,
+          stack=None) -> Setup:
     """Resolve user-level inputs into a Problem (no strategy yet).
+
+    ``stack``: the training software (simulator.stacks preset name; default hf-trainer).
 
     ``overhead``: wall-clock time beyond the training steps, as a fraction of it (data loading,
     evaluation, checkpointing, restarts after failures); excluded (0) by default, DESIGN.md 7.
     """
     spec = model if isinstance(model, ModelSpec) else resolve_model(str(model))
+    stk = get_stack(stack)
     recipe = make_recipe(spec, tokens=tokens, steps=steps, global_batch=global_batch,
                          seq_len=seq_len, optimizer=optimizer)
     prof = _as_profile(profile)
@@ -147,7 +155,7 @@ def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=No
                          "evaluation, checkpoints, failures)")
     pb = Problem(model=spec, seq_len=recipe.seq_len, global_batch=recipe.global_batch,
                  optimizer=recipe.optimizer, device=dev, fabric=fab, host_memory=host,
-                 gpu_label=hw["gpu"])
+                 gpu_label=hw["gpu"], stack=stk)
     return Setup(spec, recipe, pb, hw, prof, notes, extra)
 
 
@@ -179,6 +187,19 @@ def _space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
     def pick(key, choices):
         return [pins[key]] if pins.get(key) is not None else list(choices)
 
+    stack = s.problem.stack
+    if pins.get("sharding") is not None and pins["sharding"] not in stack.shardings:
+        raise UsageError(f"--sharding {pins['sharding']} is not offered by --stack {stack.name}; "
+                         f"valid choices there: {', '.join(stack.shardings)}")
+    if pins.get("checkpointing") is not None:
+        pins = {**pins, "checkpointing": parse_checkpointing(pins["checkpointing"])}
+        L = s.model.n_layers
+        if pins["checkpointing"].startswith("every:") and checkpointed_layers(pins["checkpointing"], L) == 0:
+            raise UsageError(f"--checkpointing {pins['checkpointing']}: K must be at most the model's "
+                             f"{L} layers (every:{L} checkpoints one layer)")
+
+    # one GPU: sharding changes nothing but the optimizer's memory layout; FSDP modes are left out
+    free_shardings = SHARDINGS if s.problem.n_gpus > 1 else ("ddp", "zero1", "zero2", "zero3")
     offloads = pick("offload", OFFLOADS)
     if s.profile.device.kind == "cpu" and s.hardware["gpu_id"] == "local":
         if pins.get("offload") not in (None, "none"):
@@ -191,7 +212,7 @@ def _space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
         attentions=pick("attention", ATTENTIONS),
         compiles=pick("compile", COMPILES),
         checkpointings=pick("checkpointing", CHECKPOINTINGS),
-        shardings=pick("sharding", SHARDINGS) if s.problem.n_gpus > 1 or pins.get("sharding") else ["ddp", "zero1", "zero2", "zero3"],
+        shardings=pick("sharding", [x for x in free_shardings if x in stack.shardings] or ["ddp"]),
         offloads=offloads,
         micro_batches=np.array([mb]) if mb is not None else None,
     ), notes
@@ -243,7 +264,7 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
         interval_source=(f"80% interval from {prof.validation.n} validation residuals (real runs "
                          f"{_bias(prof.validation)} than predicted on average): {prof.validation.source}"
                          if iv else None),
-        notes=s.notes + notes, n_strategies=n_evaluated,
+        notes=s.notes + notes, n_strategies=n_evaluated, stack=pb.stack.name,
     )
 
 
@@ -323,7 +344,7 @@ _PIN_KEYS = ("precision", "attention", "compile", "checkpointing", "sharding", "
 
 def _split(knobs: dict) -> tuple[dict, dict]:
     setup_keys = ("profile", "tokens", "steps", "global_batch", "seq_len", "optimizer", "intra_node",
-                  "inter_node", "host_memory", "overhead")
+                  "inter_node", "host_memory", "overhead", "stack")
     bad = set(knobs) - set(setup_keys) - set(_PIN_KEYS)
     if bad:
         raise UsageError(f"unknown option(s) {', '.join(sorted(bad))}; valid: "
@@ -350,9 +371,11 @@ def search(model, gpus, top: int | None = None, **knobs) -> list[Plan]:
 
     ``model``: preset name, path to a Hugging Face config.json, or a ModelSpec.
     ``gpus``: '8x3090', '2x8xa100-80gb', '1xlocal' (with ``profile``).
-    Knobs: precision, attention, compile, checkpointing, sharding, offload, micro_batch (pins);
+    Knobs: precision, attention, compile, checkpointing, sharding, offload, micro_batch (pins;
+    checkpointing: none, selective, op, full or every:K);
     tokens, steps, global_batch, seq_len, optimizer (recipe); profile, intra_node, inter_node,
-    host_memory (hardware); overhead (fraction of wall-clock time beyond training steps).
+    host_memory (hardware); overhead (fraction of wall-clock time beyond training steps); stack
+    (the training software, simulator.stacks: hf-trainer, llm-foundry, torchtitan; not searched).
     """
     return run_search(model, gpus, **knobs).plans(top)
 

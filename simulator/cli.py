@@ -90,13 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overhead", type=_fraction("--overhead"),
                    help="extra wall-clock time beyond training steps (data loading, evaluation, checkpoints, "
                         "failures), e.g. 10%% or 0.1; default 0")
+    from .stacks import list_stacks
+
+    p.add_argument("--stack", help=f"training software, not searched: {' | '.join(list_stacks())} "
+                   "(default hf-trainer; see simulator/data/stacks.yaml)")
     add_recipe_args(p)
     k = p.add_argument_group("strategy (omit to search)")
     k.add_argument("--precision", help="fp32 | tf32 | bf16 | fp16")
     k.add_argument("--attention", help="eager | sdpa")
     k.add_argument("--compile", dest="compile", action="store_true", default=None, help="torch.compile")
     k.add_argument("--no-compile", dest="compile", action="store_false")
-    k.add_argument("--checkpointing", help="none | selective | full")
+    k.add_argument("--checkpointing", help="none | selective | op | full | every:K (K-th layers only)")
     k.add_argument("--sharding", help="ddp | zero1 | zero2 | zero3 | fsdp-grad-op | fsdp-full")
     k.add_argument("--offload", help="none | optimizer | all")
     k.add_argument("--micro-batch", type=_positive_int("--micro-batch"), help="samples per micro-batch per GPU")
@@ -112,9 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _knobs(a: argparse.Namespace) -> dict:
     keys = ("profile", "intra_node", "inter_node", "host_memory", "overhead", "tokens", "steps", "global_batch",
             "seq_len", "optimizer", "precision", "attention", "compile", "checkpointing", "sharding",
-            "offload", "micro_batch")
+            "offload", "micro_batch", "stack")
     out = {k: getattr(a, k) for k in keys if getattr(a, k) is not None}
-    for k in ("precision", "attention", "checkpointing", "sharding", "offload", "optimizer"):
+    for k in ("precision", "attention", "checkpointing", "sharding", "offload", "optimizer", "stack"):
         if k in out:
             out[k] = str(out[k]).strip().lower()
     return out

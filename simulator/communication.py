@@ -3,6 +3,10 @@
 alpha-beta ring collectives, hierarchical across nodes: within a node over the intra-node
 link, between nodes over the node's network (each node's GPUs share its bandwidth).
 Ring all-reduce moves 2(n-1)/n of the buffer per GPU; reduce-scatter and all-gather (n-1)/n.
+A ring across N nodes takes N-1 steps (all-reduce 2(N-1)), each paying a hop latency on top of the
+collective's fixed alpha: at 256-512 GPUs the latency of per-layer FSDP collectives grows with the
+node count. The profile's collective efficiency scales the links' bus bandwidth and its overlap
+says how much of the concurrent compute a collective can hide behind.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ class Fabric:
     intra_alpha: float  # s
     inter_bw: float  # per node, bytes/s (0 if single node)
     inter_alpha: float  # s
+    busbw_eff: float = 1.0  # sustained fraction of the links' bus bandwidth in training (profile)
+    hop_alpha: float = 0.0  # s per extra ring step across nodes (ring latency grows with nodes)
+    overlap: float = 1.0  # fraction of concurrent compute a collective can hide behind (profile)
 
     @property
     def n(self) -> int:
@@ -34,14 +41,15 @@ def all_reduce(f: Fabric, nbytes, pieces=1) -> np.ndarray:
     s = np.asarray(nbytes, dtype=float)
     k = np.asarray(pieces, dtype=float)
     g, N = f.gpus_per_node, f.nodes
+    intra_bw, inter_bw = f.intra_bw * f.busbw_eff, f.inter_bw * f.busbw_eff
     t = np.zeros_like(s)
     if g > 1:
         if N == 1:
-            t = t + k * f.intra_alpha + 2 * (g - 1) / g * s / f.intra_bw
+            t = t + k * f.intra_alpha + 2 * (g - 1) / g * s / intra_bw
         else:  # reduce-scatter + all-gather inside the node around the inter-node all-reduce
-            t = t + 2 * (k * f.intra_alpha + (g - 1) / g * s / f.intra_bw)
+            t = t + 2 * (k * f.intra_alpha + (g - 1) / g * s / intra_bw)
     if N > 1:
-        t = t + k * f.inter_alpha + 2 * (N - 1) / N * s / f.inter_bw
+        t = t + k * (f.inter_alpha + 2 * (N - 1) * f.hop_alpha) + 2 * (N - 1) / N * s / inter_bw
     return np.where(s > 0, t, 0.0)
 
 
@@ -53,14 +61,14 @@ def gather_or_scatter(f: Fabric, nbytes, pieces=1) -> np.ndarray:
     g, N = f.gpus_per_node, f.nodes
     t = np.zeros_like(s)
     if g > 1:
-        t = t + k * f.intra_alpha + (g - 1) / g * s / f.intra_bw
+        t = t + k * f.intra_alpha + (g - 1) / g * s / (f.intra_bw * f.busbw_eff)
     if N > 1:
-        t = t + k * f.inter_alpha + (N - 1) / N * s / f.inter_bw
+        t = t + k * (f.inter_alpha + (N - 1) * f.hop_alpha) + (N - 1) / N * s / (f.inter_bw * f.busbw_eff)
     return np.where(s > 0, t, 0.0)
 
 
-def exposed(comm, window, floor) -> np.ndarray:
-    """Part of ``comm`` seconds not hidden behind ``window`` seconds of compute; at least
-    ``floor`` seconds, the piece that cannot overlap (the last bucket, the first unit gathered)."""
+def exposed(comm, window, floor, overlap: float = 1.0) -> np.ndarray:
+    """Part of ``comm`` seconds not hidden behind ``overlap`` x ``window`` seconds of compute; at
+    least ``floor`` seconds, the piece that cannot overlap (the last bucket, the first unit gathered)."""
     comm = np.asarray(comm, dtype=float)
-    return np.maximum(comm - window, np.minimum(comm, floor))
+    return np.maximum(comm - overlap * np.asarray(window, dtype=float), np.minimum(comm, floor))

@@ -13,11 +13,18 @@ import numpy as np
 
 from . import fresh_memory, kernels, workload
 from .device import Device
+from .stacks import Stack, get_stack
+from .strategy import checkpointed_layers
 from .workload import Gemm, MemOps
 
 #: FlashAttention's backward executes 5 matmuls of the forward's size against the forward's 2
 #: (it recomputes the scores): 2.5x the forward FLOPs (Dao 2023, FlashAttention-2, sec. 3.1.2).
 FLASH_BWD_FLOPS = 2.5
+#: Half-efficiency sequence length of FlashAttention-2 without the causal mask, relative to causal:
+#: 91 / 381 tokens, least-squares fits of e * d/(d + d_half) * s/(s + s_half) to the FA2 forward
+#: bars (head dim 64 and 128, seq 512-16k, H100 SXM5 BF16) of Shah et al. 2024 (FlashAttention-3,
+#: arXiv 2407.08608, fig. 5), non-causal and causal panels.
+NONCAUSAL_SEQ_HALF = 0.24
 
 
 @dataclass(frozen=True)
@@ -89,11 +96,16 @@ def _sum(*parts: _Part) -> _Part:
 def _attention_part(model, seq_len: int, mb: np.ndarray, precision: str, attention: str, dev: Device) -> _Part:
     prof = dev.profile
     if attention == "sdpa":
+        a = prof.attention
         if precision in ("bf16", "fp16"):
-            peak, e_f, e_b = dev.gemm_peak(precision), prof.attention.flash_fwd, prof.attention.flash_bwd
+            peak, e_f, e_b = dev.gemm_peak(precision), a.flash_fwd, a.flash_bwd
         else:  # SDPA on fp32 inputs picks the memory-efficient kernel on CUDA cores
-            peak = dev.peak_flops["fp32"]
-            e_f, e_b = prof.attention.mem_efficient_fwd, prof.attention.mem_efficient_bwd
+            peak, e_f, e_b = dev.peak_flops["fp32"], a.mem_efficient_fwd, a.mem_efficient_bwd
+        # seq_half describes causal kernels (decoder training); without the mask the score tiles
+        # are full from the first one, so the sequence dependence is weaker
+        s_half = a.seq_half * (1.0 if workload.is_causal(model) else NONCAUSAL_SEQ_HALF)
+        shape = (model.head_dim, seq_len, a.head_dim_half, s_half)
+        e_f, e_b = kernels.attention_efficiency(e_f, *shape), kernels.attention_efficiency(e_b, *shape)
         fl = workload.attention_flops_fwd(model, mb, seq_len, fused=True)
         return _Part(fl / (peak * e_f), FLASH_BWD_FLOPS * fl / (peak * e_b), fl, FLASH_BWD_FLOPS * fl,
                      float(model.n_layers), float(model.n_layers))
@@ -103,15 +115,21 @@ def _attention_part(model, seq_len: int, mb: np.ndarray, precision: str, attenti
 
 
 def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
-                     compiled: bool, checkpointing: str, dev: Device, memo: dict | None = None) -> MicroBatchTime:
+                     compiled: bool, checkpointing: str, dev: Device, memo: dict | None = None,
+                     stack: Stack | None = None) -> MicroBatchTime:
     """Seconds for one micro-batch of ``mb`` samples (array) under the given knobs.
 
-    Full checkpointing re-runs every layer's forward during backward; selective re-runs
-    only the attention core (Korthikanti et al. 2022). Each kernel costs the profile's launch
-    overhead (eager, or per fused kernel under torch.compile).
+    Recomputation during backward: full re-runs every layer's forward, every:K the forward of
+    floor(L/K) layers; selective re-runs only the attention core (Korthikanti et al. 2022); op
+    (torchtitan's op-level policy) re-runs what is not a matmul or fused attention: the norms,
+    activations, rotary and residual kernels, and eager attention's scores and softmax. Each
+    kernel costs the profile's launch overhead (eager, or per fused kernel under torch.compile).
+    ``stack`` (default hf-trainer) decides whether eager norms write fp32 and whether the loss
+    is one fused kernel.
     """
     mb = np.asarray(mb, dtype=float)
     memo = {} if memo is None else memo
+    stack = get_stack(stack)
     e = workload.act_bytes(precision)
     B = mb.size
 
@@ -126,17 +144,19 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
                   else _Part(0 * mb, 0 * mb, 0 * mb, 0 * mb, 0.0, 0.0))
     attn = cached(("attn", precision, attention), lambda: _attention_part(model, seq_len, mb, precision, attention, dev))
 
+    fp32_norm, fused_loss = stack.fp32_norm(e, compiled), stack.fused_loss
+
     def elementwise():
-        lf, lb = workload.layer_elementwise(model, mb, seq_len, e, compiled)
+        lf, lb = workload.layer_elementwise(model, mb, seq_len, e, compiled, fp32_norm)
         return _mem_part(dev, lf, lb)
 
     def outside():
-        lsf, lsb = workload.loss_bytes(model, mb, seq_len, e, compiled)
+        lsf, lsb = workload.loss_bytes(model, mb, seq_len, e, compiled, fused_loss)
         emf, emb = workload.embedding_bytes(model, mb, seq_len, e)
         return _sum(_mem_part(dev, lsf, lsb, "loss"), _mem_part(dev, emf, emb, "embedding"))
 
-    elem = cached(("elem", precision, compiled), elementwise)
-    out = cached(("outside", precision, compiled), outside)
+    elem = cached(("elem", precision, compiled, fp32_norm), elementwise)
+    out = cached(("outside", precision, compiled, fused_loss), outside)
     prof = dev.profile
     launch = 1e-6 * (prof.compiled_launch_overhead_us if compiled else prof.launch_overhead_us)
 
@@ -151,15 +171,24 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
         k = sum(p.k_fwd if which == "fwd" else p.k_bwd for p in parts)
         return t + k * launch if serial else np.maximum(t, k * launch)
 
-    layer_fwd = pass_time([layers, attn, elem], "fwd")
-    if checkpointing == "full":
-        rec, rec_fl = layer_fwd, layers.fl_fwd + attn.fl_fwd
+    # host time per layer and pass that the device waits for (module dispatch, FSDP/DDP hooks);
+    # fitted end to end (profile.layer_overhead_us, 0 in microbenchmark profiles)
+    host = 1e-6 * prof.layer_overhead_us * model.n_layers
+    c = checkpointed_layers(checkpointing, model.n_layers)
+    if c:
+        share = c / model.n_layers
+        rec = share * (pass_time([layers, attn, elem], "fwd") + host)
+        rec_fl = share * (layers.fl_fwd + attn.fl_fwd)
     elif checkpointing == "selective":
         rec, rec_fl = pass_time([attn], "fwd"), attn.fl_fwd
+    elif checkpointing == "op":
+        eager = attention == "eager"
+        rec = pass_time([elem, attn] if eager else [elem], "fwd")
+        rec_fl = attn.fl_fwd if eager else 0.0 * mb
     else:
         rec, rec_fl = 0.0 * mb, 0.0 * mb
-    fwd = pass_time([layers, attn, elem, head, out], "fwd")
-    bwd = pass_time([layers, attn, elem, head, out], "bwd")
+    fwd = pass_time([layers, attn, elem, head, out], "fwd") + host
+    bwd = pass_time([layers, attn, elem, head, out], "bwd") + host
     if prof.fresh_memory is not None:  # first touches of fresh host pages (CPU devices)
         fr_f, fr_b = cached(("fresh", precision, attention, checkpointing), lambda: fresh_memory.micro_batch_fresh(
             model, seq_len, mb, precision, attention, checkpointing, prof))

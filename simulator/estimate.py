@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import product
 
 import numpy as np
@@ -18,7 +19,8 @@ from . import communication as comm
 from . import fresh_memory, memory, workload
 from .compute import micro_batch_time
 from .device import Device
-from .strategy import SHARD_STAGE, Strategy, offload_allowed
+from .stacks import Stack, default_stack
+from .strategy import SHARD_STAGE, Strategy, checkpointing_rank, offload_allowed
 
 #: Bytes a sharded/unsharded Adam-family step moves per parameter (read master weights,
 #: gradient, moments; write weights, moments; plus a half copy in mixed precision), and the
@@ -39,6 +41,7 @@ class Problem:
     fabric: comm.Fabric
     host_memory: float  # bytes of host RAM per node available for offloaded states
     gpu_label: str  # e.g. "RTX 3090 24 GB" for messages
+    stack: Stack = field(default_factory=default_stack)  # the training software (not searched)
 
     @property
     def n_gpus(self) -> int:
@@ -132,13 +135,13 @@ def evaluate(pb: Problem, space: Space) -> Table:
     else:
         one = np.array([1.0])
         per_sample = min(float((memory.activations(model, seq, one, p, att, ck)
-                                + memory.logits_bytes(model, seq, one, p, c))[0])
+                                + memory.logits_bytes(model, seq, one, p, c, pb.stack))[0])
                          for (p, att, c, ck), ok in zip(packs, supported, strict=True) if ok) \
             if supported.any() else 1.0
         floor_states = min(sum(memory.model_states(P, PL, p, "zero3", "all", pb.optimizer, n)[k]
                                for k in ("weights", "gradients", "optimizer")) for p in space.precisions)
         room = dev.usable_memory - floor_states
-        last_fit = int(room // (per_sample * (1 + memory.FRAGMENTATION))) if room > 0 else 1
+        last_fit = int(room // (per_sample * (1 + pb.stack.fragmentation))) if room > 0 else 1
         mbs = np.arange(1, min(B, max(1, last_fit)) + 1)
     M = mbs.size
     ga = np.ceil(B / mbs).astype(int)  # (M,)
@@ -160,10 +163,10 @@ def evaluate(pb: Problem, space: Space) -> Table:
     for i, (p, att, c, ck) in enumerate(packs):
         if not supported[i]:
             continue
-        t = micro_batch_time(model, seq, mb_eval, p, att, c, ck, dev, memo)
+        t = micro_batch_time(model, seq, mb_eval, p, att, c, ck, dev, memo, pb.stack)
         fwd[i], bwd[i], rec[i], hw[i] = t.fwd, t.bwd, t.recompute, t.hw_flops
         act[i] = memory.activations(model, seq, mb_eval, p, att, ck)
-        logit[i] = memory.logits_bytes(model, seq, mb_eval, p, c)
+        logit[i] = memory.logits_bytes(model, seq, mb_eval, p, c, pb.stack)
         # autocast weight casts once per micro-batch, only where the weights stay fp32 (DDP)
         cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / (
             dev.mem_bw * dev.profile.bw_eff("cast"))
@@ -213,6 +216,7 @@ def evaluate(pb: Problem, space: Space) -> Table:
     buckets = np.maximum(1.0, np.ceil(grad_bytes / (25.0 * memory.MIB)))
     zbuckets = max(1.0, math.ceil(P / memory.ZERO_BUCKET_ELEMENTS))
     exposed_comm = np.zeros((K, M, Z))
+    exposed = partial(comm.exposed, overlap=fab.overlap)
     if n > 1:
         ar = comm.all_reduce(fab, grad_bytes, buckets)
         rs_z = comm.gather_or_scatter(fab, grad_bytes, zbuckets)
@@ -229,13 +233,13 @@ def evaluate(pb: Problem, space: Space) -> Table:
         ag_unit = comm.gather_or_scatter(fab, w_bytes * unit)
         rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
         per_mb = lambda c, win_mb, win_last, floor: (  # noqa: E731
-            (gaz - 1) * comm.exposed(c, win_mb, floor) + comm.exposed(c, win_last, floor))
+            (gaz - 1) * exposed(c, win_mb, floor) + exposed(c, win_last, floor))
         for j, s in enumerate(space.shardings):
             sl = (slice(None), slice(None), slice(j, j + 1))
             if s == "ddp":
-                e = comm.exposed(ar[sl], bwd_last, ar_bucket[sl])
+                e = exposed(ar[sl], bwd_last, ar_bucket[sl])
             elif s == "zero1":
-                e = comm.exposed(rs_z[sl], bwd_last, rs_bucket[sl]) + ag_z[sl]
+                e = exposed(rs_z[sl], bwd_last, rs_bucket[sl]) + ag_z[sl]
             elif s == "zero2":
                 e = per_mb(rs_z[sl], bwd_mb, bwd_last, rs_bucket[sl]) + ag_z[sl]
             elif s == "fsdp-grad-op":
@@ -289,7 +293,7 @@ def evaluate(pb: Problem, space: Space) -> Table:
     mem_o = np.broadcast_to(o[:, None], shape)
     buffers = np.array([[memory.comm_buffers(P, p, sh, n) + memory.autocast_weight_copies(P, p, sh)
                          for sh in space.shardings] for p in prec])  # (K, Z)
-    other = buffers[:, None, :, None] + memory.FRAGMENTATION * act4
+    other = buffers[:, None, :, None] + pb.stack.fragmentation * act4
     total = mem_w + mem_g + mem_o + act4 + log4 + other
     valid = np.array([[offload_allowed(s, off) for off in space.offloads] for s in space.shardings])
     valid4 = np.broadcast_to(valid[None, None] & supported[:, None, None, None], shape)
@@ -315,7 +319,7 @@ def evaluate(pb: Problem, space: Space) -> Table:
         "valid": valid4.ravel(), "fits": bc(fits), "host_ok": host_ok.ravel(), "feasible": feasible.ravel(),
     }
     # Simplicity rank breaks ties: no offload, no checkpointing, plain DDP, larger micro-batch.
-    ck_rank = np.array([("none", "selective", "full").index(pk[3]) for pk in packs])
+    ck_rank = np.array([checkpointing_rank(pk[3]) for pk in packs])
     rank = (tab.a["offload"] * 100 + ck_rank[tab.a["pack"]] * 10 + stage[tab.a["sharding"]]
             + 1.0 - tab.a["micro_batch"] / (mbs.max() + 1.0)).astype(float)
     tab.a["rank_key"] = np.where(feasible.ravel(), tab.a["step_time"] * (1 + 1e-9 * rank), np.inf)

@@ -33,6 +33,19 @@ def gemm_time(m, n, k, peak_flops: float, e_max: float, x_half: float, bytes_per
     return launch_s + np.maximum(t_compute, t_memory)
 
 
+def attention_efficiency(e_max, head_dim, seq_len, d_half: float = 0.0, s_half: float = 0.0):
+    """Achieved fraction of dense peak for fused (flash) attention of one head size and sequence length.
+
+    e_max * d / (d + d_half) * s / (s + s_half): small heads and short sequences leave the tensor
+    cores less work per tile load and per softmax rescale (FlashAttention-2 benchmark tables,
+    Dao 2023 fig. 4-7). ``head_dim`` in elements, ``seq_len`` in tokens; d_half = s_half = 0
+    gives the constant ``e_max``.
+    """
+    d = np.asarray(head_dim, dtype=float)
+    s = np.asarray(seq_len, dtype=float)
+    return e_max * d / (d + d_half) * s / (s + s_half)
+
+
 def memory_bound_time(nbytes, bw: float, bw_eff: float, launch_s: float, n_kernels=1):
     """Seconds for bandwidth-bound kernels moving ``nbytes`` in total."""
     return np.asarray(n_kernels, dtype=float) * launch_s + np.asarray(nbytes, dtype=float) / (bw * bw_eff)

@@ -8,16 +8,12 @@ from __future__ import annotations
 import numpy as np
 
 from . import workload
-from .strategy import SHARD_STAGE
+from .strategy import SHARD_STAGE, checkpointed_layers
 
 MIB = 1024**2
 #: DeepSpeed ZeRO's default reduce_bucket_size and allgather_bucket_size (5e8 elements each,
 #: DeepSpeed configuration docs, "ZeRO optimizations"): buffers at the communication dtype.
 ZERO_BUCKET_ELEMENTS = 5e8
-#: Caching-allocator fragmentation, as a fraction of activation memory. Assumption: PyTorch's
-#: caching allocator typically reserves 5-15% above allocated tensors during training
-#: (memory_reserved vs memory_allocated); replaced by measurement where validation shows otherwise.
-FRAGMENTATION = 0.10
 
 OPTIMIZER_MOMENTS = {"adam": 2, "adamw": 2, "lion": 1, "sgd": 1}
 
@@ -115,15 +111,42 @@ def eager_scores_bytes_per_token(model, seq_len: int, e: int) -> float:
     return model.n_heads * seq_len * (e + 4 if e == 2 else e)
 
 
+def op_kept_bytes_per_token(model, e: int, attention: str) -> float:
+    """Bytes one layer keeps per token under op-level selective checkpointing (torchtitan's
+    'op' policy: outputs of matmuls and of the fused attention kernel are saved, everything
+    else recomputed): the layer input, the Q/K/V, attention-output-projection, MLP up and down
+    projection outputs, the attention output and SDPA's fp32 log-sum-exp. Eager attention's
+    s x s scores and probabilities are recomputed."""
+    h = model.hidden
+    kv = workload.kv_dim(model)
+    up = 2 * model.ffn_hidden if model.gated_mlp else model.ffn_hidden
+    lse = 4.0 * model.n_heads if attention == "sdpa" else 0.0
+    return e * (h + (h + 2 * kv) + h + h + up + h) + lse
+
+
 def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
                 checkpointing: str) -> np.ndarray:
-    """Activation bytes of one micro-batch at the start of backward (all layers)."""
+    """Activation bytes of one micro-batch at the start of backward (all layers), plus the
+    working set of the one layer being recomputed during backward.
+
+    none: every layer's saved tensors. full / every:K: checkpointed layers keep only their input
+    (h*e per token), the others everything; during backward one checkpointed layer at a time is
+    rebuilt around its kept input (its saved tensors less that input). selective (Megatron):
+    eager attention's s x s tensors are dropped and recomputed (fused attention saves none).
+    op: each layer keeps its matmul and attention outputs (:func:`op_kept_bytes_per_token`), one
+    layer at a time rebuilds the rest. With one layer every policy holds what 'none' holds.
+    """
     e = workload.act_bytes(precision)
     tokens = np.asarray(mb, dtype=float) * seq_len
     per_layer = layer_activation_bytes_per_token(model, seq_len, e, attention)
     L = model.n_layers
-    if checkpointing == "full":
-        trunk = tokens * (L * model.hidden * e + per_layer)
+    c = checkpointed_layers(checkpointing, L)
+    if c:
+        kept = model.hidden * e
+        trunk = tokens * ((L - c) * per_layer + c * kept + (per_layer - kept))
+    elif checkpointing == "op":
+        kept = op_kept_bytes_per_token(model, e, attention)
+        trunk = tokens * (L * kept + (per_layer - kept))
     elif checkpointing == "selective" and attention == "eager":
         core = eager_scores_bytes_per_token(model, seq_len, e)
         trunk = tokens * (L * (per_layer - core) + core)
@@ -132,9 +155,10 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     return trunk + tokens * model.hidden * e * 2  # embedding output + final norm
 
 
-def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool) -> np.ndarray:
-    """Logits and loss buffers: eager keeps logits (e) plus fp32 log-probabilities and their
-    fp32 gradient (e + 8 bytes per logit); a compiled fused loss about 2e."""
+def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool, stack) -> np.ndarray:
+    """Logits and loss buffers (bytes): logit elements x the stack's bytes per logit
+    (:meth:`simulator.stacks.Stack.loss_bytes_per_logit`: e + 8 for an eager fp32-upcast loss,
+    2e for a fused or compiled one)."""
     e = workload.act_bytes(precision)
     n = workload.logits_elements(model, np.asarray(mb, dtype=float), seq_len)
-    return n * (2 * e if compiled else e + 8)
+    return n * stack.loss_bytes_per_logit(e, compiled)

@@ -35,6 +35,7 @@ class Plan:
     n_strategies: int = 1
     search_ms: float | None = None
     cost: dict | None = None  # dollars, kWh, GPU-hours (simulator.costs.plan_cost); None = not computed
+    stack: str = "hf-trainer"  # the training software the plan assumes (simulator.stacks)
     conventions: str = ("mfu = tokens/s x the model's minimum FLOPs per token (3 x forward GEMMs + 3 x causal "
                         "attention) / (GPUs x dense peak of the precision); mfu_6nd uses 6 N + 12 L h s "
                         "(PaLM / llm-foundry); hfu counts FLOPs executed (recomputation, FlashAttention's "

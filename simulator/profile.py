@@ -52,13 +52,17 @@ class AttentionEfficiency(_Strict):
     """Achieved fraction of the dtype's dense peak for fused attention kernels (FLOP-bound).
 
     'flash' and 'mem_efficient' are SDPA fused backends; 'math' (eager) is modelled as
-    GEMMs plus bandwidth-bound softmax over the materialised s x s scores.
+    GEMMs plus bandwidth-bound softmax over the materialised s x s scores. The fused fractions
+    are the large-head, long-sequence limits: the achieved fraction is scaled by
+    d/(d + head_dim_half) * s/(s + seq_half) (:func:`simulator.kernels.attention_efficiency`).
     """
 
     flash_fwd: float = Field(gt=0, le=1)
     flash_bwd: float = Field(gt=0, le=1)
     mem_efficient_fwd: float = Field(gt=0, le=1)
     mem_efficient_bwd: float = Field(gt=0, le=1)
+    head_dim_half: float = Field(default=0.0, ge=0)  # elements; 0 = no head-size dependence
+    seq_half: float = Field(default=0.0, ge=0)  # tokens; 0 = no sequence-length dependence
     source: str
 
 
@@ -143,6 +147,35 @@ class ValidationSummary(_Strict):
     n: int = Field(ge=0)
     mape: float = Field(ge=0)
     log_ratio_residuals: list[float] = []
+    mape_cv: float | None = None  # cross-validated MAPE behind the residuals, where they are held-out
+    widen: float = Field(default=1.0, ge=1.0)  # spread multiplier for a GPU whose residuals are borrowed
+
+
+class FitParameter(_Strict):
+    """One fitted, physically named parameter: its value, bounds and starting point."""
+
+    value: float
+    lower: float
+    upper: float
+    start: float
+    meaning: str
+
+
+class RunsFit(_Strict):
+    """Provenance of ``calibrate --from-runs``: which runs, which sources, what was fitted, how well."""
+
+    method: str
+    date: str
+    n_runs: int = Field(ge=0)
+    sources: dict[str, int]  # source -> runs used
+    runs: list[str] = []  # run ids (file:line)
+    base_profile: str
+    parameters: dict[str, FitParameter]
+    mape_in_sample: float = Field(ge=0)
+    mape_loo: float | None = None  # leave one run out
+    mape_loso: float | None = None  # leave one source out
+    coverage80_heldout: float | None = None  # share of held-out runs inside the stored 80% interval
+    carried_over: str | None = None  # for a GPU with no runs: what was carried over from which fit
 
 
 class Profile(_Strict):
@@ -165,6 +198,13 @@ class Profile(_Strict):
     cpu_adam_gparams_per_s: float = Field(gt=0)  # CPU Adam throughput for offload, 1e9 params/s
     cpu_adam_source: str
     collectives: dict[str, CollectiveFit] = {}  # optional overrides keyed by link id
+    # End-to-end effects (fitted by `calibrate --from-runs`; defaults leave the microbenchmark model as is)
+    layer_overhead_us: float = Field(default=0.0, ge=0, le=2000)  # host time per layer per pass, not hidden
+    collective_busbw_eff: float = Field(default=1.0, gt=0, le=1)  # of the links' bus bandwidth, in training
+    collective_overlap: float = Field(default=1.0, ge=0, le=1)  # of concurrent compute a collective hides behind
+    collective_hop_latency_us: float = Field(default=0.0, ge=0, le=1000)  # per extra ring step across nodes
+    end_to_end_source: str | None = None  # where the four values above come from
+    fit: RunsFit | None = None  # provenance of a `calibrate --from-runs` fit
     validation: ValidationSummary | None = None
     # Optional refinements fitted by `calibrate` (absent: the single figures above apply, so
     # catalog profiles predict exactly as before).
@@ -228,6 +268,14 @@ class Profile(_Strict):
             if alt in self.gemm:
                 return self.gemm[alt]
         return self.gemm["fp32"]
+
+
+def comm_params(profile: Profile | None) -> dict:
+    """The profile's collective parameters as :class:`simulator.communication.Fabric` keywords."""
+    if profile is None:
+        return {}
+    return {"busbw_eff": profile.collective_busbw_eff, "hop_alpha": 1e-6 * profile.collective_hop_latency_us,
+            "overlap": profile.collective_overlap}
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -1,8 +1,8 @@
 """`simulate validate-published FILE`: predict published end-to-end runs with their exact strategy.
 
-Rows follow ../shared/data/validation_dev.csv (MosaicML llm-foundry H100 BF16 table): model
-size, seq_len, GPUs/nodes, sharding, activation checkpointing, micro-batch, accumulation and the
-measured tokens/s. Nothing is fitted to these rows: they check the physics.
+Rows are read by :mod:`simulator.runs` (data/validation_dev.csv, the MosaicML llm-foundry H100
+BF16 table; data/published_runs_more.csv; or a ``calibrate --from-runs`` CSV): model, seq_len,
+GPUs/nodes, sharding, activation checkpointing, micro-batch, accumulation and the measured tokens/s.
 """
 
 from __future__ import annotations
@@ -16,91 +16,85 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from . import runs
 from .errors import UsageError
-
-_GPU = {"h100_80gb": "h100-sxm", "a100_80gb": "a100-80gb-sxm", "a100_40gb": "a100-40gb-sxm"}
-_SHARD = {"FULL_SHARD": "fsdp-full", "SHARD_GRAD_OP": "fsdp-grad-op", "NO_SHARD": "ddp"}
-_PREC = {"amp_bf16": "bf16", "amp_fp16": "fp16", "fp32": "fp32"}
-REQUIRED = ("model", "seq_len", "gpu", "n_gpus", "n_nodes", "gpus_per_node", "precision", "sharding",
-            "act_ckpt", "micro_batch", "grad_accum", "global_batch", "throughput_tok_s")
 
 
 def load_rows(path: str | Path) -> pd.DataFrame:
-    """Read and check a published-runs CSV; UsageError names the file and the problem."""
-    p = Path(path)
+    """Read a runs CSV (any layout :func:`simulator.runs.load_runs` knows) into the normalized table."""
+    return runs.load_runs(path)
+
+
+def stack_preset(name) -> str:
+    """The stack preset (simulator.stacks) for a run's stack name; the default (hf-trainer, plain
+    PyTorch with autocast) where no preset claims it."""
+    from .stacks import default_stack, for_published
+
     try:
-        df = pd.read_csv(p)
-    except FileNotFoundError:
-        raise UsageError(f"cannot read {str(p)!r}: no such file") from None
-    except Exception as exc:  # pandas raises several parser errors
-        raise UsageError(f"cannot parse {str(p)!r} as CSV: {exc}") from None
-    missing = [c for c in REQUIRED if c not in df.columns]
-    if missing:
-        raise UsageError(f"{str(p)!r} lacks column(s) {', '.join(missing)}; required: {', '.join(REQUIRED)}")
-    return df
+        return for_published(str(name)).name
+    except UsageError:
+        return default_stack().name
 
 
-def predict_row(row) -> dict:
-    """Predict one published row with its exact strategy; returns predicted/measured tokens/s."""
+def simulate_run(run, profile=None):
+    """Simulate one normalized run (a row of :func:`simulator.runs.load_runs`) with its exact strategy."""
     from .api import simulate
-    from .models import get_model
 
-    gpu = _GPU.get(str(row["gpu"]), str(row["gpu"]))
-    spec = get_model(f"mpt-{row['model']}").with_max_positions(int(row["seq_len"]))
-    gpus = (f"{int(row['n_nodes'])}x{int(row['gpus_per_node'])}x{gpu}" if int(row["n_nodes"]) > 1
-            else f"{int(row['n_gpus'])}x{gpu}")
-    ckpt = str(row["act_ckpt"]).strip().lower() in ("true", "1", "yes")
-    plan = simulate(spec, gpus, global_batch=int(row["global_batch"]), seq_len=int(row["seq_len"]), steps=1,
-                    optimizer="adamw", precision=_PREC.get(str(row["precision"]), "bf16"),
-                    sharding=_SHARD.get(str(row["sharding"]), "fsdp-full"), attention="sdpa", compile=False,
-                    checkpointing="full" if ckpt else "none", offload="none",
-                    micro_batch=int(row["micro_batch"]))
-    measured = float(row["throughput_tok_s"])
-    return {"model": f"mpt-{row['model']}", "seq_len": int(row["seq_len"]), "gpus": gpus,
-            "micro_batch": int(row["micro_batch"]), "grad_accum": plan.strategy["grad_accum"],
-            "act_ckpt": ckpt, "predicted_tok_s": plan.tokens_per_s, "measured_tok_s": measured,
-            "error_pct": 100.0 * (plan.tokens_per_s - measured) / measured,
-            "predicted_mfu": plan.mfu_6nd, "measured_mfu": float(row.get("mfu_pct", math.nan)) / 100.0,
+    return simulate(run["spec"], run["gpus"], profile=profile, global_batch=int(run["global_batch"]),
+                    seq_len=int(run["seq_len"]), steps=1, optimizer="adamw", precision=run["precision"],
+                    sharding=run["sharding"], attention=run["attention"], compile=bool(run["compile"]),
+                    checkpointing=run["checkpointing"], offload="none", micro_batch=int(run["micro_batch"]),
+                    stack=stack_preset(run["stack"]))
+
+
+def predict_row(run) -> dict:
+    """Predict one normalized run with its exact strategy; returns predicted/measured tokens/s."""
+    plan = simulate_run(run)
+    measured = float(run["measured_tok_s"])
+    flops = plan.mfu_6nd * measured / plan.tokens_per_s if plan.tokens_per_s > 0 else math.nan
+    return {"run": run["run"], "source": run["source"], "stack": run["stack"], "model": run["model"],
+            "seq_len": int(run["seq_len"]), "gpu": run["gpu"], "gpus": run["gpus"], "micro_batch": int(run["micro_batch"]),
+            "grad_accum": plan.strategy["grad_accum"], "act_ckpt": run["checkpointing"] != "none",
+            "checkpointing": run["checkpointing"], "predicted_tok_s": plan.tokens_per_s,
+            "measured_tok_s": measured, "error_pct": 100.0 * (plan.tokens_per_s - measured) / measured,
+            "predicted_mfu": plan.mfu_6nd, "measured_mfu": flops,
             "feasible": plan.feasible, "profile": plan.profile["name"]}
 
 
-def validate(path: str | Path) -> pd.DataFrame:
-    """Predict every row; a DataFrame with the error per row."""
-    df = load_rows(path)
-    return pd.DataFrame([predict_row(r) for _, r in df.iterrows()])
+def validate(path: str | Path | None = None) -> pd.DataFrame:
+    """Predict every simulable row (default: the bundled dev runs); a DataFrame with the error per row."""
+    table = runs.default_runs() if path is None else load_rows(path)
+    return pd.DataFrame([predict_row(r) for _, r in runs.simulable(table).iterrows()])
 
 
 def summary(res: pd.DataFrame) -> dict:
-    """MAPE and the log(measured/predicted step time) residuals used for intervals."""
+    """MAPE (overall and per source) and the log(measured/predicted step time) residuals."""
     ratio = res["predicted_tok_s"] / res["measured_tok_s"]  # = measured time / predicted time
-    return {"n": int(len(res)), "mape": float(np.mean(np.abs(res["error_pct"]))),
+    src = res["source"].str.split().str[0]
+    per = {k: {"n": int(len(g)), "mape": float(np.mean(np.abs(g["error_pct"]))),
+               "signed": float(np.mean(g["error_pct"]))} for k, g in res.groupby(src)}
+    return {"n": int(len(res)), "mape": float(np.mean(np.abs(res["error_pct"]))), "per_source": per,
             "log_ratio_residuals": [float(x) for x in np.log(ratio)]}
 
 
-DEFAULT_FILE = Path(__file__).parent / "data" / "validation_dev.csv"
-INTERVAL_SOURCE = ("simulate validate-published {name}: MosaicML llm-foundry H100 80GB BF16 table "
-                   "(scripts/train/benchmarking/README.md @8c8dd48f72), {n} runs, exact strategies; "
-                   "applied to every default profile (no published end-to-end rows for other GPUs)")
+DEFAULT_FILE = runs.DEV_FILE
+REBUILD_COMMAND = "python -m calibration.from_runs rebuild-defaults"
 
 
-def write_intervals(s: dict, name: str) -> int:
-    """Write the validation summary into every catalog default profile (atomically); returns count."""
-    from importlib.resources import as_file
-
+def cross_validated(res: pd.DataFrame) -> list[dict]:
+    """Per default profile used by ``res``: the fit's stored in-sample, leave-one-run-out and
+    leave-one-source-out MAPE and the held-out coverage of its 80% interval."""
     from . import hardware
-    from .profile import ValidationSummary, save_profile
 
-    count = 0
-    for gpu in hardware.list_gpus():
-        prof = hardware.default_profile(gpu)
-        with as_file(hardware.default_profile_path(gpu)) as f:
-            summary_ = ValidationSummary(source=INTERVAL_SOURCE.format(name=name, n=s["n"]), n=s["n"],
-                                         mape=round(s["mape"], 2),
-                                         log_ratio_residuals=[round(x, 4) for x in s["log_ratio_residuals"]])
-            save_profile(prof.model_copy(update={"validation": summary_}), f)
-            count += 1
-    hardware.clear_cache()
-    return count
+    out = []
+    for gpu in sorted(set(res["gpu"])):
+        prof = hardware.default_profile(hardware.parse_cluster(gpu).gpu)
+        f = prof.fit
+        if f is None:
+            continue
+        out.append({"profile": prof.name, "runs": f.n_runs, "sources": f.sources, "mape_in_sample": f.mape_in_sample,
+                    "mape_loo": f.mape_loo, "mape_loso": f.mape_loso, "coverage80_heldout": f.coverage80_heldout})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,29 +103,35 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(message)
 
     ap = _P(prog="simulate validate-published",
-            description="Predict published runs (CSV like data/validation_dev.csv) with their exact strategy.")
+            description="Predict published runs with their exact strategy (default: the bundled dev runs, "
+                        "data/validation_dev.csv and data/published_runs_more.csv).")
     ap.add_argument("file", nargs="?", default=None,
-                    help="CSV of published runs (default: the bundled llm-foundry H100 table)")
+                    help="CSV of runs (layouts: docs/calibrate_from_runs.md; default: the bundled dev runs)")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--write-intervals", action="store_true",
-                    help="store the residuals as the validation summary of every catalog default profile "
-                         "(their 80%% intervals); point estimates are unchanged")
     a = ap.parse_args(argv)
-    path = a.file or DEFAULT_FILE
-    res = validate(path)
+    res = validate(a.file)
+    if res.empty:
+        raise UsageError(f"{a.file!r}: no run can be simulated (see the 'excluded' reasons of simulator.runs)")
     s = summary(res)
-    if a.write_intervals:
-        n = write_intervals(s, Path(path).name)
-        print(f"wrote validation residuals ({s['n']} rows, MAPE {s['mape']:.1f}%) into {n} default profiles")
+    cv = cross_validated(res)
     if a.json:
-        print(json.dumps({"rows": res.to_dict(orient="records"), "mape_pct": s["mape"], "n": s["n"]}, indent=2))
+        print(json.dumps({"rows": res.to_dict(orient="records"), "mape_pct": s["mape"], "n": s["n"],
+                          "per_source": s["per_source"], "cross_validated": cv}, indent=2))
         return 0
     with pd.option_context("display.max_rows", 500, "display.width", 160):
-        cols = ["model", "seq_len", "gpus", "micro_batch", "grad_accum", "act_ckpt", "predicted_tok_s",
+        cols = ["model", "seq_len", "gpus", "micro_batch", "grad_accum", "checkpointing", "predicted_tok_s",
                 "measured_tok_s", "error_pct", "predicted_mfu", "measured_mfu"]
         print(res[cols].to_string(index=False, float_format=lambda x: f"{x:,.3f}" if abs(x) < 10 else f"{x:,.0f}"))
-    print(f"\nmean absolute percentage error over {s['n']} rows: {s['mape']:.1f}%  "
+    print(f"\nin-sample mean absolute percentage error over {s['n']} runs: {s['mape']:.1f}%  "
           f"(mean signed error {res['error_pct'].mean():+.1f}%)")
+    for src, m in s["per_source"].items():
+        print(f"  {src}: {m['mape']:.1f}% over {m['n']} runs (signed {m['signed']:+.1f}%)")
+    for c in cv:
+        print(f"{c['profile']}: fitted on {c['runs']} runs; MAPE in-sample {c['mape_in_sample']:.1f}%, "
+              f"leave-one-run-out {c['mape_loo']}%, leave-one-source-out {c['mape_loso']}%; "
+              f"80% interval covers {c['coverage80_heldout']} of held-out runs")
+    if cv:
+        print(f"(cross-validated figures are stored by `{REBUILD_COMMAND}`; re-run it after changing the physics)")
     return 0
 
 

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from .errors import UsageError, unknown
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 ATTENTIONS = ("eager", "sdpa")
 COMPILES = (False, True)
-CHECKPOINTINGS = ("none", "selective", "full")
+#: Activation checkpointing policies searched when the knob is free (``every:K`` pins any K):
+#: none; selective (Megatron-LM: the attention core); op (torchtitan's op-level selective policy:
+#: matmul and attention outputs kept, the rest recomputed); every:2 (every 2nd layer fully,
+#: torchtitan's integer option / DeepSpeed checkpoint_num_layers); full (every layer).
+CHECKPOINTINGS = ("none", "selective", "op", "every:2", "full")
+CHECKPOINTING_POLICIES = ("none", "selective", "op", "full", "every:K")
+_EVERY_RE = re.compile(r"^every:(\S*)$")
 SHARDINGS = ("ddp", "zero1", "zero2", "zero3", "fsdp-grad-op", "fsdp-full")
 OFFLOADS = ("none", "optimizer", "all")
 OPTIMIZERS = ("adamw", "adam", "lion", "sgd")
@@ -28,11 +35,16 @@ class Strategy(BaseModel):
     precision: Literal["fp32", "tf32", "bf16", "fp16"]
     attention: Literal["eager", "sdpa"]
     compile: bool
-    checkpointing: Literal["none", "selective", "full"]
+    checkpointing: str  # one of CHECKPOINTING_POLICIES, every:K with K >= 1
     sharding: Literal["ddp", "zero1", "zero2", "zero3", "fsdp-grad-op", "fsdp-full"]
     offload: Literal["none", "optimizer", "all"]
     micro_batch: int
     grad_accum: int
+
+    @field_validator("checkpointing")
+    @classmethod
+    def _policy(cls, v: str) -> str:
+        return parse_checkpointing(v)
 
     def describe(self) -> str:
         """One line, e.g. 'bf16 · SDPA · compiled · ZeRO-1 · no checkpointing · micro-batch 4 × 32'."""
@@ -42,13 +54,60 @@ class Strategy(BaseModel):
             "compiled" if self.compile else "not compiled",
             {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
              "fsdp-grad-op": "FSDP shard-grad-op", "fsdp-full": "FSDP full-shard"}[self.sharding],
-            {"none": "no checkpointing", "selective": "selective checkpointing",
-             "full": "full checkpointing"}[self.checkpointing],
+            describe_checkpointing(self.checkpointing),
         ]
         if self.offload != "none":
             parts.append({"optimizer": "optimizer offloaded to CPU", "all": "params + optimizer offloaded to CPU"}[self.offload])
         parts.append(f"micro-batch {self.micro_batch} × {self.grad_accum} accumulation")
         return " · ".join(parts)
+
+
+def parse_checkpointing(text: str) -> str:
+    """The canonical policy name ('every:02' -> 'every:2'); UsageError naming the valid choices."""
+    v = str(text).strip().lower()
+    m = _EVERY_RE.match(v)
+    if m:
+        k = m.group(1)
+        if not k.isdigit() or int(k) < 1:
+            raise UsageError(f"--checkpointing {text}: K in every:K must be a positive integer (every:2 "
+                             f"checkpoints every second layer); got {k!r}")
+        return f"every:{int(k)}"
+    if v not in CHECKPOINTING_POLICIES:
+        raise unknown("value for --checkpointing", str(text), CHECKPOINTING_POLICIES)
+    return v
+
+
+def checkpoint_every(policy: str) -> int:
+    """K of an 'every:K' policy, 1 for 'full' and 0 (never) otherwise."""
+    if policy == "full":
+        return 1
+    return int(policy.split(":")[1]) if policy.startswith("every:") else 0
+
+
+def checkpointed_layers(policy: str, n_layers: int) -> int:
+    """Layers whose whole forward is recomputed: all under 'full', floor(L / K) under 'every:K'
+    (torchtitan wraps each block whose running index is a multiple of K)."""
+    k = checkpoint_every(policy)
+    return n_layers // k if k else 0
+
+
+def describe_checkpointing(policy: str) -> str:
+    """E.g. 'checkpointing every 2nd layer', 'op-level selective checkpointing'."""
+    k = checkpoint_every(policy)
+    if policy.startswith("every:"):
+        if k == 1:
+            return "checkpointing every layer"
+        suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+        return f"checkpointing every {k}{suffix} layer"
+    return {"none": "no checkpointing", "selective": "selective checkpointing (attention core)",
+            "op": "op-level selective checkpointing (matmul and attention outputs kept)",
+            "full": "full checkpointing"}[policy]
+
+
+def checkpointing_rank(policy: str) -> float:
+    """Simplicity order for ties: none < selective < op < every:K (sparser first) < full."""
+    fixed = {"none": 0.0, "selective": 1.0, "op": 2.0, "full": 4.0}
+    return fixed[policy] if policy in fixed else 4.0 - 1.0 / checkpoint_every(policy)
 
 
 def offload_allowed(sharding: str, offload: str) -> bool:
@@ -70,11 +129,12 @@ def check_choice(flag: str, value, choices) -> None:
 
 def check_pins(pins: dict) -> None:
     """Validate pinned knobs (None = free) and their combination."""
-    spaces = {"precision": PRECISIONS, "attention": ATTENTIONS, "checkpointing": CHECKPOINTINGS,
-              "sharding": SHARDINGS, "offload": OFFLOADS}
+    spaces = {"precision": PRECISIONS, "attention": ATTENTIONS, "sharding": SHARDINGS, "offload": OFFLOADS}
     for key, choices in spaces.items():
         if pins.get(key) is not None:
             check_choice("--" + key, pins[key], choices)
+    if pins.get("checkpointing") is not None:
+        parse_checkpointing(pins["checkpointing"])
     mb = pins.get("micro_batch")
     if mb is not None and (not isinstance(mb, int) or isinstance(mb, bool) or mb <= 0):
         raise UsageError(f"--micro-batch must be a positive integer, got {mb!r}")

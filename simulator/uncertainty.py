@@ -7,6 +7,17 @@ import math
 import numpy as np
 
 
+def bounds(log_residuals, level: float = 0.8, widen: float = 1.0) -> tuple[float, float]:
+    """(low, high) quantiles of log(measured/predicted time) residuals at ``level`` coverage, the
+    spread about their median multiplied by ``widen`` (>1 where the residuals are borrowed from
+    another GPU); the interval always contains the point estimate (0)."""
+    r = np.asarray(log_residuals, dtype=float)
+    med = float(np.median(r))
+    r = med + widen * (r - med)
+    lo, hi = np.quantile(r, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return min(float(lo), 0.0), max(float(hi), 0.0)
+
+
 def interval(days: float, validation, level: float = 0.8) -> tuple[float, float] | None:
     """(low, high) days at ``level`` coverage from log(measured/predicted time) residuals.
 
@@ -15,6 +26,5 @@ def interval(days: float, validation, level: float = 0.8) -> tuple[float, float]
     """
     if validation is None or len(validation.log_ratio_residuals) < 3 or not math.isfinite(days):
         return None
-    r = np.asarray(validation.log_ratio_residuals, dtype=float)
-    lo, hi = np.quantile(r, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return days * math.exp(min(lo, 0.0)), days * math.exp(max(hi, 0.0))
+    lo, hi = bounds(validation.log_ratio_residuals, level, getattr(validation, "widen", 1.0))
+    return days * math.exp(lo), days * math.exp(hi)

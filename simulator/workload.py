@@ -120,14 +120,19 @@ def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[Me
             MemOps(3.0 * elems * e, 2.0 * model.n_layers))
 
 
-def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool) -> tuple[MemOps, MemOps]:
+def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
+                      fp32_norm: bool | None = None) -> tuple[MemOps, MemOps]:
     """Norms, residual adds, activation, rotary and layout copies of all layers (fwd, bwd).
 
     Eager: every op reads its inputs and writes its output (LN 2h, add 3h, GELU 2f or SwiGLU 5f,
     rotary 4(h+kv), output transpose copy 2h elements per token). Compiled (Inductor fusion):
     LN1+rotary, residual+LN2, activation and residual become 4 kernels reading inputs once
     (2h + 2(h+kv), 4h, 2f or 3f, 3h). Backward moves about twice the forward bytes.
+    ``fp32_norm``: eager norms write fp32 outputs (torch.autocast's layer_norm; default: under
+    eager mixed precision); False for stacks whose norms run in half (simulator.stacks).
     """
+    if fp32_norm is None:
+        fp32_norm = e == 2 and not compiled
     h, f, kv = model.hidden, model.ffn_hidden, kv_dim(model)
     rotary = model.pos_embedding == "rotary"
     rot = getattr(model, "rotary_pct", 1.0)  # fraction of each head's dims rotated (Pythia 0.25)
@@ -140,7 +145,7 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
         kernels = 2 + 2 + (2 if model.gated_mlp else 1) + (8 if rotary else 0) + 1
     L = model.n_layers
     nbytes = tokens * per_tok * e * L
-    if e == 2 and not compiled:
+    if fp32_norm:
         # torch.autocast runs layer_norm in fp32: each of the 2 norms writes 4-byte outputs
         # (+2 bytes) that the next linear casts back to half (read 4 + write 2): +8 bytes/element.
         nbytes = nbytes + tokens * 2 * h * 8.0 * L
@@ -156,12 +161,14 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     return fwd, bwd
 
 
-def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool) -> tuple[MemOps, MemOps]:
+def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
+               fused: bool = False) -> tuple[MemOps, MemOps]:
     """Cross-entropy over the logits (fwd, bwd). Eager upcasts to fp32 and runs log-softmax,
-    NLL and their backward: (e+12) + (16+e) bytes per logit; a compiled, fused loss reads and
-    writes the logits about twice each (2e + 2e)."""
+    NLL and their backward: (e+12) + (16+e) bytes per logit; a compiled or fused loss kernel
+    (``fused``: e.g. flash-attn's cross-entropy) reads and writes the logits about twice each
+    (2e + 2e)."""
     n = logits_elements(model, mb, seq_len)
-    if compiled:
+    if compiled or fused:
         return MemOps(n * 2 * e, 1.0), MemOps(n * 2 * e, 1.0)
     return MemOps(n * (e + 12), 3.0), MemOps(n * (16 + e), 4.0)
 

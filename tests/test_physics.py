@@ -167,23 +167,26 @@ def test_offload_needs_host_ram():
     assert big.feasible
 
 
-def test_default_profile_intervals_match_current_physics():
-    """The residuals stored in the default profiles must come from the current model
-    (re-run `simulate validate-published --write-intervals` after changing the physics)."""
+def test_default_profile_fits_match_current_physics():
+    """The fitted default profiles store the in-sample error of their runs under the physics they
+    were fitted with; after changing the physics re-run `python -m calibration.from_runs rebuild-defaults`
+    (fit, cross-validation and intervals follow)."""
     from simulator import hardware, published
 
-    res = published.validate(published.DEFAULT_FILE)
-    s = published.summary(res)
-    stored = hardware.default_profile("h100-sxm").validation
-    assert stored is not None and stored.n == s["n"]
-    assert stored.mape == pytest.approx(s["mape"], abs=0.05)
+    res = published.validate()
+    for gpu in ("h100-sxm", "a100-80gb-sxm"):
+        fit = hardware.default_profile(gpu).fit
+        assert fit is not None and fit.n_runs >= 10
+        sel = res[res["run"].isin(fit.runs)]
+        assert len(sel) == fit.n_runs
+        assert float(sel["error_pct"].abs().mean()) == pytest.approx(fit.mape_in_sample, abs=0.05)
 
 
 def test_interval_brackets_estimate():
     plan = simulate("pythia-1b", "4xa100")
     lo, hi = plan.interval_days
     assert lo <= plan.days <= hi
-    assert "validate-published" in plan.interval_source
+    assert "residuals" in plan.interval_source and "rebuild-defaults" in plan.interval_source
 
 
 def test_explicit_overhead_scales_days_not_step_time():

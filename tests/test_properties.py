@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from simulator.api import run_search, simulate
@@ -42,7 +42,7 @@ knobs = st.fixed_dictionaries({
     "precision": st.sampled_from(["fp32", "tf32", "bf16", "fp16"]),
     "attention": st.sampled_from(["eager", "sdpa"]),
     "compile": st.booleans(),
-    "checkpointing": st.sampled_from(["none", "selective", "full"]),
+    "checkpointing": st.sampled_from(["none", "selective", "op", "every:2", "full"]),
     "sharding": st.sampled_from(list(SHARDINGS)),
 })
 
@@ -51,6 +51,7 @@ knobs = st.fixed_dictionaries({
 @given(model=models(), gpus=st.sampled_from(CLUSTERS), k=knobs, seq=st.sampled_from([256, 1024, 2048]),
        mb=st.integers(1, 8))
 def test_throughput_never_above_peak(model, gpus, k, seq, mb):
+    assume(k["checkpointing"] != "every:2" or model.n_layers >= 2)  # every:K needs K layers
     plan = simulate(model, gpus, seq_len=seq, global_batch=128, steps=10, micro_batch=mb, offload="none", **k)
     n = plan.hardware["n_gpus"]
     res = run_search(model, gpus, seq_len=seq, global_batch=128, steps=10, micro_batch=mb, offload="none", **k)
@@ -67,6 +68,7 @@ def test_throughput_never_above_peak(model, gpus, k, seq, mb):
 @SETTINGS
 @given(model=models(), gpus=st.sampled_from(CLUSTERS), k=knobs, steps=st.integers(1, 1000))
 def test_days_linear_in_tokens(model, gpus, k, steps):
+    assume(k["checkpointing"] != "every:2" or model.n_layers >= 2)  # every:K needs K layers
     a = simulate(model, gpus, seq_len=512, global_batch=128, steps=steps, micro_batch=2, offload="none", **k)
     b = simulate(model, gpus, seq_len=512, global_batch=128, steps=3 * steps, micro_batch=2, offload="none", **k)
     assert b.days == np.float64(a.days * 3) or abs(b.days - 3 * a.days) <= 1e-9 * b.days
@@ -75,6 +77,7 @@ def test_days_linear_in_tokens(model, gpus, k, steps):
 @SETTINGS
 @given(model=models(), gpus=st.sampled_from(CLUSTERS), k=knobs)
 def test_more_work_never_takes_less_time(model, gpus, k):
+    assume(k["checkpointing"] != "every:2" or model.n_layers >= 2)  # every:K needs K layers
     kw = dict(seq_len=512, steps=10, micro_batch=2, offload="none", **k)
     small = simulate(model, gpus, global_batch=128, **kw)
     big = simulate(model, gpus, global_batch=256, **kw)
@@ -86,6 +89,7 @@ def test_more_work_never_takes_less_time(model, gpus, k):
 @SETTINGS
 @given(model=models(), gpus=st.sampled_from(CLUSTERS), k=knobs, mb=st.integers(1, 8))
 def test_memory_never_grows_with_sharding_stage(model, gpus, k, mb):
+    assume(k["checkpointing"] != "every:2" or model.n_layers >= 2)  # every:K needs K layers
     k = {key: v for key, v in k.items() if key != "sharding"}
     totals = []
     for s in ("ddp", "zero1", "zero2", "zero3"):
@@ -103,10 +107,32 @@ def test_memory_never_grows_with_sharding_stage(model, gpus, k, mb):
 @SETTINGS
 @given(model=models(), gpus=st.sampled_from(CLUSTERS), k=knobs, mb=st.integers(1, 32))
 def test_infeasible_exactly_when_memory_exceeds_capacity(model, gpus, k, mb):
+    assume(k["checkpointing"] != "every:2" or model.n_layers >= 2)  # every:K needs K layers
     p = simulate(model, gpus, seq_len=2048, global_batch=512, steps=10, micro_batch=mb, offload="none", **k)
     assert p.feasible == (p.memory_gib["total"] <= p.memory_gib["capacity"])
     if not p.feasible:
         assert p.reasons and "GiB" in p.reasons[0]
+
+
+@SETTINGS
+@given(model=models(), gpus=st.sampled_from(CLUSTERS), precision=st.sampled_from(["fp32", "bf16"]),
+       attention=st.sampled_from(["eager", "sdpa"]), compile=st.booleans(), mb=st.integers(1, 8))
+def test_checkpointing_trades_memory_for_time(model, gpus, precision, attention, compile, mb):
+    """Each policy holds no more activation memory than keeping everything and takes no less
+    time; full checkpointing holds the least and recomputes the most of the layer-wise ones."""
+    kw = dict(seq_len=512, global_batch=64, steps=10, micro_batch=mb, offload="none", sharding="ddp",
+              precision=precision, attention=attention, compile=compile)
+    p = {ck: simulate(model, gpus, checkpointing=ck, **kw) for ck in
+         ["none", "selective", "op", "full"] + (["every:2"] if model.n_layers >= 2 else [])}
+    mem = {ck: x.memory_gib["activations"] for ck, x in p.items()}
+    step = {ck: x.step_time_s for ck, x in p.items()}
+    tol = 1e-12
+    for ck in p:
+        assert mem[ck] <= mem["none"] + tol and step[ck] >= step["none"] - tol
+        assert mem[ck] >= mem["full"] - tol
+    assert step["op"] <= step["full"] + tol
+    if "every:2" in p:
+        assert mem["every:2"] >= mem["full"] - tol and step["every:2"] <= step["full"] + tol
 
 
 @pytest.mark.parametrize("gpus, vocab, sharding, layers, hidden", [

@@ -1,0 +1,108 @@
+"""Training stacks (the user's software): what each keeps in fp32, fuses, and offers.
+
+Presets live in ``simulator/data/stacks.yaml``, each field with the code of that stack it comes
+from. A stack is not searched: it is chosen (``stack=`` / ``--stack NAME``), default
+``hf-trainer`` (the $100K study's Hugging Face Trainer).
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .errors import unknown
+from .strategy import SHARDINGS
+
+
+class Stack(BaseModel):
+    """One training stack; see the field notes in data/stacks.yaml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    display: str
+    description: str
+    loss: Literal["upcast", "fused", "fused-inplace"]
+    loss_source: str
+    norm: Literal["fp32", "half"]
+    norm_source: str
+    fragmentation: float = Field(ge=0.0, le=1.0)
+    fragmentation_source: str
+    shardings: tuple[str, ...]
+    shardings_source: str
+    aliases: tuple[str, ...] = ()
+
+    @field_validator("shardings")
+    @classmethod
+    def _known_shardings(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [s for s in v if s not in SHARDINGS]
+        if bad or not v:
+            raise ValueError(f"shardings {bad or '[]'} not among {', '.join(SHARDINGS)}")
+        return v
+
+    def loss_bytes_per_logit(self, e: int, compiled: bool) -> float:
+        """Bytes per logit element held at the loss (logits, loss buffers, their gradient), with
+        ``e`` bytes per activation element. A fused kernel writing the gradient over the logits: e.
+        Compiled (Inductor fuses the upcast and log-softmax) or a fused loss kernel: the half
+        logits and their half gradient (2e). Eager upcast: the logits plus fp32 log-probabilities
+        and their fp32 gradient (e + 8)."""
+        if self.loss == "fused-inplace":
+            return float(e)
+        return 2.0 * e if (compiled or self.loss == "fused") else e + 8.0
+
+    @property
+    def fused_loss(self) -> bool:
+        """Whether the eager loss is one fused kernel (reads and writes the logits about twice)."""
+        return self.loss != "upcast"
+
+    def fp32_norm(self, e: int, compiled: bool) -> bool:
+        """Whether eager norms write fp32 outputs under mixed precision (autocast layer_norm)."""
+        return e == 2 and not compiled and self.norm == "fp32"
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> tuple[dict[str, Stack], str]:
+    raw = yaml.safe_load(resources.files("simulator").joinpath("data/stacks.yaml").read_text(encoding="utf-8"))
+    stacks = {name: Stack(name=name, **body) for name, body in raw["stacks"].items()}
+    if raw["default"] not in stacks:
+        raise ValueError(f"stacks.yaml: default {raw['default']!r} is not a stack")
+    return stacks, raw["default"]
+
+
+def list_stacks() -> list[str]:
+    """Names of the stack presets."""
+    return list(_load()[0])
+
+
+def default_stack() -> Stack:
+    """The default stack (hf-trainer)."""
+    stacks, default = _load()
+    return stacks[default]
+
+
+def for_published(name: str) -> Stack:
+    """The preset for a stack name found in published run tables (its name or an alias);
+    UsageError if none claims it."""
+    stacks, _ = _load()
+    key = str(name).strip().lower()
+    for s in stacks.values():
+        if key == s.name or key in s.aliases:
+            return s
+    raise unknown("stack", str(name), [a for s in stacks.values() for a in (s.name, *s.aliases)])
+
+
+def get_stack(name: str | Stack | None) -> Stack:
+    """A stack by name (None: the default); UsageError naming the valid choices otherwise."""
+    if isinstance(name, Stack):
+        return name
+    if name is None:
+        return default_stack()
+    stacks, _ = _load()
+    key = str(name).strip().lower()
+    if key not in stacks:
+        raise unknown("stack", str(name), list(stacks))
+    return stacks[key]

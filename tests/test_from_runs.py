@@ -1,0 +1,106 @@
+"""calibrate --from-runs: the fit recovers known parameters, stays physical, stores provenance."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibration import from_runs as fr
+from calibration.cli import main as calibrate
+from simulator import runs
+from simulator.profile import load_profile
+
+HEADER = "model,gpus,seq_len,global_batch,micro_batch,precision,sharding,checkpointing,compile,attention,tokens_per_s,source\n"
+ROWS = [  # model, gpus, seq, global batch, micro-batch, sharding, checkpointing, source
+    ("pythia-160m", "8xa100-80gb-sxm", 2048, 256, 16, "ddp", "none", "teamA"),
+    ("pythia-410m", "8xa100-80gb-sxm", 2048, 256, 8, "zero1", "none", "teamA"),
+    ("pythia-1b", "8xa100-80gb-sxm", 2048, 512, 8, "fsdp-full", "none", "teamB"),
+    ("pythia-1b", "2x8xa100-80gb-sxm", 4096, 256, 4, "fsdp-full", "full", "teamB"),
+    ("pythia-2.8b", "2x8xa100-80gb-sxm", 2048, 512, 4, "fsdp-full", "full", "teamC"),
+    ("pythia-410m", "8xa100-80gb-sxm", 8192, 64, 2, "ddp", "none", "teamC"),
+]
+
+
+def _write(path, tok_s):
+    lines = [f"{m},{g},{s},{gb},{mb},bf16,{sh},{ck},false,sdpa,{t:.1f},{src}\n"
+             for (m, g, s, gb, mb, sh, ck, src), t in zip(ROWS, tok_s, strict=True)]
+    path.write_text(HEADER + "".join(lines))
+
+
+def _synthetic(tmp_path, truth):
+    """Runs 'measured' on a profile with known parameters: the fit must find them again."""
+    f = tmp_path / "runs.csv"
+    _write(f, [1.0] * len(ROWS))
+    table = runs.simulable(runs.load_runs(f))
+    base = fr.microbenchmark_profile("a100-80gb-sxm")
+    true_prof = fr.apply(base, truth)
+    times = [fr._resolve(r, base).step_time(true_prof) for _, r in table.iterrows()]
+    _write(f, [gb * s / t for (_, _, s, gb, *_), t in zip(ROWS, times, strict=True)])
+    return f
+
+
+def test_fit_recovers_known_parameters(tmp_path):
+    truth = {"tensor_sustained": 0.8, "attention_scale": 0.7}
+    f = _synthetic(tmp_path, truth)
+    table = runs.simulable(runs.load_runs(f))
+    fitter = fr.Fitter(table, {"a100-80gb-sxm": fr.microbenchmark_profile("a100-80gb-sxm")},
+                       params=("tensor_sustained", "attention_scale"))
+    start = fr.mape_of(fitter.residuals(fitter.x0))
+    fit = fitter.fit(cross_validate=True)
+    got = fit.values("a100-80gb-sxm")
+    assert start > 10
+    assert got["tensor_sustained"] == pytest.approx(0.8, abs=0.02)
+    assert got["attention_scale"] == pytest.approx(0.7, abs=0.05)
+    assert fr.mape_of(fit.residuals) < 1.0 and fr.mape_of(fit.loo) < 2.0 and fr.mape_of(fit.loso) < 3.0
+
+
+def test_apply_never_exceeds_peak():
+    base = fr.microbenchmark_profile("rtx3090")
+    hot = fr.apply(base, {"tensor_sustained": 1.0, "attention_scale": 1.1, "memory_bw_scale": 1.1})
+    assert all(g.e_max <= 1.0 for g in hot.gemm.values())
+    assert hot.attention.flash_fwd <= 1.0 and hot.memory_bw_eff <= 1.0
+    assert max(hot.optimizer_bw_eff.values()) <= 1.0
+    same = fr.apply(base, {p: v[0] for p, v in fr.PARAMS.items() if p != "layer_overhead_us"})
+    assert same.gemm == base.gemm and same.attention == base.attention
+
+
+def test_calibrate_from_runs_cli_writes_profile_with_provenance(tmp_path, capsys):
+    f = _synthetic(tmp_path, {"tensor_sustained": 0.85, "collective_overlap": 0.5})
+    out = tmp_path / "fitted.json"
+    code = calibrate(["--from-runs", str(f), "--base-profile", "a100-80gb-sxm", "--out", str(out),
+                      "--params", "tensor_sustained,collective_overlap"])
+    text = capsys.readouterr().out
+    assert code == 0 and "leave-one-source-out" in text and "teamB" in text
+    prof = load_profile(out)
+    assert prof.fit.n_runs == len(ROWS) and prof.fit.sources == {"teamA": 2, "teamB": 2, "teamC": 2}
+    p = prof.fit.parameters["tensor_sustained"]
+    assert p.lower <= p.value <= p.upper and p.value == pytest.approx(0.85, abs=0.03)
+    assert prof.fit.mape_loo is not None and len(prof.validation.log_ratio_residuals) == len(ROWS)
+    assert json.loads(out.read_text())["fit"]["base_profile"] == "a100-80gb-sxm-published"
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--base-profile", "a100"], "--base-profile needs --from-runs"),
+    (["--from-runs", "/nonexistent.csv"], "no such file"),
+    (["--from-runs", "RUNS", "--params", "warp_speed"], "unknown fit parameter"),
+    (["--from-runs", "RUNS", "--out", "x.txt"], "--out must end in .json"),
+])
+def test_calibrate_from_runs_bad_input(tmp_path, capsys, argv, msg):
+    f = tmp_path / "runs.csv"
+    _write(f, [1e5] * len(ROWS))
+    argv = [str(f) if a == "RUNS" else a for a in argv]
+    assert calibrate(argv) == 2
+    assert msg in capsys.readouterr().err
+
+
+def test_excluded_rows_are_skipped_with_reason(tmp_path):
+    f = tmp_path / "runs.csv"
+    _write(f, [1e5] * len(ROWS))
+    df = pd.read_csv(f)
+    df["tp"] = [1, 1, 1, 1, 1, 2]
+    df.to_csv(f, index=False)
+    t = runs.load_runs(f)
+    assert list(t["excluded"] == "") == [True] * 5 + [False]
+    assert "tensor/pipeline" in t["excluded"].iloc[-1]
+    assert np.isfinite(t["grad_accum"].iloc[0])

@@ -1,0 +1,226 @@
+"""Training stacks and activation checkpointing policies: memory by hand, time, parsing, and
+the published runs that must be predicted feasible under their exact recorded strategy."""
+
+import json
+
+import numpy as np
+import pytest
+
+from simulator import memory, published, stacks, workload
+from simulator.api import run_search, simulate
+from simulator.cli import main
+from simulator.errors import UsageError
+from simulator.models import ModelSpec
+from simulator.strategy import Strategy, checkpointed_layers, parse_checkpointing
+
+# a small decoder whose numbers are easy to follow: h 64, f 256, 4 heads, 6 layers, vocab 1000
+TINY = ModelSpec(name="tiny", family="gpt_neox", kind="decoder", n_layers=6, hidden=64, n_heads=4,
+                 ffn_hidden=256, gated_mlp=False, vocab_size=1000, max_positions=4096, tied_embeddings=False,
+                 pos_embedding="rotary", norm="layernorm", linear_bias=True, norm_bias=True, head="lm",
+                 default_seq_len=128)
+H, F, A, L, S = 64, 256, 4, 6, 128
+E = 2  # bf16 activations
+#: one layer's saved bytes per token with fused attention (Korthikanti et al. 2022, no dropout):
+#: LN1 in, QKV in, Q/K/V, attention out; LN2 in, FC1 in, FC1 out, GELU out; fp32 log-sum-exp
+PER_LAYER = E * (H + H + 3 * H + H) + E * (H + H + F + F) + 4 * A
+OUTSIDE = 2 * H * E  # embedding output + final norm input
+#: op-level selective: layer input, QKV out (3h), attention out (h), out-proj out (h), FC1 out (f),
+#: FC2 out (h), fp32 log-sum-exp
+OP_KEPT = E * (H + 3 * H + H + H + F + H) + 4 * A
+
+
+def act(ck, attention="sdpa", mb=2):
+    return float(memory.activations(TINY, S, np.array([float(mb)]), "bf16", attention, ck)[0])
+
+
+def test_layer_bytes_by_hand():
+    assert memory.layer_activation_bytes_per_token(TINY, S, E, "sdpa") == PER_LAYER == 2064
+
+
+@pytest.mark.parametrize("ck, per_token", [
+    ("none", L * PER_LAYER + OUTSIDE),
+    # every layer keeps only its input; one layer's working set is rebuilt around it at a time
+    ("full", L * H * E + PER_LAYER - H * E + OUTSIDE),
+    # every 2nd layer: 3 of the 6 layers keep their input, the other 3 everything
+    ("every:2", 3 * PER_LAYER + 3 * H * E + PER_LAYER - H * E + OUTSIDE),
+    # every 4th layer: floor(6/4) = 1 layer checkpointed
+    ("every:4", 5 * PER_LAYER + 1 * H * E + PER_LAYER - H * E + OUTSIDE),
+    ("every:1", L * H * E + PER_LAYER - H * E + OUTSIDE),  # every layer = full
+    # op: layer input, QKV out (3h), attention out (h), out-proj out (h), FC1 out (f), FC2 out (h), lse
+    ("op", L * OP_KEPT + PER_LAYER - OP_KEPT + OUTSIDE),
+    # Megatron selective with fused attention: nothing s x s to drop
+    ("selective", L * PER_LAYER + OUTSIDE),
+])
+def test_activation_memory_per_policy_by_hand(ck, per_token):
+    assert act(ck) == pytest.approx(2 * S * per_token)
+
+
+def test_eager_selective_and_op_drop_the_scores():
+    scores = A * S * (E + 4)  # fp32 softmax + its half copy per token per layer
+    per_eager = PER_LAYER - 4 * A + scores
+    assert act("none", "eager") == pytest.approx(2 * S * (L * per_eager + OUTSIDE))
+    assert act("selective", "eager") == pytest.approx(2 * S * (L * (per_eager - scores) + scores + OUTSIDE))
+    # op keeps the attention output but recomputes eager attention's scores and probabilities
+    kept = OP_KEPT - 4 * A
+    assert act("op", "eager") == pytest.approx(2 * S * (L * kept + per_eager - kept + OUTSIDE))
+
+
+def test_memory_order_of_policies():
+    order = [act(ck) for ck in ("none", "op", "every:2", "full")]
+    assert order == sorted(order, reverse=True)
+
+
+def test_checkpointed_layers_and_parsing():
+    assert [checkpointed_layers(p, 6) for p in ("none", "selective", "op", "full", "every:1", "every:2",
+                                                "every:4", "every:7")] == [0, 0, 0, 6, 6, 3, 1, 0]
+    assert parse_checkpointing(" Every:02 ") == "every:2"
+    for bad in ("every:0", "every:-1", "every:x", "every:", "every:1.5"):
+        with pytest.raises(UsageError, match="positive integer"):
+            parse_checkpointing(bad)
+    with pytest.raises(UsageError, match="valid choices: every:K, full, none, op, selective"):
+        parse_checkpointing("sometimes")
+
+
+def test_describe_reads_naturally():
+    kw = dict(precision="bf16", attention="sdpa", compile=True, sharding="zero1", offload="none",
+              micro_batch=4, grad_accum=8)
+    assert "checkpointing every 2nd layer" in Strategy(checkpointing="every:2", **kw).describe()
+    assert "checkpointing every 3rd layer" in Strategy(checkpointing="every:3", **kw).describe()
+    assert "checkpointing every 11th layer" in Strategy(checkpointing="every:11", **kw).describe()
+    assert "op-level selective checkpointing" in Strategy(checkpointing="op", **kw).describe()
+    assert "selective checkpointing (attention core)" in Strategy(checkpointing="selective", **kw).describe()
+
+
+KW = dict(precision="bf16", attention="sdpa", compile=False, sharding="ddp", offload="none", micro_batch=4,
+          seq_len=2048, global_batch=32, steps=10)
+
+
+def test_recompute_time_per_policy():
+    t = {ck: simulate("pythia-410m", "1xa100", checkpointing=ck, **KW) for ck in
+         ("none", "selective", "op", "every:2", "every:4", "full")}
+    rec = {ck: p.breakdown_s["recompute"] for ck, p in t.items()}
+    assert rec["none"] == 0
+    # every:K recomputes floor(L/K) of the 24 layers' forward
+    assert rec["every:2"] == pytest.approx(rec["full"] * 12 / 24)
+    assert rec["every:4"] == pytest.approx(rec["full"] * 6 / 24)
+    # op recomputes only the bandwidth-bound ops (norms, activations, rotary, residuals)
+    assert 0 < rec["op"] < rec["every:2"]
+    assert 0 < rec["selective"] < rec["full"]
+    assert t["full"].hfu > t["none"].hfu * 0.99  # recomputed FLOPs are counted as executed
+    mem = {ck: p.memory_gib["activations"] for ck, p in t.items()}
+    assert mem["none"] > mem["op"] > mem["every:2"] > mem["full"] and mem["every:4"] > mem["every:2"]
+
+
+def test_search_covers_the_policies_and_pins_every_k():
+    res = run_search("pythia-160m", "1xa100", steps=10, micro_batch=2, precision="bf16")
+    assert {pk[3] for pk in res.table.packs} == {"none", "selective", "op", "every:2", "full"}
+    pinned = simulate("pythia-160m", "1xa100", steps=10, checkpointing="every:3")
+    assert pinned.strategy["checkpointing"] == "every:3"
+    with pytest.raises(UsageError, match="at most the model's 12 layers"):
+        simulate("pythia-160m", "1xa100", steps=10, checkpointing="every:13")
+
+
+# --------------------------------------------------------------------------- stacks
+def test_stack_presets_load_and_cite():
+    names = stacks.list_stacks()
+    assert {"hf-trainer", "llm-foundry", "torchtitan"} <= set(names)
+    assert stacks.default_stack().name == "hf-trainer"
+    for n in names:
+        s = stacks.get_stack(n)
+        for f in ("loss_source", "norm_source", "fragmentation_source", "shardings_source"):
+            assert len(getattr(s, f)) > 20
+    with pytest.raises(UsageError, match="valid choices: hf-trainer, llm-foundry, torchtitan"):
+        stacks.get_stack("lightning")
+
+
+def test_loss_buffers_by_stack():
+    """Bytes per logit at the loss: HF upcasts to fp32 (half logits + fp32 log-probabilities +
+    their fp32 gradient = 2 + 4 + 4); llm-foundry's flash-attn cross-entropy keeps the half
+    logits and writes a half gradient (2 + 2); compiled losses are fused in every stack."""
+    mb = np.array([3.0])
+    n = 3 * S * 1000
+    hf, foundry, titan = (stacks.get_stack(x) for x in ("hf-trainer", "llm-foundry", "torchtitan"))
+    assert memory.logits_bytes(TINY, S, mb, "bf16", False, hf)[0] == n * 10
+    assert memory.logits_bytes(TINY, S, mb, "bf16", False, titan)[0] == n * 10
+    assert memory.logits_bytes(TINY, S, mb, "bf16", False, foundry)[0] == n * 4
+    assert memory.logits_bytes(TINY, S, mb, "bf16", True, hf)[0] == n * 4
+    assert memory.logits_bytes(TINY, S, mb, "fp32", False, hf)[0] == n * 12
+    assert memory.logits_bytes(TINY, S, mb, "fp32", False, foundry)[0] == n * 8
+
+
+def test_norm_precision_by_stack_changes_traffic_not_memory():
+    mb = np.array([1.0])
+    fp32, _ = workload.layer_elementwise(TINY, mb, S, 2, False, fp32_norm=True)
+    half, _ = workload.layer_elementwise(TINY, mb, S, 2, False, fp32_norm=False)
+    # two norms per layer, each 8 extra bytes per element (fp32 write 4 - 2, cast read 4 + write 2)
+    assert float(fp32.nbytes[0] - half.nbytes[0]) == S * 2 * H * 8 * L
+    assert stacks.get_stack("hf-trainer").fp32_norm(2, False)
+    assert not stacks.get_stack("llm-foundry").fp32_norm(2, False)
+    assert not stacks.get_stack("hf-trainer").fp32_norm(2, True)  # Inductor fuses the norm
+    kw = dict(KW, micro_batch=2)
+    hf = simulate("mpt-1b", "1xh100", stack="hf-trainer", **kw)
+    lf = simulate("mpt-1b", "1xh100", stack="llm-foundry", **kw)
+    assert lf.step_time_s < hf.step_time_s  # fused loss, half norms
+    assert lf.memory_gib["activations"] == hf.memory_gib["activations"]
+    assert lf.memory_gib["logits"] == pytest.approx(hf.memory_gib["logits"] * 4 / 10)
+    assert lf.stack == "llm-foundry" and hf.stack == "hf-trainer"
+
+
+def test_fragmentation_and_shardings_come_from_the_stack():
+    s = stacks.get_stack("torchtitan")
+    res = run_search("pythia-160m", "8xa100", steps=10, stack="torchtitan", micro_batch=2)
+    assert set(res.table.shardings) == set(s.shardings)
+    a = res.table.a
+    fsdp = np.array(res.table.shardings)[a["sharding"]] == "fsdp-full"  # no buffers beyond the allocator's
+    assert fsdp.any()
+    assert np.allclose(a["mem_other"][fsdp], s.fragmentation * a["mem_activations"][fsdp])
+    with pytest.raises(UsageError, match="not offered by --stack llm-foundry"):
+        simulate("pythia-160m", "8xa100", steps=10, stack="llm-foundry", sharding="zero2")
+
+
+def test_default_stack_keeps_existing_results():
+    """Leaving the stack out is the hf-trainer preset (the study's stack)."""
+    a = simulate("pythia-1b", "8x3090", steps=10, checkpointing="full")
+    b = simulate("pythia-1b", "8x3090", steps=10, checkpointing="full", stack="hf-trainer")
+    assert a.to_dict()["step_time_s"] == b.to_dict()["step_time_s"] and a.stack == "hf-trainer"
+
+
+def test_cli_stack_and_checkpointing_flags(capsys):
+    code = main(["--gpus", "8xh100", "--model", "mpt-1b", "--stack", "llm-foundry", "--checkpointing",
+                 "every:2", "--steps", "10", "--json"])
+    out, _ = capsys.readouterr()
+    assert code == 0
+    d = json.loads(out)
+    assert d["stack"] == "llm-foundry" and d["strategy"]["checkpointing"] == "every:2"
+    for args, msg in ((["--stack", "nemo"], "unknown stack 'nemo'"),
+                      (["--checkpointing", "every:0"], "positive integer"),
+                      (["--checkpointing", "every:99"], "at most the model's 24 layers")):
+        assert main(["--gpus", "8xh100", "--model", "mpt-1b", *args]) == 2
+        _, err = capsys.readouterr()
+        assert msg in err and len(err.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------ published runs never refused
+def test_every_llm_foundry_run_is_feasible_as_recorded():
+    """Every row of the llm-foundry H100 table ran: under its exact strategy (eager, FSDP as
+    recorded, checkpointing as recorded, its micro-batch) and the llm-foundry stack, it fits."""
+    res = published.validate(published.DEFAULT_FILE)
+    assert len(res) == 52
+    bad = res[~res["feasible"]]
+    assert bad.empty, bad[["model", "seq_len", "gpus", "micro_batch", "act_ckpt"]].to_string()
+
+
+def test_the_stack_is_what_makes_them_fit():
+    """The same runs under the Hugging Face stack's unfused fp32 loss do not all fit: the
+    test above can fail, and the cause is the loss buffers, not a margin."""
+    row = published.load_rows(published.DEFAULT_FILE).iloc[49]  # mpt-760m, 8 GPUs, micro-batch 24
+    assert (row["model"], int(row["micro_batch"])) == ("760m", 24)
+    kw = dict(global_batch=int(row["global_batch"]), seq_len=2048, steps=1, precision="bf16",
+              sharding="fsdp-full", attention="sdpa", compile=False, checkpointing="none", offload="none",
+              micro_batch=24)
+    from simulator.models import get_model
+
+    spec = get_model("mpt-760m").with_max_positions(2048)
+    assert simulate(spec, "8xh100-sxm", stack="llm-foundry", **kw).feasible
+    hf = simulate(spec, "8xh100-sxm", stack="hf-trainer", **kw)
+    assert not hf.feasible and any("logits" in r for r in hf.reasons)

@@ -201,11 +201,17 @@ def fit_attention_shape(flops_fwd, head_dim, seq, times, is_fwdbwd, peak_flops: 
         tt = launch_s + f / (peak_flops * ef)
         return np.where(both, tt + bwd_factor * f / (peak_flops * eb), tt)
 
-    x0 = [math.log(0.5)] * (2 if has_b else 1) + [math.log(16.0)] * int(fit_d) + [math.log(128.0)] * int(fit_s)
-    lo = [math.log(1e-7)] * (2 if has_b else 1) + [math.log(1e-2)] * int(fit_d) + [math.log(1e-1)] * int(fit_s)
-    hi = [math.log(MAX_RAW)] * (2 if has_b else 1) + [math.log(1e5)] * int(fit_d) + [math.log(1e7)] * int(fit_s)
+    # with a shape dependence the limits are bounded by 1 (else e_max and the halves trade off
+    # without bound); halves up to 1e3 elements of head size and 1e5 tokens
+    e_hi = math.log(1.0) if (fit_d or fit_s) else math.log(MAX_RAW)
+    ne = 2 if has_b else 1
+    x0 = [math.log(0.5)] * ne + [math.log(16.0)] * int(fit_d) + [math.log(128.0)] * int(fit_s)
+    lo = [math.log(1e-7)] * ne + [math.log(1e-2)] * int(fit_d) + [math.log(1e-1)] * int(fit_s)
+    hi = [e_hi] * ne + [math.log(1e3)] * int(fit_d) + [math.log(1e5)] * int(fit_s)
     x = _solve(lambda p: np.log(model(p)) - logt, x0, lo, hi)
     e_f, e_b, dh, sh = unpack(x)
+    dh = 0.0 if fit_d and dh < 0.0101 else dh  # at the lower bound: no dependence
+    sh = 0.0 if fit_s and sh < 0.101 else sh
     params = {"fwd": e_f, "bwd": e_b, "head_dim_half": dh, "seq_half": sh}
     return Fit(params, int(t.size), _rms(np.log(model(x)) - logt),
                [k for k in ("fwd", "bwd") if params[k] > 1.0])
@@ -268,6 +274,6 @@ def fit_fresh(tensor_bytes, total_bytes, fresh_times, reuse_times, mmap_bytes: f
     i = int(np.argmax(extra))
     rate0 = float(tot[i] / max(extra[i], 1e-9))
     x = _solve(lambda p: (model(p) - extra) / tf, [math.log(rate0), math.log(float(np.median(tot)))],
-               [math.log(1e6), math.log(1e3)], [math.log(1e13), math.log(1e12)])
+               [math.log(1e6), math.log(2.0**20)], [math.log(1e13), math.log(2.0**32)])
     return Fit({"gbs": math.exp(x[0]) / 1e9, "keep_bytes": math.exp(x[1])}, int(s.size),
                _rms((model(x) - extra) / tf))

@@ -313,8 +313,15 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         if pts:
             sizes = [r.get("tensor_bytes") or _layer_tensor_bytes(k) for k, r in pts]
             known = [temps[impl] * sum(fresh_s(b, b) for b in sz) for sz in sizes]
-            f_o = F.fit_bw_with_known([r["bytes"] for _, r in pts], [r["time_s"] for _, r in pts], known,
-                                      bw_gbs * 1e9, 0.0, 0, items=[len(sz) for sz in sizes])
+            items = [len(sz) for sz in sizes]
+            ratio = [n / r["bytes"] for n, (_, r) in zip(items, pts, strict=True)]
+            if max(ratio) > 2 * min(ratio):  # tensor-size mixes separate per-tensor and per-byte costs
+                f_o = F.fit_bw_with_known([r["bytes"] for _, r in pts], [r["time_s"] for _, r in pts], known,
+                                          bw_gbs * 1e9, 0.0, 0, items=items)
+            else:  # one mix only: one eager launch per tensor, as before
+                f_o = F.fit_bw_with_known([r["bytes"] for _, r in pts], [r["time_s"] for _, r in pts], known,
+                                          bw_gbs * 1e9, launch_s, items)
+                f_o.params["item_s"] = launch_s
             opt_eff[impl] = f_o.params["bw_eff"]
             fits[f"optimizer/{impl}"] = f_o.as_dict()
             if impl == "foreach":

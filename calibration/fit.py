@@ -170,7 +170,7 @@ def fit_attention_shape(flops_fwd, head_dim, seq, times, is_fwdbwd, peak_flops: 
                         fixed: tuple[float, float] | None = None) -> Fit:
     """Joint fit of forward and backward attention efficiencies over a head-size x sequence sweep.
 
-    Forward points: t = launch + F / (peak * e_f(d, s)); forward+backward points: t = launch +
+    Forward points: t = launch + F / (peak * e_f(d, s)); forward+backward points: t = 2 launch +
     F / (peak * e_f) + bwd_factor * F / (peak * e_b), with e_x(d, s) = e_x_max * d/(d + d_half) *
     s/(s + s_half) and d_half, s_half shared (0 when ``shape`` is False or there are too few
     distinct shapes; ``fixed`` holds them at given values). Parameters: ``fwd``, ``bwd`` (asymptotic efficiencies), ``head_dim_half``,
@@ -199,7 +199,7 @@ def fit_attention_shape(flops_fwd, head_dim, seq, times, is_fwdbwd, peak_flops: 
         ef = attention_shape_eff(d, s, e_f, dh, sh)
         eb = attention_shape_eff(d, s, e_b, dh, sh)
         tt = launch_s + f / (peak_flops * ef)
-        return np.where(both, tt + bwd_factor * f / (peak_flops * eb), tt)
+        return np.where(both, tt + launch_s + bwd_factor * f / (peak_flops * eb), tt)
 
     # with a shape dependence the limits are bounded by 1 (else e_max and the halves trade off
     # without bound); halves up to 1e3 elements of head size and 1e5 tokens

@@ -126,7 +126,7 @@ def test_fit_attention_shape_recovers_halves():
     peak, launch = 1e11, 5e-6
     ef = F.attention_shape_eff(d, s, 0.8, 40.0, 300.0)
     eb = F.attention_shape_eff(d, s, 0.4, 40.0, 300.0)
-    t = launch + f / (peak * ef) + np.where(both, 2.5 * f / (peak * eb), 0.0)
+    t = launch + f / (peak * ef) + np.where(both, launch + 2.5 * f / (peak * eb), 0.0)
     fit = F.fit_attention_shape(f, d, s, t, both, peak, launch, 2.5)
     assert fit.params["fwd"] == pytest.approx(0.8, rel=1e-3) and fit.params["bwd"] == pytest.approx(0.4, rel=1e-3)
     assert fit.params["head_dim_half"] == pytest.approx(40.0, rel=1e-2)

@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         "host copies and collectives with torch, and fit a simulator profile."))
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true",
-                      help="small grid (about 1 min on a quiet 2-core CPU, under 3 min)")
+                      help="small grid with repeats (about 3 min on a quiet 2-core CPU)")
     mode.add_argument("--thorough", action="store_true", help="full grid (default)")
     mode.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests only
     p.add_argument("--out", type=Path, help="profile JSON to write "

@@ -9,6 +9,9 @@ The GEMMs are laid out as the simulator's workload counts them (:mod:`simulator.
 fused QKV projection, one output projection, one MLP up projection (``2 * ffn_hidden`` wide when
 gated: gate and up in one matrix) and one down projection per layer, plus the logits GEMM.
 Shapes: tokens are ``(batch, seq)`` int64; hidden states ``(batch, seq, hidden)``.
+
+Checkpointing: 'full' re-runs every block in backward, 'selective' only the attention core
+(softmax(q k^T) v, Korthikanti et al. 2022); :class:`RecomputeClock` times those re-runs.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 For every configuration of a suite (``calibration/suites/*.yaml``) it builds the model
 (:mod:`calibration.torch_model`), runs warm-up steps and then timed optimizer steps (forward,
-backward, AdamW; gradient accumulation; bf16 autocast; eager or SDPA attention; full activation
-checkpointing; ``torch.compile``), takes the median of the timed steps, and compares it with
-``simulator.api.simulate(..., "Nxlocal", profile=...)``. Times are in seconds.
+backward, AdamW; gradient accumulation; bf16 autocast; eager or SDPA attention; full or selective
+activation checkpointing; ``torch.compile``), takes the median of the timed steps, and compares it
+with ``simulator.api.simulate(..., "Nxlocal", profile=...)`` per pass (forward, backward,
+recomputation timed inside backward, optimizer) and per step. Times are in seconds.
 
 Under ``torchrun --nproc-per-node N`` (or ``--nproc N``, which launches torchrun) the model is
 wrapped in DDP (gloo on CPU, NCCL on CUDA), accumulation skips gradient sync until the last

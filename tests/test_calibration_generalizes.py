@@ -153,7 +153,7 @@ def test_fit_fresh_recovers_rate_and_kept_heap_and_ignores_caching_allocators():
     total = np.array([16, 48, 128, 128, 64]) * mib
     reuse = total / 10e9
     fm = FreshMemory(gbs=0.4, keep_bytes=40 * mib, source="t")
-    fresh = reuse + np.array([fresh_memory.fresh_bytes([(s, t)], fm) for s, t in zip(size, total)]) / 0.4e9
+    fresh = reuse + np.array([fresh_memory.fresh_bytes([(s, t)], fm) for s, t in zip(size, total, strict=True)]) / 0.4e9
     fit = F.fit_fresh(size, total, fresh, reuse, fm.mmap_bytes)
     assert fit.params["gbs"] == pytest.approx(0.4, rel=1e-2)
     assert fit.params["keep_bytes"] == pytest.approx(40 * mib, rel=2e-2)
@@ -230,3 +230,19 @@ def test_summary_reports_per_component_errors():
     assert s["components"]["bwd"]["signed_pct"] == pytest.approx(-10.0)
     assert s["components"]["opt"]["mape_pct"] == pytest.approx(100.0)
     assert "rec" not in s["components"] and s["worst_pct"] == pytest.approx(10.0)
+
+
+def test_for_model_adds_the_models_shapes_to_the_plan():
+    from calibration.benches import RunContext, Settings, plan
+    from calibration.device import detect
+
+    dev = detect("cpu")
+    base = {b.key for b in plan(RunContext(dev, Settings("quick", 0.05, 0.3, False, 2)))}
+    m = get_model("pythia-1b")
+    keys = {b.key for b in plan(RunContext(dev, Settings("quick", 0.05, 0.3, False, 2, m)))}
+    new = keys - base
+    assert any(k.startswith("gemm/fp32/") and k.endswith("x50304x2048") for k in new)
+    assert any(k.startswith("lmhead/") and "v50304h2048" in k for k in new)
+    assert any(k.startswith("optmix/foreach/pythia-1b") for k in new)
+    assert any(k.startswith("attention/flash/") and k.endswith("d256") for k in new)
+    assert base <= keys

@@ -33,23 +33,32 @@ HEAD_SHAPES = {"tiny": [], "quick": [(256, 8192, 128), (512, 4096, 256)],
                "thorough": [(256, 8192, 128), (512, 4096, 256), (1024, 32768, 256), (2048, 50304, 512)]}
 
 
-def model_shapes(model, tokens: int = 512) -> set[tuple[int, int, int]]:
-    """Forward GEMMs of one layer of ``model`` and its LM head at ``tokens`` tokens."""
+def model_tokens(n: int, k: int, flop_cap: float, most: int = 512) -> int:
+    """Largest power-of-two token count (16..``most``) whose (tokens, n, k) GEMM stays under
+    ``flop_cap`` FLOPs, so a big model's shapes fit a quick calibration of a small device."""
+    t = most
+    while t > 16 and 2.0 * t * n * k > flop_cap:
+        t //= 2
+    return t
+
+
+def model_shapes(model, flop_cap: float = 4e9) -> set[tuple[int, int, int]]:
+    """Forward GEMMs of one layer of ``model`` and its LM head (tokens per :func:`model_tokens`)."""
     from simulator import workload
 
     h, f = model.hidden, model.ffn_hidden
     up = 2 * f if model.gated_mlp else f
-    return {(tokens, h + 2 * workload.kv_dim(model), h), (tokens, h, h), (tokens, up, h),
-            (tokens, h, f), (tokens, model.vocab_size, h)}
+    nk = [(h + 2 * workload.kv_dim(model), h), (h, h), (up, h), (h, f), (model.vocab_size, h)]
+    return {(model_tokens(n, k, flop_cap), n, k) for n, k in nk}
 
 
-def shapes(mode: str, model=None) -> list[tuple[int, int, int]]:
+def shapes(mode: str, model=None, flop_cap: float = 4e9) -> list[tuple[int, int, int]]:
     """(m, n, k) shapes for ``mode`` (plus ``model``'s), ascending in FLOPs, without duplicates."""
     g = GRIDS[mode]
     out: set[tuple[int, int, int]] = {(s, s, s) for s in g["square"]}
     out |= set(HEAD_SHAPES[mode])
     if model is not None:
-        out |= model_shapes(model)
+        out |= model_shapes(model, flop_cap)
     thin_nk = 1024 if mode == "quick" else 4096
     out |= {(m, thin_nk, thin_nk) for m in g["thin_m"]}
     for h in g["hidden"]:
@@ -113,7 +122,8 @@ def plan(ctx: RunContext) -> list[Bench]:
     """One bench per (precision, shape)."""
     benches = []
     for precision in ctx.dev.precisions:
-        for m, n, k in shapes(ctx.settings.mode, ctx.settings.model):
+        cap = 4e9 if ctx.dev.kind == "cpu" else 4e12  # FLOPs of one model-shaped GEMM call
+        for m, n, k in shapes(ctx.settings.mode, ctx.settings.model, cap):
             benches.append(Bench(f"gemm/{precision}/{m}x{n}x{k}", "gemm",
                                  {"precision": precision, "m": m, "n": n, "k": k},
                                  _bench(precision, m, n, k),

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from ..device import DTYPES
 from . import Bench, RunContext, ok, unsupported
-from .gemm import precision_mode
+from .gemm import model_tokens, precision_mode
 from .optimizer import ADAM_BYTES_PER_PARAM, _adamw, layer_shapes
 
 MIB = 1 << 20
@@ -141,19 +141,21 @@ def _optmix(impl: str, shapes: list[tuple[int, ...]]):
     return run
 
 
-def model_points(model, tokens: int = 512) -> dict[str, list]:
+def model_points(model, flop_cap: float) -> dict[str, object]:
     """Extra points with the shapes of ``model`` (``calibrate --for-model``): its LM head and
-    embedding at ``tokens`` tokens, one layer's tensors plus its embedding for AdamW."""
+    embedding (tokens per :func:`calibration.benches.gemm.model_tokens`), one layer's tensors and
+    its embedding matrix for AdamW."""
     V, h = model.vocab_size, model.hidden
-    return {"lmhead": [(tokens, V, h)], "embed": [(tokens, V, h)],
-            "optmix": {f"{model.name}-embed": [(V, h)],
-                       f"{model.name}-layer": layer_shapes(h)}}
+    t = model_tokens(V, h, flop_cap / 3)
+    return {"lmhead": [(t, V, h)], "embed": [(max(t, 512), V, h)],
+            "optmix": {f"{model.name}-embed": [(V, h)], f"{model.name}-layer": layer_shapes(h)}}
 
 
 def plan(ctx: RunContext) -> list[Bench]:
     """Fresh memory, LM head + loss, embedding, weight casts and AdamW tensor mixes."""
     mode = ctx.settings.mode
-    extra = model_points(ctx.settings.model) if ctx.settings.model is not None else {}
+    cap = 4e9 if ctx.dev.kind == "cpu" else 4e12
+    extra = model_points(ctx.settings.model, cap) if ctx.settings.model is not None else {}
     benches = [Bench(f"fresh/{s}x{t // s}", "fresh", {"tensor_bytes": s, "total": t}, _fresh(s, t // s),
                      ctx.est(40.0 * t, "bytes", t)) for s, t in FRESH[mode]]
     precs = ["fp32"] + ([p for p in ctx.dev.precisions if p in ("bf16", "fp16")][:1]

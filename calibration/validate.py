@@ -2,7 +2,7 @@
 
 For every configuration of a suite (``calibration/suites/*.yaml``) it builds the model
 (:mod:`calibration.torch_model`), runs warm-up steps and then timed optimizer steps (forward,
-backward, AdamW; gradient accumulation; bf16 autocast; eager or SDPA attention; full or selective
+backward, gradient clipping at 1.0 and AdamW; gradient accumulation; bf16 autocast; eager or SDPA; full or selective
 activation checkpointing; ``torch.compile``), takes the median of the timed steps, and compares it
 with ``simulator.api.simulate(..., "Nxlocal", profile=...)`` per pass (forward, backward,
 recomputation timed inside backward, optimizer) and per step. Times are in seconds.
@@ -299,6 +299,10 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
                 c = time.perf_counter()
             t_f, t_b = t_f + (b - a), t_b + (c - b)
         a = time.perf_counter()
+        if scaler:
+            scaler.unscale_(opt)
+        # gradient-norm clipping at 1.0, as the simulated stack (Hugging Face Trainer) does
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         if scaler:
             scaler.step(opt)
             scaler.update()

@@ -119,7 +119,8 @@ def step_fresh(model, profile, param_share: float = 1.0) -> tuple[float, float]:
     if profile.fresh_memory is None:
         return 0.0, 0.0
     sizes = param_tensor_sizes(model) * 4.0
-    t = float(fresh_time([(b, b) for b in sizes], profile))
+    big = sizes >= profile.fresh_memory.mmap_bytes
+    t = float(fresh_time([(sizes.max(initial=0.0), sizes[big].sum()), (0.0, sizes[~big].sum())], profile))
     return t, t * param_share
 
 

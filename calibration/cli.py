@@ -22,7 +22,7 @@ from simulator.errors import UsageError, run_cli
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 MODES = {  # budget per point (s), per-call cap (s), min timed calls, torch.compile
     "tiny": (0.01, 0.25, 2, False),
-    "quick": (0.08, 0.35, 2, True),
+    "quick": (0.08, 0.35, 3, True),
     "thorough": (0.5, 10.0, 3, True),
 }
 

@@ -590,6 +590,10 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
                   f"this is {dev_name!r}", file=sys.stderr)
         meta = {"steps": steps, "warmup": warmup, "device": dev_name, "profile": profile.name,
                 "suite": suite.name, "date": date, "torch": torch.__version__}
+        if dist.device.type == "cpu":
+            from .benches.stepops import prime_host_allocator
+
+            prime_host_allocator()  # the allocator state calibration's fresh-page fit assumed
         rows = []
         for i, cfg in enumerate(configs):
             load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None

@@ -118,9 +118,10 @@ class _RunModel:
 
 def _resolve(run: pd.Series, prof: Profile) -> _RunModel:
     from simulator import api
+    from simulator.published import stack_preset
 
     st = api.setup(run["spec"], run["gpus"], profile=prof, global_batch=int(run["global_batch"]),
-                   seq_len=int(run["seq_len"]), steps=1, optimizer="adamw")
+                   seq_len=int(run["seq_len"]), steps=1, optimizer="adamw", stack=stack_preset(run["stack"]))
     pins = {"precision": run["precision"], "attention": run["attention"], "compile": bool(run["compile"]),
             "checkpointing": run["checkpointing"], "sharding": run["sharding"], "offload": "none",
             "micro_batch": int(run["micro_batch"])}
@@ -270,7 +271,8 @@ def fitted_profile(base: Profile, fitter: Fitter, f: Fit, group: str, idx: np.nd
 
 def report(fitter: Fitter, f: Fit) -> str:
     """Plain-text summary: parameters, errors overall and per source."""
-    lines = ["parameters (value, bounds):"]
+    lines = [f"start (microbenchmark profiles): MAPE {mape_of(fitter.residuals(fitter.x0)):.1f}% over "
+             f"{len(f.residuals)} runs", "parameters (value, bounds):"]
     for (p, g), v in zip(_layout(f.params, f.groups), f.x, strict=True):
         lab = f"{p}[{g}]" if g else p
         lines.append(f"  {lab:34s} {v:9.4f}   [{PARAMS[p][1]:g}, {PARAMS[p][2]:g}]")

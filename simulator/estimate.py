@@ -184,23 +184,27 @@ def evaluate(pb: Problem, space: Space) -> Table:
     shape = (K, M, Z, NO)
     prec = [pk[0] for pk in packs]
     stage = np.array([SHARD_STAGE[s] for s in space.shardings])
-    ddp = np.array([s == "ddp" for s in space.shardings])
+    # model states depend on the precision only (not attention, compile or checkpointing): one
+    # row per distinct precision, gathered to packs
+    precs = list(dict.fromkeys(prec))
+    pi = np.array([precs.index(p) for p in prec])
+    # weights kept fp32 and cast by autocast each micro-batch (DDP; PyTorch's ZeRO in some stacks)
+    fp32p = np.array([[memory.autocast_fp32_params(p, s, pb.stack) for s in space.shardings] for p in precs])[pi]
 
     # --- model states (K, Z, NO) and host RAM
-    w = np.zeros((K, Z, NO))
-    g = np.zeros((K, Z, NO))
-    o = np.zeros((K, Z, NO))
-    host = np.zeros((K, Z, NO))
-    gc = np.zeros((K, Z))
-    wc = np.zeros((K, Z))
-    for i, p in enumerate(prec):
+    D = len(precs)
+    w, g, o, host = (np.zeros((D, Z, NO)) for _ in range(4))
+    gc = np.zeros((D, Z))
+    wc = np.zeros((D, Z))
+    for i, p in enumerate(precs):
         for j, s in enumerate(space.shardings):
-            wb, gb, _ = memory.state_bytes_per_param(p, s, pb.optimizer)
+            wb, gb, _ = memory.state_bytes_per_param(p, s, pb.optimizer, pb.stack)
             gc[i, j], wc[i, j] = gb, wb
             for k, off in enumerate(space.offloads):
-                st = memory.model_states(P, PL, p, s, off, pb.optimizer, n)
+                st = memory.model_states(P, PL, p, s, off, pb.optimizer, n, pb.stack)
                 w[i, j, k], g[i, j, k], o[i, j, k], host[i, j, k] = (
                     st["weights"], st["gradients"], st["optimizer"], st["host"])
+    w, g, o, host, gc, wc = w[pi], g[pi], o[pi], host[pi], gc[pi], wc[pi]
 
     # --- communication (K, M, Z)
     bwd_mb = (bwd + rec)[:, mi][:, :, None]
@@ -258,7 +262,7 @@ def evaluate(pb: Problem, space: Space) -> Table:
             gb = gc[i, j]
             # a half copy of the updated weights, where ZeRO/FSDP keep fp32 masters (DDP's casts
             # happen per micro-batch, see cast_step)
-            half_copy = 2.0 if p in ("bf16", "fp16") and space.shardings[j] != "ddp" else 0.0
+            half_copy = 2.0 if p in ("bf16", "fp16") and not fp32p[i, j] else 0.0
             opt_bytes[i, j, 0] = 4 + gb + OPT_MOMENT_BYTES[pb.optimizer] * 2 + 4 + half_copy + 3 * gb
     opt_eff = prof.optimizer_bw_eff.get("foreach", min(prof.optimizer_bw_eff.values()))
     # launches: PyTorch's foreach Adam(W) issues about a dozen multi-tensor kernels (moment updates,
@@ -281,7 +285,7 @@ def evaluate(pb: Problem, space: Space) -> Table:
     offload_t = off_step[:, None, :, :] + (gaz[..., None] - 1) * comm.exposed(stream4, win, stream4 / L) \
         + comm.exposed(stream4, win_last, stream4 / L)
 
-    cast_step = (cast[:, None] * ga[None, :])[:, :, None] * ddp[None, None, :]  # (K,M,Z)
+    cast_step = (cast[:, None] * ga[None, :])[:, :, None] * fp32p[:, None, :]  # (K,M,Z)
 
     # --- assemble (K, M, Z, NO)
     comp4 = (compute[:, :, None] + cast_step)[..., None]
@@ -291,8 +295,8 @@ def evaluate(pb: Problem, space: Space) -> Table:
     mem_w = np.broadcast_to(w[:, None], shape)
     mem_g = np.broadcast_to(g[:, None], shape)
     mem_o = np.broadcast_to(o[:, None], shape)
-    buffers = np.array([[memory.comm_buffers(P, p, sh, n) + memory.autocast_weight_copies(P, p, sh)
-                         for sh in space.shardings] for p in prec])  # (K, Z)
+    buffers = np.array([[memory.comm_buffers(P, p, sh, n, pb.stack) + memory.autocast_weight_copies(P, p, sh, pb.stack)
+                         for sh in space.shardings] for p in precs])[pi]  # (K, Z)
     other = buffers[:, None, :, None] + pb.stack.fragmentation * act4
     total = mem_w + mem_g + mem_o + act4 + log4 + other
     valid = np.array([[offload_allowed(s, off) for off in space.offloads] for s in space.shardings])

@@ -18,26 +18,35 @@ ZERO_BUCKET_ELEMENTS = 5e8
 OPTIMIZER_MOMENTS = {"adam": 2, "adamw": 2, "lion": 1, "sgd": 1}
 
 
-def state_bytes_per_param(precision: str, sharding: str, optimizer: str) -> tuple[int, int, int]:
+def autocast_fp32_params(precision: str, sharding: str, stack=None) -> bool:
+    """Whether mixed precision keeps fp32 weights and gradients that torch.autocast casts to half
+    (DDP; and ZeRO-1/2 where the stack's ZeRO is PyTorch's ZeroRedundancyOptimizer or apex's
+    DistributedFusedAdam over autocast, ``stack.zero_params == 'fp32'``). Otherwise ZeRO/FSDP
+    keep half weights and gradients with an fp32 master copy in the optimizer."""
+    if precision not in ("bf16", "fp16"):
+        return False
+    if sharding == "ddp":
+        return True
+    torch_zero = stack is not None and stack.zero_params == "fp32"
+    return torch_zero and sharding in ("zero1", "zero2")
+
+
+def state_bytes_per_param(precision: str, sharding: str, optimizer: str, stack=None) -> tuple[int, int, int]:
     """(weights, gradients, optimizer) bytes per parameter before sharding.
 
-    fp32/tf32: 4 + 4 + 4*moments. Mixed precision under DDP (torch.autocast keeps fp32 weights
-    and gradients): 4 + 4 + 4*moments. Mixed precision under ZeRO/FSDP (half weights and
-    gradients, fp32 master copy in the optimizer): 2 + 2 + (4 + 4*moments). Adam: 16 B/param.
+    fp32/tf32: 4 + 4 + 4*moments. Mixed precision with fp32 weights under autocast (DDP; see
+    :func:`autocast_fp32_params`): 4 + 4 + 4*moments. Mixed precision under DeepSpeed ZeRO / FSDP
+    (half weights and gradients, fp32 master copy in the optimizer): 2 + 2 + (4 + 4*moments).
+    Adam: 16 B/param either way.
     """
     k = 4 * OPTIMIZER_MOMENTS[optimizer]
-    if precision in ("bf16", "fp16") and sharding != "ddp":
+    if precision in ("bf16", "fp16") and not autocast_fp32_params(precision, sharding, stack):
         return 2, 2, 4 + k
     return 4, 4, k
 
 
-def grad_comm_bytes_per_param(precision: str, sharding: str) -> int:
-    """Bytes per parameter that gradient collectives move (DDP + autocast reduces fp32 grads)."""
-    return state_bytes_per_param(precision, sharding, "sgd")[1]
-
-
 def model_states(n_params: float, layer_params: float, precision: str, sharding: str,
-                 offload: str, optimizer: str, n_gpus: int) -> dict[str, float]:
+                 offload: str, optimizer: str, n_gpus: int, stack=None) -> dict[str, float]:
     """Per-GPU bytes of weights, gradients and optimizer states; and bytes put in host RAM.
 
     Sharding over n data-parallel ranks (ZeRO-1 optimizer states; ZeRO-2/shard-grad-op also
@@ -45,7 +54,7 @@ def model_states(n_params: float, layer_params: float, precision: str, sharding:
     weights (current + prefetched) and 1 layer of unsharded gradients). Offload moves optimizer
     states (and, with 'all', the weight shards) to host memory.
     """
-    w, g, o = state_bytes_per_param(precision, sharding, optimizer)
+    w, g, o = state_bytes_per_param(precision, sharding, optimizer, stack)
     n = n_gpus
     stage = SHARD_STAGE[sharding]
     frac = (n - 1) / n
@@ -70,21 +79,22 @@ def model_states(n_params: float, layer_params: float, precision: str, sharding:
     return {"weights": weights, "gradients": grads, "optimizer": opt, "host": host}
 
 
-def autocast_weight_copies(n_params: float, precision: str, sharding: str) -> float:
+def autocast_weight_copies(n_params: float, precision: str, sharding: str, stack=None) -> float:
     """Bytes of half-precision weight copies torch.autocast caches from forward to backward
     (cache_enabled=True, the default) where the weights themselves stay fp32 (DDP)."""
-    return 2.0 * n_params if precision in ("bf16", "fp16") and sharding == "ddp" else 0.0
+    return 2.0 * n_params if autocast_fp32_params(precision, sharding, stack) else 0.0
 
 
-def comm_buffers(n_params: float, precision: str, sharding: str, n_gpus: int) -> float:
+def comm_buffers(n_params: float, precision: str, sharding: str, n_gpus: int, stack=None) -> float:
     """Communication buffers per GPU (bytes). PyTorch DDP (gradient_as_bucket_view=False, the
     default) copies every gradient into flat buckets: one more gradient-sized buffer. DeepSpeed
     ZeRO keeps a reduce and an all-gather bucket of up to 5e8 elements each; FSDP communicates
-    from its flat per-unit parameters (counted in the gathered working set)."""
+    from its flat per-unit parameters (counted in the gathered working set). PyTorch's
+    ZeroRedundancyOptimizer runs under DDP (``stack.zero_params == 'fp32'``): DDP's buckets."""
     if n_gpus <= 1:
         return 0.0
-    w, g, _ = state_bytes_per_param(precision, sharding, "sgd")
-    if sharding == "ddp":
+    w, g, _ = state_bytes_per_param(precision, sharding, "sgd", stack)
+    if sharding == "ddp" or (sharding.startswith("zero") and stack is not None and stack.zero_params == "fp32"):
         return n_params * g
     if sharding.startswith("zero"):
         return min(n_params, ZERO_BUCKET_ELEMENTS) * (g + w)

@@ -16,7 +16,8 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
     """Print the summary of DESIGN.md's 'What a good answer looks like'."""
     m, r, hw = plan.model, plan.recipe, plan.hardware
     console.print(f"[bold]{m['name']}[/] · {m['params'] / 1e9:.2f} B parameters · {r['description']}")
-    console.print(f"{hw['description']} · profile: {plan.profile['name']} ({plan.profile['method']}, {plan.profile['date']})")
+    console.print(f"{hw['description']} · profile: {plan.profile['name']} ({plan.profile['method']}, {plan.profile['date']})"
+                  f" · stack: {plan.stack}")
     console.print()
     if plan.feasible:
         console.print(f"[bold green]Fastest feasible[/] of {plan.n_strategies:,} strategies"

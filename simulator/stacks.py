@@ -34,6 +34,8 @@ class Stack(BaseModel):
     fragmentation_source: str
     shardings: tuple[str, ...]
     shardings_source: str
+    zero_params: Literal["half", "fp32"] = "half"
+    zero_params_source: str = "DeepSpeed ZeRO (bf16/fp16 mode: half module weights, fp32 master copy in the optimizer)"
     aliases: tuple[str, ...] = ()
 
     @field_validator("shardings")

@@ -14,8 +14,10 @@ ATTENTIONS = ("eager", "sdpa")
 COMPILES = (False, True)
 #: Activation checkpointing policies searched when the knob is free (``every:K`` pins any K):
 #: none; selective (Megatron-LM: the attention core); op (torchtitan's op-level selective policy:
-#: matmul and attention outputs kept, the rest recomputed); every:2 (every 2nd layer fully,
-#: torchtitan's integer option / DeepSpeed checkpoint_num_layers); full (every layer).
+#: matmul and attention outputs kept, the rest recomputed); every:2 (every 2nd layer fully:
+#: torchtitan's selective_ac_option = "2", floor(L/K) of the layers); full (every layer).
+#: Megatron/DeepSpeed checkpoint_num_layers = K is a different shape (chunks of K layers, each
+#: chunk's input kept and K layers rebuilt at once) and is not modelled.
 CHECKPOINTINGS = ("none", "selective", "op", "every:2", "full")
 CHECKPOINTING_POLICIES = ("none", "selective", "op", "full", "every:K")
 _EVERY_RE = re.compile(r"^every:(\S*)$")

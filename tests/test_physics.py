@@ -176,7 +176,8 @@ def test_default_profile_fits_match_current_physics():
     res = published.validate()
     for gpu in ("h100-sxm", "a100-80gb-sxm"):
         fit = hardware.default_profile(gpu).fit
-        assert fit is not None and fit.n_runs >= 10
+        assert fit is not None and fit.n_runs >= 10 and fit.mape_loo is not None
+        assert 0.6 <= fit.coverage80_heldout <= 0.95  # the 80% interval means roughly what it says
         sel = res[res["run"].isin(fit.runs)]
         assert len(sel) == fit.n_runs
         assert float(sel["error_pct"].abs().mean()) == pytest.approx(fit.mape_in_sample, abs=0.05)

@@ -120,7 +120,7 @@ def test_infeasible_exactly_when_memory_exceeds_capacity(model, gpus, k, mb):
 def test_checkpointing_trades_memory_for_time(model, gpus, precision, attention, compile, mb):
     """Each policy holds no more activation memory than keeping everything and takes no less
     time; full checkpointing holds the least and recomputes the most of the layer-wise ones."""
-    kw = dict(seq_len=512, global_batch=64, steps=10, micro_batch=mb, offload="none", sharding="ddp",
+    kw = dict(seq_len=512, global_batch=256, steps=10, micro_batch=mb, offload="none", sharding="ddp",
               precision=precision, attention=attention, compile=compile)
     p = {ck: simulate(model, gpus, checkpointing=ck, **kw) for ck in
          ["none", "selective", "op", "full"] + (["every:2"] if model.n_layers >= 2 else [])}

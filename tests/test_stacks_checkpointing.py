@@ -129,8 +129,10 @@ def test_stack_presets_load_and_cite():
         s = stacks.get_stack(n)
         for f in ("loss_source", "norm_source", "fragmentation_source", "shardings_source"):
             assert len(getattr(s, f)) > 20
-    with pytest.raises(UsageError, match="valid choices: hf-trainer, llm-foundry, torchtitan"):
+    with pytest.raises(UsageError, match="unknown stack 'lightning'.*valid choices: .*hf-trainer, llm-foundry"):
         stacks.get_stack("lightning")
+    assert stacks.for_published("flash-attention").name == "flash-attn-training"
+    assert stacks.for_published("nanoGPT").name == "hf-trainer"
 
 
 def test_loss_buffers_by_stack():
@@ -213,14 +215,89 @@ def test_every_llm_foundry_run_is_feasible_as_recorded():
 def test_the_stack_is_what_makes_them_fit():
     """The same runs under the Hugging Face stack's unfused fp32 loss do not all fit: the
     test above can fail, and the cause is the loss buffers, not a margin."""
-    row = published.load_rows(published.DEFAULT_FILE).iloc[49]  # mpt-760m, 8 GPUs, micro-batch 24
-    assert (row["model"], int(row["micro_batch"])) == ("760m", 24)
-    kw = dict(global_batch=int(row["global_batch"]), seq_len=2048, steps=1, precision="bf16",
-              sharding="fsdp-full", attention="sdpa", compile=False, checkpointing="none", offload="none",
-              micro_batch=24)
-    from simulator.models import get_model
-
-    spec = get_model("mpt-760m").with_max_positions(2048)
-    assert simulate(spec, "8xh100-sxm", stack="llm-foundry", **kw).feasible
-    hf = simulate(spec, "8xh100-sxm", stack="hf-trainer", **kw)
+    run = published.load_rows(published.DEFAULT_FILE).iloc[49]  # mpt-760m, 8 GPUs, micro-batch 24
+    assert (run["model"], int(run["micro_batch"]), run["stack"]) == ("mpt-760m", 24, "llm-foundry")
+    assert published.simulate_run(run).feasible
+    hf = published.simulate_run(dict(run, stack="hf-trainer"))
     assert not hf.feasible and any("logits" in r for r in hf.reasons)
+
+
+def _stated_peak_gb(run_id: str) -> float | None:
+    """Peak memory (GB) a published_runs_more.csv row's note records ('peak mem 46GB'), if any."""
+    import re
+
+    import pandas as pd
+
+    from simulator import runs
+
+    line = int(run_id.split(":")[1])
+    note = str(pd.read_csv(runs.MORE_FILE).iloc[line - 2]["notes"])
+    m = re.search(r"peak mem ([\d.]+)\s*GB", note)
+    return float(m.group(1)) if m else None
+
+
+def _data_parallel_runs_with_micro_batch():
+    from simulator import runs
+
+    t = runs.default_runs()
+    keep = t["micro_batch"].notna() & t["spec"].notna() & t["gpus"].notna() & t["global_batch"].notna() \
+        & t["sharding"].notna() & (t["tp"].fillna(1) == 1) & (t["pp"].fillna(1) == 1)
+    return t[keep]
+
+
+def test_every_published_data_parallel_run_is_feasible_as_recorded():
+    """Every published run that states its micro-batch and is data-parallel/FSDP only (tp = pp = 1)
+    fits under its recorded strategy and its stack's preset: the llm-foundry table and
+    published_runs_more.csv (FlashAttention's training scripts, llm.c, nanoGPT). Left out: a GPT-2 XL
+    row whose own source records a 46 GB peak, above the 40 GB card the row names (it did not run on
+    that card), and rows whose checkpointing cannot be expressed (flash-attn's FusedMLP
+    mlp_checkpoint_lvl=2, which the loader marks 'not modelled')."""
+    rows = _data_parallel_runs_with_micro_batch()
+    assert len(rows) >= 52 + 15
+    refused = []
+    for _, run in rows.iterrows():
+        if "not modelled" in run["excluded"]:
+            continue
+        if str(run["run"]).startswith("published_runs_more"):
+            peak = _stated_peak_gb(run["run"])
+            if peak is not None and peak * 1e9 > 40 * 1024**3 and run["gpu"] == "a100-40gb-sxm":
+                continue
+        plan = published.simulate_run(run)
+        if not plan.feasible:
+            refused.append(f"{run['run']} {run['model']} {run['gpus']} mb {run['micro_batch']}: {plan.reasons}")
+    assert not refused, "\n".join(refused)
+
+
+def test_stated_peak_memory_of_published_runs():
+    """FlashAttention's GPT-2 XL config records the peak memory of its runs (PyTorch
+    ZeroRedundancyOptimizer or apex DistributedFusedAdam over DDP + bf16 autocast: fp32 weights
+    and gradients, DDP buckets, autocast's half copies). The prediction is within 15% of each
+    record (its mlp_checkpoint_lvl=1, which recomputes only the GELU, is simulated as none)."""
+    rows = _data_parallel_runs_with_micro_batch()
+    checked = 0
+    for _, run in rows[rows["model"].str.startswith("GPT2-xl")].iterrows():
+        peak = _stated_peak_gb(run["run"])
+        if run["excluded"] or peak is None:
+            continue
+        predicted = published.simulate_run(run).memory_gib["total"] * 1024**3 / 1e9
+        assert predicted == pytest.approx(peak, rel=0.15), run["run"]
+        checked += 1
+    assert checked >= 3
+
+
+def test_torch_zero_keeps_fp32_weights():
+    """ZeRO-1 by DeepSpeed (hf-trainer) keeps half weights and gradients and an fp32 master in the
+    sharded optimizer (2 + 2 + 12/n B/param); PyTorch's ZeroRedundancyOptimizer over DDP + autocast
+    (flash-attn-training) keeps fp32 weights and gradients (4 + 4 + 8/n), DDP's fp32 gradient
+    buckets (4) and autocast's half weight copies (2)."""
+    P, n = 1e9, 8
+    hf, fa = stacks.get_stack("hf-trainer"), stacks.get_stack("flash-attn-training")
+    ds = memory.model_states(P, P / 24, "bf16", "zero1", "none", "adamw", n, hf)
+    pt = memory.model_states(P, P / 24, "bf16", "zero1", "none", "adamw", n, fa)
+    assert (ds["weights"], ds["gradients"], ds["optimizer"]) == (2 * P, 2 * P, 12 * P / n)
+    assert (pt["weights"], pt["gradients"], pt["optimizer"]) == (4 * P, 4 * P, 8 * P / n)
+    assert memory.comm_buffers(P, "bf16", "zero1", n, fa) == 4 * P
+    assert memory.comm_buffers(P, "bf16", "zero1", n, hf) == 5e8 * 4
+    assert memory.autocast_weight_copies(P, "bf16", "zero1", fa) == 2 * P
+    assert memory.autocast_weight_copies(P, "bf16", "zero1", hf) == 0
+    assert memory.state_bytes_per_param("bf16", "zero3", "adamw", fa) == (2, 2, 12)  # no torch ZeRO-3

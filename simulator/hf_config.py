@@ -1,8 +1,40 @@
 """Build a :class:`~simulator.models.ModelSpec` from a Hugging Face ``config.json``.
 
-Supported ``model_type`` values: gpt_neox, gpt2, llama, mistral, mpt, bert, roberta, vit.
-The resulting spec counts parameters exactly as the matching Hugging Face class
-(``*ForCausalLM`` / ``GPT2LMHeadModel``, ``*ForMaskedLM``, ``ViTForImageClassification``).
+Supported ``model_type`` values (:data:`SUPPORTED_MODEL_TYPES`; one entry of ``_BUILDERS`` each):
+gpt_neox, gpt2, llama, mistral, mpt, bert, roberta, vit, qwen2, qwen3, gemma, gemma2,
+gemma3_text, phi3, olmo, olmo2, stablelm, falcon, opt, bloom. The resulting spec counts
+parameters exactly as the matching ``transformers`` class (``*ForCausalLM`` /
+``GPT2LMHeadModel``, ``*ForMaskedLM``, ``ViTForImageClassification``); tests/data holds the
+counts, checked against ``transformers`` on the meta device.
+
+What changes the physics, and is modelled (see simulator.models.ModelSpec):
+
+* ``head_dim`` not ``hidden_size / num_attention_heads`` (Gemma, Qwen3, Mistral-Nemo): the
+  Q/K/V/O projection widths, attention FLOPs and saved Q/K/V;
+* sliding-window layers (``sliding_window`` with ``layer_types``, or each family's rule: Mistral
+  and Phi-3 every layer, Qwen2/3 only with ``use_sliding_window`` from ``max_window_layers`` on,
+  Gemma 2 every other layer, Gemma 3 all but every ``sliding_window_pattern``-th): fused
+  attention skips the blocks outside the window;
+* QK-norm (Qwen3, Gemma 3 ``q_norm``/``k_norm``; OLMo 2 full-width; StableLM ``qk_layernorm``),
+  four norms per block (Gemma 2/3), one shared norm with parallel attention (Falcon, StableLM
+  ``use_parallel_residual``), non-parametric LayerNorm (OLMo): parameters and elementwise work;
+* soft-capping (Gemma 2 ``attn_logit_softcapping``, ``final_logit_softcapping``): elementwise
+  passes over the materialised scores and over the logits;
+* biases: Qwen2 (Q/K/V only), StableLM ``use_qkv_bias``, Falcon ``bias``, OPT ``enable_bias``.
+
+Read and ignored, because they change neither parameters nor the work of a training step
+(beyond a negligible elementwise op): rope_theta / rope_scaling / rope_local_base_freq,
+``query_pre_attn_scalar`` (a scale folded into the scores), ``clip_qkv`` (OLMo: a clamp),
+Gemma's embedding scaling by sqrt(hidden), activation choice (GeLU vs SiLU: same bytes),
+dropout, initialisation, token ids, ``torch_dtype`` (precision is a recipe knob), ALiBi slopes
+(added in the score pass; no parameters), BLOOM ``apply_residual_connection_post_layernorm``,
+OPT ``do_layer_norm_before`` beyond the final norm it removes, Falcon's fused QKV layout.
+
+Recognised but not modelled (:data:`NOT_MODELLED`; exit 2 with one sentence): mixture-of-experts
+(``mixtral``, ``qwen2_moe``, ``olmoe``, ``deepseek_v2/v3`` ..., or any config with more than one
+expert), encoder-decoder (``t5``, ``bart`` ..., or ``is_encoder_decoder``), Gemma 3 image-text
+(``gemma3``). Not supported: ``deberta-v2`` (disentangled relative attention has its own
+projections and FLOPs), OPT-350m's ``word_embed_proj_dim`` projections.
 
 Conventions where the config alone does not decide:
 
@@ -11,7 +43,7 @@ Conventions where the config alone does not decide:
   the study), else 1,000 (ImageNet-1k).
 * ``default_seq_len`` (training length in tokens): the context limit, capped at 8,192 for
   rotary / ALiBi decoders (Mistral: its sliding window); BERT 512; RoBERTa ``max_positions`` minus
-  the padding offset.
+  the padding offset; OPT ``max_position_embeddings`` (its table has 2 more rows).
 * MPT: position parameters follow llm-foundry: ALiBi or RoPE → none; otherwise
   ``learned_pos_emb`` (default true) → a ``max_seq_len × d_model`` table.
 
@@ -25,6 +57,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +65,6 @@ from pydantic import ValidationError
 
 from simulator.errors import UsageError
 from simulator.models import ModelSpec
-
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = (
-    "bert",
-    "gpt2",
-    "gpt_neox",
-    "llama",
-    "mistral",
-    "mpt",
-    "roberta",
-    "vit",
-)
 
 _MAX_DEFAULT_SEQ = 8192
 
@@ -141,45 +163,255 @@ def _gpt2(c: _Cfg, name: str) -> dict[str, Any]:
     )
 
 
-def _llama_like(family: str) -> Callable[[_Cfg, str], dict[str, Any]]:
+def _positive_int(value: Any, key: str) -> int | None:
+    """``value`` as a positive integer, or None when null (a malformed value is a problem)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise _ConfigProblem(f"field {key!r} must be a positive integer or null, got {value!r}")
+    return value
+
+
+def _softcap(c: _Cfg, key: str, default: float | None) -> float | None:
+    value = c.data.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise _ConfigProblem(f"field {key!r} must be a positive number or null, got {value!r}")
+    return float(value)
+
+
+def _window_layers(c: _Cfg, n_layers: int, rule: str) -> tuple[int | None, int]:
+    """(sliding window, number of windowed layers) as ``transformers`` decides them.
+
+    ``layer_types`` (newer configs) lists every layer; otherwise the family's rule: ``all``
+    (Mistral, Phi-3: every layer when ``sliding_window`` is set), ``qwen`` (only with
+    ``use_sliding_window``, layers from ``max_window_layers`` on), ``alternate`` (Gemma 2: even
+    layers 0, 2, ...), ``pattern`` (Gemma 3: all but every ``sliding_window_pattern``-th layer),
+    ``none``."""
+    defaults = {"alternate": 4096, "pattern": 4096, "qwen": 4096}
+    window = _positive_int(c.data.get("sliding_window", defaults.get(rule)), "sliding_window")
+    if rule == "qwen" and not c.bool("use_sliding_window", False):
+        window = None
+    if window is None or rule == "none":
+        return None, 0
+    types = c.data.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != n_layers:
+            raise _ConfigProblem(f"field 'layer_types' must list {n_layers} layer types")
+        return window, sum(1 for t in types if t == "sliding_attention")
+    if rule == "all":
+        n = n_layers
+    elif rule == "qwen":
+        n = max(0, n_layers - c.int("max_window_layers", 28))
+    elif rule == "alternate":
+        n = (n_layers + 1) // 2
+    else:
+        n = n_layers - n_layers // max(1, c.int("sliding_window_pattern", 6))
+    return (window, n) if n else (None, 0)
+
+
+@dataclass(frozen=True)
+class _Rope:
+    """What distinguishes one rotary, RMSNorm, gated-MLP decoder from another in ``transformers``.
+
+    ``head_dim``: the config default of ``head_dim`` (None: ``hidden / heads``); ``qkv_bias``:
+    fixed by the implementation (Qwen2: biased Q/K/V; None: ``attention_bias``, which also
+    biases the output projection); ``windows``: see :func:`_window_layers`; ``softcap``: the
+    config defaults of (attention, final-logit) soft-capping, read when not None.
+    """
+
+    family: str
+    max_pos: int = 2048
+    tied: bool = False
+    head_dim: int | None = None
+    qkv_bias: bool | None = None
+    qk_norm: str = "none"
+    norms: int = 2
+    norm_affine: bool = True
+    norm: str = "rmsnorm"
+    windows: str = "none"
+    softcap: tuple[float | None, float | None] | None = None
+    cap_seq_at_window: bool = False
+
+
+def _rope_decoder(t: _Rope) -> Callable[[_Cfg, str], dict[str, Any]]:
     def build(c: _Cfg, name: str) -> dict[str, Any]:
         hidden = c.int("hidden_size")
         n_heads = c.int("num_attention_heads")
-        head_dim = c.data.get("head_dim")
-        if head_dim is not None and head_dim != hidden // n_heads:
+        n_layers = c.int("num_hidden_layers")
+        head_dim = _positive_int(c.data.get("head_dim", t.head_dim), "head_dim")
+        if head_dim is None and hidden % n_heads:
             raise _ConfigProblem(
-                f"head_dim {head_dim} != hidden_size / num_attention_heads is not supported"
+                f"hidden_size {hidden} is not divisible by num_attention_heads {n_heads}"
             )
+        if c.bool("use_bidirectional_attention", False):
+            raise _ConfigProblem("bidirectional attention (an encoder, e.g. EmbeddingGemma) is not supported")
         attn_bias = c.bool("attention_bias", False)
         mlp_bias = c.bool("mlp_bias", False)
-        if attn_bias != mlp_bias:
+        if t.qkv_bias is None and attn_bias != mlp_bias:
             raise _ConfigProblem("attention_bias != mlp_bias is not supported")
-        max_pos = c.int("max_position_embeddings", 2048 if family == "llama" else 32768)
-        window = c.data.get("sliding_window")
+        max_pos = c.int("max_position_embeddings", t.max_pos)
+        window, n_window = _window_layers(c, n_layers, t.windows)
         default_seq = min(max_pos, _MAX_DEFAULT_SEQ)
-        if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+        if t.cap_seq_at_window and window is not None:
             default_seq = min(default_seq, window)
+        attn_cap, logit_cap = (None, None)
+        if t.softcap is not None:
+            attn_cap = _softcap(c, "attn_logit_softcapping", t.softcap[0])
+            logit_cap = _softcap(c, "final_logit_softcapping", t.softcap[1])
+        rotary = c.data.get("partial_rotary_factor", 1.0)
         return dict(
-            family=family,
+            family=t.family,
             kind="decoder",
-            n_layers=c.int("num_hidden_layers"),
+            n_layers=n_layers,
             hidden=hidden,
             n_heads=n_heads,
             n_kv_heads=c.int("num_key_value_heads", n_heads),
+            attn_head_dim=head_dim if head_dim != hidden // n_heads else None,
             ffn_hidden=c.int("intermediate_size"),
             gated_mlp=True,
             vocab_size=c.int("vocab_size"),
             max_positions=max_pos,
             default_seq_len=default_seq,
-            tied_embeddings=c.bool("tie_word_embeddings", False),
+            tied_embeddings=c.bool("tie_word_embeddings", t.tied),
             pos_embedding="rotary",
-            norm="rmsnorm",
-            linear_bias=attn_bias,
+            rotary_pct=_fraction(rotary, "partial_rotary_factor"),
+            norm=t.norm,
+            norm_affine=t.norm_affine,
+            linear_bias=attn_bias if t.qkv_bias is None else False,
+            qkv_bias=t.qkv_bias,
             norm_bias=False,
+            qk_norm=t.qk_norm,
+            norms_per_layer=t.norms,
+            sliding_window=window,
+            n_window_layers=n_window,
+            attn_softcap=attn_cap,
+            logit_softcap=logit_cap,
             head="lm",
         )
 
     return build
+
+
+def _stablelm(c: _Cfg, name: str) -> dict[str, Any]:
+    n_heads = c.int("num_attention_heads")
+    max_pos = c.int("max_position_embeddings", 4096)
+    parallel = c.bool("use_parallel_residual", False)
+    return dict(
+        family="stablelm",
+        kind="decoder",
+        n_layers=c.int("num_hidden_layers"),
+        hidden=c.int("hidden_size"),
+        n_heads=n_heads,
+        n_kv_heads=c.int("num_key_value_heads", 32),
+        ffn_hidden=c.int("intermediate_size"),
+        gated_mlp=True,
+        vocab_size=c.int("vocab_size"),
+        max_positions=max_pos,
+        default_seq_len=min(max_pos, _MAX_DEFAULT_SEQ),
+        tied_embeddings=c.bool("tie_word_embeddings", False),
+        pos_embedding="rotary",
+        rotary_pct=_fraction(c.data.get("partial_rotary_factor", 0.25), "partial_rotary_factor"),
+        norm="layernorm",
+        linear_bias=False,
+        qkv_bias=c.bool("use_qkv_bias", False),
+        norm_bias=True,
+        qk_norm="full" if c.bool("qk_layernorm", False) else "none",
+        parallel_residual=parallel,
+        norms_per_layer=1 if parallel else 2,
+        head="lm",
+    )
+
+
+def _falcon(c: _Cfg, name: str) -> dict[str, Any]:
+    hidden = c.int("hidden_size", c.int("n_embed", 4544))
+    n_heads = c.int("num_attention_heads", c.int("n_head", 71))
+    new_arch = c.bool("new_decoder_architecture", False)
+    if new_arch:
+        kv_heads = c.int("num_kv_heads", n_heads)
+    elif c.bool("multi_query", True):
+        kv_heads = 1
+    else:
+        kv_heads = n_heads
+    parallel = c.bool("parallel_attn", True)
+    n_ln = c.data.get("num_ln_in_parallel_attn") or (2 if new_arch else 1)
+    max_pos = c.int("max_position_embeddings", 2048)
+    bias = c.bool("bias", False)
+    return dict(
+        family="falcon",
+        kind="decoder",
+        n_layers=c.int("num_hidden_layers", c.int("n_layer", 32)),
+        hidden=hidden,
+        n_heads=n_heads,
+        n_kv_heads=kv_heads,
+        ffn_hidden=c.int("ffn_hidden_size", 4 * hidden),
+        vocab_size=c.int("vocab_size", 65024),
+        max_positions=max_pos,
+        default_seq_len=min(max_pos, _MAX_DEFAULT_SEQ),
+        tied_embeddings=c.bool("tie_word_embeddings", True),
+        pos_embedding="alibi" if c.bool("alibi", False) else "rotary",
+        norm="layernorm",
+        linear_bias=bias,
+        norm_bias=True,
+        parallel_residual=parallel,
+        norms_per_layer=2 if (not parallel or n_ln == 2) else 1,
+        head="lm",
+    )
+
+
+def _opt(c: _Cfg, name: str) -> dict[str, Any]:
+    hidden = c.int("hidden_size", 768)
+    proj = c.int("word_embed_proj_dim", hidden)
+    if proj != hidden:
+        raise _ConfigProblem(
+            f"word_embed_proj_dim {proj} != hidden_size {hidden} (OPT-350m's project_in/out) "
+            "is not supported"
+        )
+    max_pos = c.int("max_position_embeddings", 2048)
+    pre_ln = c.bool("do_layer_norm_before", True)
+    return dict(
+        family="opt",
+        kind="decoder",
+        n_layers=c.int("num_hidden_layers", 12),
+        hidden=hidden,
+        n_heads=c.int("num_attention_heads", 12),
+        ffn_hidden=c.int("ffn_dim", 3072),
+        vocab_size=c.int("vocab_size", 50272),
+        max_positions=max_pos + 2,  # OPTLearnedPositionalEmbedding keeps an offset of 2 rows
+        default_seq_len=max_pos,
+        tied_embeddings=c.bool("tie_word_embeddings", True),
+        pos_embedding="learned",
+        norm="layernorm",
+        norm_affine=c.bool("layer_norm_elementwise_affine", True),
+        linear_bias=c.bool("enable_bias", True),
+        norm_bias=True,
+        final_norm=pre_ln and not c.bool("_remove_final_layer_norm", False),
+        head="lm",
+    )
+
+
+def _bloom(c: _Cfg, name: str) -> dict[str, Any]:
+    hidden = c.int("hidden_size", c.int("n_embed", 64))
+    seq = c.int("seq_length", 2048)
+    return dict(
+        family="bloom",
+        kind="decoder",
+        n_layers=c.int("n_layer", c.int("num_hidden_layers", 2)),
+        hidden=hidden,
+        n_heads=c.int("n_head", c.int("num_attention_heads", 8)),
+        ffn_hidden=4 * hidden,
+        vocab_size=c.int("vocab_size", 250880),
+        max_positions=seq,
+        default_seq_len=min(seq, _MAX_DEFAULT_SEQ),
+        tied_embeddings=c.bool("tie_word_embeddings", True),
+        pos_embedding="alibi",
+        norm="layernorm",
+        linear_bias=True,
+        norm_bias=True,
+        embedding_norm=True,
+        head="lm",
+    )
 
 
 def _bert_like(family: str) -> Callable[[_Cfg, str], dict[str, Any]]:
@@ -316,13 +548,74 @@ def _mpt(c: _Cfg, name: str) -> dict[str, Any]:
 _BUILDERS: dict[str, Callable[[_Cfg, str], dict[str, Any]]] = {
     "gpt_neox": _gpt_neox,
     "gpt2": _gpt2,
-    "llama": _llama_like("llama"),
-    "mistral": _llama_like("mistral"),
+    "llama": _rope_decoder(_Rope("llama")),
+    "mistral": _rope_decoder(_Rope("mistral", 32768, windows="all", cap_seq_at_window=True)),
+    "qwen2": _rope_decoder(_Rope("qwen2", 32768, qkv_bias=True, windows="qwen")),
+    "qwen3": _rope_decoder(_Rope("qwen3", 32768, head_dim=128, qk_norm="shared", windows="qwen")),
+    "gemma": _rope_decoder(_Rope("gemma", 8192, tied=True, head_dim=256)),
+    "gemma2": _rope_decoder(
+        _Rope("gemma2", 8192, tied=True, head_dim=256, norms=4, windows="alternate",
+              softcap=(50.0, 30.0))
+    ),
+    "gemma3_text": _rope_decoder(
+        _Rope("gemma3", 131072, tied=True, head_dim=256, qk_norm="shared", norms=4,
+              windows="pattern", softcap=(None, None))
+    ),
+    "phi3": _rope_decoder(_Rope("phi3", 4096, windows="all")),
+    "olmo": _rope_decoder(_Rope("olmo", norm="layernorm", norm_affine=False)),
+    "olmo2": _rope_decoder(_Rope("olmo2", qk_norm="full")),
+    "stablelm": _stablelm,
+    "falcon": _falcon,
+    "opt": _opt,
+    "bloom": _bloom,
     "mpt": _mpt,
     "bert": _bert_like("bert"),
     "roberta": _bert_like("roberta"),
     "vit": _vit,
 }
+
+
+#: The ``model_type`` values we read, in the order the error messages list them.
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_BUILDERS))
+
+_MOE = "mixture-of-experts is not modelled yet: expert routing, expert parallelism"
+_ENC_DEC = (
+    "encoder-decoder models are not modelled yet: separate encoder and decoder stacks, "
+    "cross-attention"
+)
+#: Architectures we recognise but do not model, with the reason (one sentence each).
+NOT_MODELLED: dict[str, str] = {
+    **dict.fromkeys(
+        ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "dbrx",
+         "jamba", "phimoe", "granitemoe", "granitemoeshared", "jetmoe", "gpt_oss", "llama4",
+         "llama4_text", "minimax", "glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe", "dots1",
+         "qwen3_next", "flex_olmo", "switch_transformers", "nllb_moe"),
+        _MOE,
+    ),
+    **dict.fromkeys(
+        ("t5", "mt5", "umt5", "longt5", "t5gemma", "bart", "mbart", "pegasus", "pegasus_x",
+         "marian", "blenderbot", "blenderbot-small", "led", "m2m_100", "fsmt", "plbart",
+         "prophetnet", "bigbird_pegasus", "whisper", "encoder-decoder", "speech-encoder-decoder",
+         "vision-encoder-decoder"),
+        _ENC_DEC,
+    ),
+    "gemma3": "image-text models are not modelled yet: the vision encoder and projector "
+    "(the text decoder alone is model_type 'gemma3_text')",
+}
+#: Config fields whose presence (with more than one expert) marks a mixture of experts.
+_EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+
+
+def _not_modelled(model_type: str, data: Mapping[str, Any]) -> str | None:
+    """Why this config describes an architecture we do not model (None if it is not one)."""
+    if model_type in NOT_MODELLED:
+        return NOT_MODELLED[model_type]
+    experts = [data.get(k) for k in _EXPERT_FIELDS]
+    if any(isinstance(n, int) and not isinstance(n, bool) and n > 1 for n in experts):
+        return _MOE
+    if data.get("is_encoder_decoder") is True:
+        return _ENC_DEC
+    return None
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -377,6 +670,9 @@ def model_from_hf_config(
     model_type = data.get("model_type")
     if model_type is None:
         raise UsageError(f"{where}: missing field 'model_type'; {_supported()}")
+    reason = _not_modelled(str(model_type), data)
+    if reason is not None:
+        raise UsageError(f"{where}: {reason} (model_type {model_type!r}); {_supported()}")
     builder = _BUILDERS.get(str(model_type))
     if builder is None:
         raise UsageError(f"{where}: unsupported model_type {model_type!r}; {_supported()}")

@@ -105,20 +105,31 @@ def layer_activation_bytes_per_token(model, seq_len: int, e: int, attention: str
     """Bytes one layer saves for backward per token (no dropout), after Korthikanti et al. 2022:
     attention block LN input, QKV input, Q/K/V, attention output; MLP block LN input, FC1
     input, FC1 output, activation output; eager attention adds the s x s softmax per head
-    (a*s*e per token), fused SDPA only its fp32 log-sum-exp (4a)."""
+    (a*s*e per token), fused SDPA only its fp32 log-sum-exp (4a). Q and the attention output
+    are heads x head_dim wide (q), K and V kv wide. Each norm beyond two (Gemma 2/3) saves its
+    input (h); one norm shared by attention and MLP (parallel attention) saves its input and
+    output once, not twice (-2h); QK-norm saves Q and K before the norm too (q + kv). A sliding
+    window saves nothing: fused kernels keep O(s) statistics either way, and materialised
+    attention builds the full s x s matrix before masking it."""
     h, f = model.hidden, model.ffn_hidden
-    kv = workload.kv_dim(model)
+    kv, q = workload.kv_dim(model), workload.q_dim(model)
     up = 2 * f if model.gated_mlp else f
-    attn = e * (h + h + (h + 2 * kv) + h)
+    norms = getattr(model, "norms_per_layer", 2)
+    attn = e * (h + h + (q + 2 * kv) + q)
     mlp = e * (h + h + up + f)
+    extra = e * ((norms - 2) * h if norms >= 2 else -2 * h)
+    if getattr(model, "qk_norm", "none") != "none":
+        extra += e * (q + kv)
     core = eager_scores_bytes_per_token(model, seq_len, e) if attention == "eager" else 4.0 * model.n_heads
-    return attn + mlp + core
+    return attn + mlp + extra + core
 
 
 def eager_scores_bytes_per_token(model, seq_len: int, e: int) -> float:
     """Saved softmax probabilities of materialised attention per token: a*s elements at 4 bytes
-    (fp32 softmax) plus the half copy under autocast (6 bytes), or e bytes in fp32 training."""
-    return model.n_heads * seq_len * (e + 4 if e == 2 else e)
+    (fp32 softmax) plus the half copy under autocast (6 bytes), or e bytes in fp32 training;
+    soft-capped scores (Gemma 2) also keep the tanh output (e bytes)."""
+    cap = e if getattr(model, "attn_softcap", None) else 0
+    return model.n_heads * seq_len * ((e + 4 if e == 2 else e) + cap)
 
 
 def op_kept_bytes_per_token(model, e: int, attention: str) -> float:
@@ -126,12 +137,13 @@ def op_kept_bytes_per_token(model, e: int, attention: str) -> float:
     'op' policy: outputs of matmuls and of the fused attention kernel are saved, everything
     else recomputed): the layer input, the Q/K/V, attention-output-projection, MLP up and down
     projection outputs, the attention output and SDPA's fp32 log-sum-exp. Eager attention's
-    s x s scores and probabilities are recomputed."""
+    s x s scores and probabilities are recomputed. Q and the attention output are heads x
+    head_dim wide (q)."""
     h = model.hidden
-    kv = workload.kv_dim(model)
+    kv, q = workload.kv_dim(model), workload.q_dim(model)
     up = 2 * model.ffn_hidden if model.gated_mlp else model.ffn_hidden
     lse = 4.0 * model.n_heads if attention == "sdpa" else 0.0
-    return e * (h + (h + 2 * kv) + h + h + up + h) + lse
+    return e * (h + (q + 2 * kv) + h + q + up + h) + lse
 
 
 def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
@@ -168,7 +180,9 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
 def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool, stack) -> np.ndarray:
     """Logits and loss buffers (bytes): logit elements x the stack's bytes per logit
     (:meth:`simulator.stacks.Stack.loss_bytes_per_logit`: e + 8 for an eager fp32-upcast loss,
-    2e for a fused or compiled one)."""
+    2e for a fused or compiled one), plus, with eager final-logit soft-capping (Gemma 2), the
+    tanh output (e)."""
     e = workload.act_bytes(precision)
     n = workload.logits_elements(model, np.asarray(mb, dtype=float), seq_len)
-    return n * stack.loss_bytes_per_logit(e, compiled)
+    cap = e if (getattr(model, "logit_softcap", None) and not compiled) else 0
+    return n * (stack.loss_bytes_per_logit(e, compiled) + cap)

@@ -1,7 +1,8 @@
 """Transformer model descriptions, exact parameter counts and presets.
 
-A :class:`ModelSpec` describes a decoder (GPT-NeoX, GPT-2, Llama, Mistral, MPT) or encoder
-(BERT, RoBERTa, ViT) transformer precisely enough to count its parameters exactly as the
+A :class:`ModelSpec` describes a decoder (GPT-NeoX, GPT-2, Llama, Mistral, MPT, Qwen2/3, Gemma
+1/2/3, Phi-3, OLMo 1/2, StableLM, Falcon, OPT, BLOOM) or encoder (BERT, RoBERTa, ViT) transformer
+precisely enough to count its parameters exactly as the
 Hugging Face implementation's ``sum(p.numel() for p in model.parameters())`` does (buffers such
 as rotary frequencies or attention masks are not parameters; tied weights count once).
 
@@ -21,14 +22,20 @@ import functools
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import UsageError, unknown
 
-Family = Literal["gpt_neox", "gpt2", "llama", "mistral", "mpt", "bert", "roberta", "vit"]
+Family = Literal[
+    "gpt_neox", "gpt2", "llama", "mistral", "mpt", "bert", "roberta", "vit",
+    "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi3", "olmo", "olmo2", "stablelm",
+    "falcon", "opt", "bloom",
+]  # fmt: skip
+#: Every ``family`` value a :class:`ModelSpec` takes (the transformer families).
+FAMILIES: tuple[str, ...] = get_args(Family)
 
 #: Keys of :meth:`ModelSpec.param_breakdown` whose values add up to :meth:`ModelSpec.n_params`.
 BREAKDOWN_TOTAL_KEYS: tuple[str, ...] = (
@@ -55,6 +62,18 @@ _DISPLAY_FAMILY = {
     "bert": "BERT",
     "roberta": "RoBERTa",
     "vit": "ViT",
+    "qwen2": "Qwen2",
+    "qwen3": "Qwen3",
+    "gemma": "Gemma",
+    "gemma2": "Gemma 2",
+    "gemma3": "Gemma 3",
+    "phi3": "Phi-3",
+    "olmo": "OLMo",
+    "olmo2": "OLMo 2",
+    "stablelm": "StableLM",
+    "falcon": "Falcon",
+    "opt": "OPT",
+    "bloom": "BLOOM",
 }
 
 
@@ -102,6 +121,29 @@ class ModelSpec(BaseModel):
     """A dense ``hidden x hidden`` + bias pooler on the CLS token (not in *ForMaskedLM / ViT-cls)."""
     rotary_pct: float = Field(default=1.0, gt=0.0, le=1.0)
     """Fraction of each head's dimensions that get rotary embeddings (Pythia: 0.25)."""
+    attn_head_dim: int | None = Field(default=None, gt=0)
+    """Width of one attention head when it is not ``hidden / n_heads`` (Gemma: 256, Qwen3: 128);
+    then the Q/K/V/O projections are ``hidden x n_heads*head_dim`` rather than square."""
+    qkv_bias: bool | None = None
+    """Biases on the Q/K/V projections when they differ from ``linear_bias`` (Qwen2, StableLM:
+    Q/K/V biased, output projection and MLP not)."""
+    qk_norm: Literal["none", "shared", "full"] = "none"
+    """Normalization of queries and keys before the scores: ``shared`` one ``head_dim``-wide norm
+    shared by all heads (Qwen3, Gemma 3); ``full`` one weight per channel of Q and K (OLMo 2
+    normalizes over all heads; StableLM has one norm per head). Weights only, no bias."""
+    norms_per_layer: int = Field(default=2, ge=1, le=4)
+    """Norms in one block: 2 (pre-attention, pre-MLP), 1 (parallel attention sharing one norm:
+    Falcon-7B, StableLM with parallel residual), 4 (Gemma 2/3: pre and post norms)."""
+    norm_affine: bool = True
+    """Norms have a learned weight (OLMo-1: non-parametric LayerNorm, no weight and no bias)."""
+    sliding_window: int | None = Field(default=None, gt=0)
+    """Tokens a query attends to in the windowed layers (Gemma 2: 4096, Gemma 3: 512)."""
+    n_window_layers: int = Field(default=0, ge=0)
+    """How many of the layers use ``sliding_window`` (the rest attend to the whole context)."""
+    attn_softcap: float | None = Field(default=None, gt=0)
+    """Attention-logit soft-capping ``c * tanh(x / c)`` (Gemma 2: 50)."""
+    logit_softcap: float | None = Field(default=None, gt=0)
+    """Final-logit soft-capping before the loss (Gemma 2: 30)."""
     # Provenance.
     display: str | None = None
     hf_id: str | None = None
@@ -109,12 +151,18 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
-        if self.hidden % self.n_heads:
+        if self.attn_head_dim is None and self.hidden % self.n_heads:
             raise ValueError(f"hidden ({self.hidden}) must be divisible by n_heads ({self.n_heads})")
         if self.n_heads % self.kv_heads:
             raise ValueError(
                 f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.kv_heads})"
             )
+        if self.n_window_layers > self.n_layers:
+            raise ValueError(
+                f"n_window_layers ({self.n_window_layers}) exceeds n_layers ({self.n_layers})"
+            )
+        if self.n_window_layers and self.sliding_window is None:
+            raise ValueError("n_window_layers needs sliding_window")
         if self.head == "classifier" and self.num_classes is None:
             raise ValueError("head 'classifier' needs num_classes")
         if self.family == "vit":
@@ -137,8 +185,13 @@ class ModelSpec(BaseModel):
 
     @property
     def head_dim(self) -> int:
-        """Dimension of one attention head (elements)."""
-        return self.hidden // self.n_heads
+        """Dimension of one attention head (elements): ``attn_head_dim`` or ``hidden / n_heads``."""
+        return self.attn_head_dim if self.attn_head_dim is not None else self.hidden // self.n_heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the Q projection output and of the attention output: ``n_heads * head_dim``."""
+        return self.n_heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
@@ -174,14 +227,25 @@ class ModelSpec(BaseModel):
     # ------------------------------------------------------------------ counts
     def _norm_params(self) -> int:
         """Parameters of one norm layer over ``hidden`` (weight, plus bias if any)."""
+        if not self.norm_affine:
+            return 0
         return self.hidden * (2 if (self.norm_bias and self.norm == "layernorm") else 1)
 
+    def qk_norm_params_per_layer(self) -> int:
+        """Weights of the query and key norms of one layer (0 without QK-norm)."""
+        if self.qk_norm == "shared":
+            return 2 * self.head_dim
+        if self.qk_norm == "full":
+            return self.q_dim + self.kv_dim
+        return 0
+
     def attention_params_per_layer(self) -> int:
-        """Q, K, V and output projections of one layer (weights + biases)."""
-        h, kv = self.hidden, self.kv_dim
-        weights = h * (h + 2 * kv) + h * h
-        biases = (h + 2 * kv) + h if self.linear_bias else 0
-        return weights + biases
+        """Q, K, V and output projections of one layer (weights + biases) and any QK-norm."""
+        h, q, kv = self.hidden, self.q_dim, self.kv_dim
+        weights = h * (q + 2 * kv) + q * h
+        qkv_bias = self.linear_bias if self.qkv_bias is None else self.qkv_bias
+        biases = ((q + 2 * kv) if qkv_bias else 0) + (h if self.linear_bias else 0)
+        return weights + biases + self.qk_norm_params_per_layer()
 
     def mlp_params_per_layer(self) -> int:
         """MLP of one layer: 2 matrices (up, down) or 3 if gated (gate, up, down)."""
@@ -192,8 +256,8 @@ class ModelSpec(BaseModel):
         return weights + biases
 
     def norm_params_per_layer(self) -> int:
-        """The two norms of one block (pre/post attention and MLP)."""
-        return 2 * self._norm_params()
+        """The norms of one block (``norms_per_layer`` of them over ``hidden``)."""
+        return self.norms_per_layer * self._norm_params()
 
     def param_breakdown(self) -> dict[str, int]:
         """Parameter counts by component.
@@ -282,7 +346,7 @@ class ModelSpec(BaseModel):
     def describe(self) -> str:
         """One line: display name, parameter count, shape."""
         n = self.n_params()
-        size = f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.0f} M"
+        size = f"{n / 1e9:.2f} B" if n >= 999.5e6 else f"{n / 1e6:.0f} M"
         return (
             f"{self.display_name} · {size} parameters · {self.n_layers} layers × {self.hidden} "
             f"hidden × {self.n_heads} heads · {self.family_display} {self.kind}"
@@ -330,31 +394,62 @@ def list_models() -> list[str]:
     return [spec.name for spec in _load_presets()[0].values()]
 
 
+def find_preset(name: str) -> ModelSpec | None:
+    """The preset with this name, alias, display name or Hugging Face id (case-insensitive)."""
+    presets, aliases = _load_presets()
+    key = aliases.get(_normalize(name))
+    return presets[key] if key is not None else None
+
+
 def get_model(name: str) -> ModelSpec:
     """Look up a preset by name, alias, display name or Hugging Face id (case-insensitive).
 
     ``pythia-1b``, ``Pythia-1B`` and ``EleutherAI/pythia-1b`` all give the same spec. An
     ``org/name`` id that is not a known alias falls back to ``name``.
     """
-    presets, aliases = _load_presets()
-    key = _normalize(name)
-    if key in aliases:
-        return presets[aliases[key]]
-    if "/" in key and key.rsplit("/", 1)[1] in aliases:
-        return presets[aliases[key.rsplit("/", 1)[1]]]
-    raise unknown("model", name, list_models())
+    spec = find_preset(name)
+    if spec is None and "/" in name:
+        spec = find_preset(name.rsplit("/", 1)[1])
+    if spec is None:
+        raise unknown("model", name, list_models())
+    return spec
 
 
 def resolve_model(arg: str | os.PathLike[str]) -> ModelSpec:
-    """A preset name, or a Hugging Face ``config.json``: an existing file, any ``*.json`` path, or
-    a folder holding ``config.json``."""
+    """A preset name; a Hugging Face ``config.json`` (an existing file, any ``*.json`` path, or a
+    folder holding ``config.json``); or a Hub id ``org/name[@revision]``: the preset with that
+    ``hf_id``, else the config in the local Hugging Face cache, else the config alone downloaded
+    with ``huggingface_hub`` when installed and online (:mod:`simulator.hub`)."""
     text = os.fspath(arg)
     path = Path(text)
     if text.lower().endswith(".json") or path.is_file() or (path / "config.json").is_file():
         from simulator.hf_config import model_from_hf_config
 
         return model_from_hf_config(text)
-    return get_model(text)
+    from simulator import hub
+
+    parsed = hub.parse_hub_id(text)
+    if parsed is None:
+        return get_model(text)
+    repo_id, revision = parsed
+    preset = find_preset(repo_id)
+    if preset is not None:
+        return preset
+    try:
+        config, where = hub.find_config(repo_id, revision)
+    except UsageError as exc:
+        near = find_preset(repo_id.rsplit("/", 1)[1])
+        hint = f"; or use the preset {near.name!r}" if near is not None else ""
+        raise UsageError(f"{exc}{hint}") from None
+    from simulator.hf_config import model_from_hf_config
+
+    label = repo_id + (f"@{revision}" if revision else "")
+    spec = model_from_hf_config(config, name=repo_id.rsplit("/", 1)[1])
+    return spec.model_copy(update={
+        "display": label,
+        "hf_id": repo_id,
+        "source": f"huggingface.co/{repo_id} config.json, revision {revision or 'main'} ({where}: {config})",
+    })
 
 
 def model_from_dict(data: dict[str, Any]) -> ModelSpec:

@@ -52,16 +52,23 @@ def is_causal(model) -> bool:
 
 def kv_dim(model) -> int:
     kvh = model.n_kv_heads or model.n_heads
-    return kvh * (model.hidden // model.n_heads)
+    return kvh * model.head_dim
+
+
+def q_dim(model) -> int:
+    """Width of the query projection and the attention output (heads x head_dim, elements);
+    the hidden size itself unless a tensor-parallel view holds only some of the heads."""
+    return model.n_heads * model.head_dim
 
 
 def layer_gemms(model, tokens: np.ndarray) -> list[Gemm]:
     """Forward GEMMs of the transformer layers (all layers), m = tokens in the micro-batch."""
     h, f, L = model.hidden, model.ffn_hidden, model.n_layers
     up = 2 * f if model.gated_mlp else f
+    q = q_dim(model)
     return [
-        Gemm("qkv", tokens, h + 2 * kv_dim(model), h, L),
-        Gemm("attn_out", tokens, h, h, L),
+        Gemm("qkv", tokens, q + 2 * kv_dim(model), h, L),
+        Gemm("attn_out", tokens, h, q, L),
         Gemm("mlp_up", tokens, up, h, L),
         Gemm("mlp_down", tokens, h, f, L),
     ]
@@ -92,21 +99,44 @@ def logits_elements(model, mb: np.ndarray, seq_len: int) -> np.ndarray:
     return mb * float(model.num_classes or 1)
 
 
+def attention_span_fraction(seq_len: int, window: int | None) -> float:
+    """Fraction of the s x s score matrix a causal kernel that skips masked blocks computes:
+    1/2 for full causal attention; with a sliding window of w < s keys per query,
+    (w*s - w^2/2) / s^2 (continuous count of the band; 1/2 again when w >= s)."""
+    if window is None or window >= seq_len:
+        return 0.5
+    return (window * seq_len - 0.5 * window**2) / float(seq_len) ** 2
+
+
+def attention_layer_weight(model, seq_len: int, fused: bool) -> float:
+    """Layers' worth of full s x s attention executed: causal fused kernels skip the masked half
+    and, in sliding-window layers, everything outside the window (FlashAttention-2
+    ``window_size``, FlexAttention block masks); materialised (eager) attention computes the
+    whole matrix and masks it afterwards, windows or not; encoders attend to everything."""
+    L = model.n_layers
+    if not (fused and is_causal(model)):
+        return float(L)
+    n_win = getattr(model, "n_window_layers", 0)
+    window = getattr(model, "sliding_window", None)
+    return (L - n_win) * 0.5 + n_win * attention_span_fraction(seq_len, window)
+
+
 def attention_flops_fwd(model, mb: np.ndarray, seq_len: int, fused: bool) -> np.ndarray:
-    """Executed forward FLOPs of attention scores + values, all layers (fused causal skips half)."""
-    full = 4.0 * mb * seq_len**2 * model.hidden * model.n_layers
-    return full * (0.5 if (fused and is_causal(model)) else 1.0)
+    """Executed forward FLOPs of attention scores + values, all layers: 2*s^2*(heads*head_dim)
+    each per sample and layer, times :func:`attention_layer_weight` (fused causal skips half,
+    and sliding-window layers skip what lies outside the window)."""
+    return 4.0 * mb * seq_len**2 * q_dim(model) * attention_layer_weight(model, seq_len, fused)
 
 
 def attention_model_flops_per_token(model, seq_len: int) -> float:
     """Attention FLOPs per token counted for MFU (llm-foundry/PaLM convention, non-causal):
-    12 * layers * hidden * seq for forward + backward."""
-    return 12.0 * model.n_layers * model.hidden * seq_len
+    12 * layers * (heads * head_dim) * seq for forward + backward (PaLM's 12*L*H*Q*T)."""
+    return 12.0 * model.n_layers * q_dim(model) * seq_len
 
 
 def eager_attention_gemms(model, mb: np.ndarray, seq_len: int) -> list[Gemm]:
     """Materialised attention (math backend): batched scores (s x d)@(d x s) and values."""
-    d = model.hidden // model.n_heads
+    d = model.head_dim
     batch = mb * float(model.n_heads)
     s = np.full_like(mb, seq_len, dtype=float)
     return [Gemm("scores", s, seq_len, d, model.n_layers, batch),
@@ -114,10 +144,13 @@ def eager_attention_gemms(model, mb: np.ndarray, seq_len: int) -> list[Gemm]:
 
 
 def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[MemOps, MemOps]:
-    """Forward (scale+mask, softmax: 4 passes over s^2) and backward (3 passes) bytes, all layers."""
+    """Forward (scale+mask, softmax: 4 passes over s^2) and backward (3 passes) bytes, all layers.
+    Soft-capped scores (Gemma 2: divide, tanh, multiply) add 6 passes and 3 kernels each way."""
     elems = mb * float(model.n_heads) * seq_len**2 * model.n_layers
-    return (MemOps(4.0 * elems * e, 3.0 * model.n_layers),
-            MemOps(3.0 * elems * e, 2.0 * model.n_layers))
+    cap = 6.0 if getattr(model, "attn_softcap", None) else 0.0
+    kcap = 3.0 if cap else 0.0
+    return (MemOps((4.0 + cap) * elems * e, (3.0 + kcap) * model.n_layers),
+            MemOps((3.0 + cap) * elems * e, (2.0 + kcap) * model.n_layers))
 
 
 def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
@@ -125,24 +158,31 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     """Norms, residual adds, activation, rotary and layout copies of all layers (fwd, bwd).
 
     Eager: every op reads its inputs and writes its output (LN 2h, add 3h, GELU 2f or SwiGLU 5f,
-    rotary 4(h+kv), output transpose copy 2h elements per token). Compiled (Inductor fusion):
-    LN1+rotary, residual+LN2, activation and residual become 4 kernels reading inputs once
-    (2h + 2(h+kv), 4h, 2f or 3f, 3h). Backward moves about twice the forward bytes.
+    rotary 4(q+kv), output transpose copy 2q elements per token; q = heads x head_dim). Compiled
+    (Inductor fusion): LN1+rotary, residual+LN2, activation and residual become 4 kernels reading
+    inputs once (2h + 2(q+kv), 4h, 2f or 3f, 3h). Backward moves about twice the forward bytes.
+    Eager: each norm beyond two (Gemma 2/3 post-norms) adds an LN pass and a kernel, one shared
+    norm (parallel attention) removes one; QK-norm (Qwen3, Gemma 3, OLMo 2) normalizes Q and K:
+    2(q+kv) and 2 kernels. Compiled, both fuse into the residual and rotary kernels, which read
+    and write the same tensors anyway.
     ``fp32_norm``: eager norms write fp32 outputs (torch.autocast's layer_norm; default: under
     eager mixed precision); False for stacks whose norms run in half (simulator.stacks).
     """
     if fp32_norm is None:
         fp32_norm = e == 2 and not compiled
-    h, f, kv = model.hidden, model.ffn_hidden, kv_dim(model)
+    h, f, kv, q = model.hidden, model.ffn_hidden, kv_dim(model), q_dim(model)
     rotary = model.pos_embedding == "rotary"
     rot = getattr(model, "rotary_pct", 1.0)  # fraction of each head's dims rotated (Pythia 0.25)
+    extra_norms = getattr(model, "norms_per_layer", 2) - 2
+    qk_norm = getattr(model, "qk_norm", "none") != "none"
     tokens = mb * float(seq_len)
     if compiled:
-        per_tok = 2 * h + (2 * (h + kv) * rot if rotary else 0) + 4 * h + (3 * f if model.gated_mlp else 2 * f) + 3 * h
+        per_tok = 2 * h + (2 * (q + kv) * rot if rotary else 0) + 4 * h + (3 * f if model.gated_mlp else 2 * f) + 3 * h
         kernels = 4
     else:
-        per_tok = 2 * h + 2 * h + 6 * h + (5 * f if model.gated_mlp else 2 * f) + (4 * (h + kv) * rot if rotary else 0) + 2 * h
-        kernels = 2 + 2 + (2 if model.gated_mlp else 1) + (8 if rotary else 0) + 1
+        per_tok = 2 * h + 2 * h + 6 * h + (5 * f if model.gated_mlp else 2 * f) + (4 * (q + kv) * rot if rotary else 0) + 2 * q
+        per_tok += 2 * h * extra_norms + (2 * (q + kv) if qk_norm else 0)
+        kernels = 2 + 2 + (2 if model.gated_mlp else 1) + (8 if rotary else 0) + 1 + extra_norms + (2 if qk_norm else 0)
     L = model.n_layers
     nbytes = tokens * per_tok * e * L
     if fp32_norm:
@@ -154,7 +194,7 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     if model.linear_bias:
         # each linear's bias gradient is a reduction over all tokens of its output gradient
         up = 2 * f if model.gated_mlp else f
-        bwd_bytes = bwd_bytes + tokens * (h + 2 * kv + h + up + h) * e * L
+        bwd_bytes = bwd_bytes + tokens * (q + 2 * kv + h + up + h) * e * L
         bwd_kernels += 4 * L
     fwd = MemOps(nbytes, float(kernels * L))
     bwd = MemOps(bwd_bytes, bwd_kernels)
@@ -166,11 +206,14 @@ def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
     """Cross-entropy over the logits (fwd, bwd). Eager upcasts to fp32 and runs log-softmax,
     NLL and their backward: (e+12) + (16+e) bytes per logit; a compiled or fused loss kernel
     (``fused``: e.g. flash-attn's cross-entropy) reads and writes the logits about twice each
-    (2e + 2e)."""
+    (2e + 2e). Eager final-logit soft-capping (Gemma 2: divide, tanh, multiply) adds 6e bytes
+    per logit and 3 kernels each way; compiled, it fuses into the loss."""
     n = logits_elements(model, mb, seq_len)
     if compiled or fused:
         return MemOps(n * 2 * e, 1.0), MemOps(n * 2 * e, 1.0)
-    return MemOps(n * (e + 12), 3.0), MemOps(n * (16 + e), 4.0)
+    cap = 6.0 * e if getattr(model, "logit_softcap", None) else 0.0
+    kcap = 3.0 if cap else 0.0
+    return MemOps(n * (e + 12 + cap), 3.0 + kcap), MemOps(n * (16 + e + cap), 4.0 + kcap)
 
 
 def embedding_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[MemOps, MemOps]:

@@ -28,7 +28,7 @@ _VALIDATION_CANDIDATES = (
 VALIDATION_DEV = next((p for p in _VALIDATION_CANDIDATES if p.exists()), _VALIDATION_CANDIDATES[0])
 
 # Exact `sum(p.numel() for p in model.parameters())` of the Hugging Face classes
-# (checked against transformers 4.57 on the meta device).
+# (checked against transformers 4.57 on the meta device; the newer families against 5.24).
 EXACT = {
     "pythia-14m": 14_067_712,
     "pythia-70m": 70_426_624,
@@ -56,6 +56,25 @@ EXACT = {
     "tinyllama-1.1b": 1_100_048_384,
     "mistral-7b": 7_241_732_096,
     "mpt-7b-hf": 6_649_286_656,
+    # transformers 5.24 (tests/data/transformers_counts.json)
+    "smollm2-135m": 134_515_008,
+    "smollm2-360m": 361_821_120,
+    "smollm2-1.7b": 1_711_376_384,
+    "qwen2.5-0.5b": 494_032_768,
+    "qwen2.5-1.5b": 1_543_714_304,
+    "qwen3-0.6b": 596_049_920,
+    "gemma-2b": 2_506_172_416,
+    "gemma-2-2b": 2_614_341_888,
+    "gemma-3-1b": 999_885_952,
+    "phi-3-mini": 3_821_079_552,
+    "olmo-1b": 1_176_764_416,
+    "olmo-2-1b": 1_484_916_736,
+    "stablelm-2-1.6b": 1_644_515_328,
+    "falcon-7b": 6_921_720_704,
+    "opt-125m": 125_239_296,
+    "opt-1.3b": 1_315_758_080,
+    "bloom-560m": 559_214_592,
+    "bloom-1b1": 1_065_314_304,
 }
 
 
@@ -170,6 +189,10 @@ def test_required_presets_present() -> None:
         "vit-b-16", "vit-l-16", "vit-large-16-in21k",
         *(f"mpt-{s}" for s in ["125m", "350m", "760m", "1b", "3b", "7b", "13b", "30b", "70b"]),
         "llama-2-7b", "llama-2-13b", "llama-3-8b", "tinyllama-1.1b",
+        "smollm2-135m", "smollm2-360m", "smollm2-1.7b", "qwen2.5-0.5b", "qwen2.5-1.5b",
+        "qwen3-0.6b", "gemma-2b", "gemma-2-2b", "gemma-3-1b", "phi-3-mini", "olmo-1b",
+        "olmo-2-1b", "stablelm-2-1.6b", "falcon-7b", "opt-125m", "opt-1.3b", "bloom-560m",
+        "bloom-1b1",
     }  # fmt: skip
     assert required <= names
     for n in names:
@@ -215,6 +238,24 @@ FIXTURE_TO_PRESET = {
     "roberta-large": "roberta-large",
     "vit-large-patch16-224-in21k": "vit-large-16-in21k",
     "mpt-7b": "mpt-7b-hf",
+    "SmolLM2-135M": "smollm2-135m",
+    "SmolLM2-360M": "smollm2-360m",
+    "SmolLM2-1.7B": "smollm2-1.7b",
+    "Qwen2.5-0.5B": "qwen2.5-0.5b",
+    "Qwen2.5-1.5B": "qwen2.5-1.5b",
+    "Qwen3-0.6B-Base": "qwen3-0.6b",
+    "gemma-2b": "gemma-2b",
+    "gemma-2-2b": "gemma-2-2b",
+    "gemma-3-1b-pt": "gemma-3-1b",
+    "Phi-3-mini-4k-instruct": "phi-3-mini",
+    "OLMo-1B-hf": "olmo-1b",
+    "OLMo-2-0425-1B": "olmo-2-1b",
+    "stablelm-2-1_6b": "stablelm-2-1.6b",
+    "falcon-7b": "falcon-7b",
+    "opt-125m": "opt-125m",
+    "opt-1.3b": "opt-1.3b",
+    "bloom-560m": "bloom-560m",
+    "bloom-1b1": "bloom-1b1",
 }
 
 
@@ -226,7 +267,10 @@ def test_hf_config_matches_preset(fixture: str, preset: str) -> None:
     assert m.param_breakdown() == p.param_breakdown()
     for field in ("family", "kind", "n_layers", "hidden", "n_heads", "kv_heads", "ffn_hidden",
                   "gated_mlp", "vocab_size", "tied_embeddings", "pos_embedding", "norm",
-                  "linear_bias", "head", "seq_len_default"):
+                  "linear_bias", "head", "seq_len_default", "head_dim", "q_dim", "kv_dim",
+                  "qkv_bias", "qk_norm", "norms_per_layer", "norm_affine", "sliding_window",
+                  "n_window_layers", "attn_softcap", "logit_softcap", "rotary_pct",
+                  "max_positions", "parallel_residual", "embedding_norm", "final_norm"):
         assert getattr(m, field) == getattr(p, field), field
 
 
@@ -258,10 +302,10 @@ def _one_line_error(arg: object) -> str:
 
 
 def test_hf_unknown_model_type(tmp_path: Path) -> None:
-    f = tmp_path / "t5.json"
-    f.write_text(json.dumps({"model_type": "t5", "d_model": 512}))
+    f = tmp_path / "deberta.json"
+    f.write_text(json.dumps({"model_type": "deberta-v2", "hidden_size": 512}))
     msg = _one_line_error(f)
-    assert str(f) in msg and "'t5'" in msg
+    assert str(f) in msg and "unsupported model_type 'deberta-v2'" in msg
     assert all(t in msg for t in SUPPORTED_MODEL_TYPES)
 
 

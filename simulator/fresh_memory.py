@@ -81,7 +81,7 @@ def micro_batch_fresh(model, seq_len: int, mb: np.ndarray, precision: str, atten
     gradient (:func:`logits_fresh_bytes`).
     """
     mb = np.asarray(mb, dtype=float)
-    if profile.fresh_memory is None:
+    if profile.fresh_memory is None or not hasattr(model, "ffn_hidden"):  # transformers only
         return 0.0 * mb, 0.0 * mb
     e = workload.act_bytes(precision)
     tokens = mb * seq_len

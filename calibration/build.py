@@ -316,8 +316,8 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             items = [len(sz) for sz in sizes]
             ratio = [n / r["bytes"] for n, (_, r) in zip(items, pts, strict=True)]
             if max(ratio) > 2 * min(ratio):  # tensor-size mixes separate per-tensor and per-byte costs
-                f_o = F.fit_bw_with_known([r["bytes"] for _, r in pts], [r["time_s"] for _, r in pts], known,
-                                          bw_gbs * 1e9, 0.0, 0, items=items)
+                f_o = F.fit_optimizer_mix([r["bytes"] for _, r in pts], [r["time_s"] for _, r in pts], known,
+                                          items, bw_gbs * 1e9)
             else:  # one mix only: one eager launch per tensor, as before
                 f_o = F.fit_bw_with_known([r["bytes"] for _, r in pts], [r["time_s"] for _, r in pts], known,
                                           bw_gbs * 1e9, launch_s, items)

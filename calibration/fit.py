@@ -277,3 +277,22 @@ def fit_fresh(tensor_bytes, total_bytes, fresh_times, reuse_times, mmap_bytes: f
                [math.log(1e6), math.log(2.0**20)], [math.log(1e13), math.log(2.0**32)])
     return Fit({"gbs": math.exp(x[0]) / 1e9, "keep_bytes": math.exp(x[1])}, int(s.size),
                _rms((model(x) - extra) / tf))
+
+
+def fit_optimizer_mix(nbytes, times, known, items, bw: float) -> Fit:
+    """Optimizer step over tensor-size mixes: t = known + items * item_s + bytes / (bw * bw_eff).
+
+    Two stages, because small tensors stay in the caches and large ones do not: ``bw_eff`` from
+    the mix with the most bytes per tensor (the embedding-sized tensors that dominate a real
+    model's traffic), then ``item_s`` (host cost per tensor, >= 0) as the median over the other
+    mixes of what that bandwidth leaves unexplained per tensor."""
+    b, t, kn, it = _arr(nbytes), _arr(times), _arr(known), _arr(items)
+    i = int(np.argmin(it / b))
+    eff = float(b[i] / (bw * max(t[i] - kn[i], 1e-12)))
+    rest = [(t[j] - kn[j] - b[j] / (bw * eff)) / it[j] for j in range(b.size) if j != i]
+    item_s = max(0.0, float(np.median(rest))) if rest else 0.0
+    params = {"bw_eff": min(eff, 1.0), "item_s": item_s}
+    if eff > 1.0:
+        params["raw_bw_eff"] = eff
+    model = kn + it * item_s + b / (bw * min(eff, 1.0))
+    return Fit(params, int(t.size), _rms(np.log(model) - np.log(t)), ["bw_eff"] if eff > 0.999 else [])

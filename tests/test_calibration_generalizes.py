@@ -246,3 +246,12 @@ def test_for_model_adds_the_models_shapes_to_the_plan():
     assert any(k.startswith("optmix/foreach/pythia-1b") for k in new)
     assert any(k.startswith("attention/flash/") and k.endswith("d256") for k in new)
     assert base <= keys
+
+
+def test_fit_optimizer_mix_takes_bandwidth_from_the_large_tensors():
+    b = np.array([5e8, 4e7, 1e8])  # one embedding-sized tensor; two mixes of small layer tensors
+    items = np.array([1, 96, 12])
+    t = items * 20e-6 + b / (30e9 * 0.35)
+    fit = F.fit_optimizer_mix(b, t, np.zeros(3), items, 30e9)
+    assert fit.params["bw_eff"] == pytest.approx(0.35, rel=1e-2)
+    assert fit.params["item_s"] == pytest.approx(20e-6, rel=5e-2)

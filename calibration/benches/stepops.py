@@ -8,8 +8,9 @@
   and W (the LM head against vocabulary size; ``simulator.workload.loss_bytes``).
 * ``embedding/t<T>v<V>h<h>``: ``F.embedding`` forward and its dense weight gradient.
 * ``cast/<n>``: an fp32 weight cast to bf16/fp16 (what ``torch.autocast`` does per micro-batch).
-* ``optmix/<impl>/<mix>``: AdamW over a model's tensor-size mix: one huge embedding-like tensor,
-  or many layer tensors (``foreach`` on a CPU loops over tensors; fresh temporaries per tensor).
+* ``optmix/<impl>/<mix>``: gradient-norm clipping and AdamW over a model's tensor-size mix: one
+  huge embedding-like tensor, or many layer tensors (``foreach`` on a CPU loops over tensors;
+  fresh temporaries per tensor); 28 + 12 bytes per parameter, as ``simulator.estimate`` counts.
 
 Records carry the work the simulator counts for them (bytes, FLOPs, tensors) so that fitting
 (:mod:`calibration.build`) never re-derives it. Times are seconds per call.
@@ -26,6 +27,7 @@ from .gemm import model_tokens, precision_mode
 from .optimizer import ADAM_BYTES_PER_PARAM, _adamw, layer_shapes
 
 MIB = 1 << 20
+CLIP_BYTES_PER_PARAM = 12  # gradient-norm clipping: read for the norm, read + write to scale (fp32)
 FRESH = {  # (tensor bytes, total bytes per call): small tensors over growing totals, and large ones
     "tiny": [(MIB, 8 * MIB), (MIB, 48 * MIB), (48 * MIB, 48 * MIB)],
     "quick": [(MIB, 16 * MIB), (MIB, 48 * MIB), (MIB, 128 * MIB), (8 * MIB, 128 * MIB), (64 * MIB, 64 * MIB)],
@@ -147,8 +149,13 @@ def _optmix(impl: str, shapes: list[tuple[int, ...]]):
             opt.step()
         except (RuntimeError, ValueError) as exc:
             return unsupported(f"AdamW {impl} on {ctx.device.type}: {exc}")
-        t = ctx.time(opt.step)
-        rec = ok(t, params=n, tensors=len(params), bytes=float(ADAM_BYTES_PER_PARAM * n))
+
+        def step() -> None:  # a training step's optimizer phase: clip the gradient norm, update
+            torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=impl != "for_loop")
+            opt.step()
+
+        t = ctx.time(step)
+        rec = ok(t, params=n, tensors=len(params), bytes=float((ADAM_BYTES_PER_PARAM + CLIP_BYTES_PER_PARAM) * n))
         rec["tensor_bytes"] = [4.0 * p.numel() for p in params]
         return rec
 

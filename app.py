@@ -9,8 +9,10 @@ comparison and budget modules; this file only collects inputs, caches and draws.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
+import re
 import time
 from typing import Any
 
@@ -22,6 +24,7 @@ from simulator.errors import UsageError
 from simulator.hf_config import model_from_hf_config
 from simulator.models import ModelSpec, get_model, list_models, model_from_dict
 from simulator.profile import Profile, parse_profile
+from simulator.recipes import default_recipe
 from simulator.strategy import (
     ATTENTIONS,
     CHECKPOINTINGS,
@@ -31,7 +34,8 @@ from simulator.strategy import (
     SHARDINGS,
 )
 
-MAX_UPLOAD_BYTES = 1_000_000  # uploads above 1 MB are refused before parsing
+MAX_UPLOAD_MB = 1  # the upload widget's limit, in Streamlit's megabytes (MiB)
+MAX_UPLOAD_BYTES = MAX_UPLOAD_MB * 1024 * 1024  # uploads above it are refused before parsing
 AUTO = "auto"
 DEFAULT_MODEL, DEFAULT_GPU, DEFAULT_PER_NODE = "pythia-1b", "rtx3090", 8
 TOP_N = 10
@@ -42,8 +46,7 @@ PRICE_OVERRIDES = ("price_per_gpu", "rent_per_gpu_hour", "kwh_price", "pue", "li
 def _read_upload(data: bytes, what: str) -> dict:
     """Bytes of an uploaded JSON file -> dict; UsageError for too large, not UTF-8 or not JSON."""
     if len(data) > MAX_UPLOAD_BYTES:
-        raise UsageError(f"{what} is {len(data) / 1e6:.1f} MB; the limit is "
-                         f"{MAX_UPLOAD_BYTES / 1e6:.0f} MB")
+        raise UsageError(f"{what} is {len(data) / 2**20:.1f} MB; the limit is {MAX_UPLOAD_MB} MB")
     try:
         obj = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
@@ -90,9 +93,11 @@ def _knobs(knobs_json: str, profile_json: str | None) -> dict:
 
 @st.cache_resource(max_entries=256, show_spinner=False)
 def cached_search(model_key: str, gpus: str, knobs_json: str, profile_json: str | None):
-    """``api.answer`` for one input set: the best plan (with fixes if nothing fits), the top plans."""
-    ans = api.answer(_model(model_key), gpus, top=TOP_N, **_knobs(knobs_json, profile_json))
-    return ans.result, ans.plan, ans.top, top_table(ans.top)
+    """``api.answer`` for one input set: the best plan (with fixes if nothing fits) and the top
+    distinct plans (micro-batch variants of one plan collapsed, ties listed simplest first)."""
+    ans = api.answer(_model(model_key), gpus, **_knobs(knobs_json, profile_json))
+    top = ans.result.plans(TOP_N, distinct=True)
+    return ans.result, ans.plan, top, top_table(top)
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
@@ -138,11 +143,104 @@ def plan_cost(plan, prices_json: str) -> dict | None:
     return costs.plan_cost(plan, cached_prices(prices_json))
 
 
-def headline_cost(c: dict | None, mode: str) -> float | None:
-    """The dollar figure the sweep plots: purchase price (buy) or rental bill (rent)."""
-    if not c:
-        return None
-    return c.get("hardware_usd") if mode == "buy" else c.get("rent_usd")
+# --------------------------------------------------------------------------- words
+#: Where each command-line flag lives in this app: package messages name flags; the app names
+#: its own controls instead.
+APP_CONTROLS = {
+    "--host-memory": "“Host RAM per node” (Hardware)",
+    "--price-per-gpu": "“$ per GPU” (Prices)",
+    "--rent-per-gpu-hour": "“$ per GPU-hour” (Prices)",
+    "--kwh-price": "“Electricity” (Prices)",
+    "--pue": "“PUE” (Prices)",
+    "--lifetime-years": "“Lifetime” (Prices)",
+    "--tokens": "“Tokens” (Training length)",
+    "--steps": "“Optimizer steps” (Training length)",
+    "--global-batch": "“Global batch” (Training length)",
+    "--seq-len": "“Sequence length” (Training length)",
+    "--optimizer": "“Optimizer” (Training length)",
+    "--micro-batch": "“Micro-batch” (Strategy)",
+    "--precision": "“Precision” (Strategy)",
+    "--attention": "“Attention” (Strategy)",
+    "--checkpointing": "“Activation checkpointing” (Strategy)",
+    "--sharding": "“Sharding” (Strategy)",
+    "--offload": "“CPU offload” (Strategy)",
+    "--compile": "“torch.compile” (Strategy)",
+    "--intra-node": "“Intra-node link” (Hardware)",
+    "--inter-node": "“Inter-node Gbit/s” (Hardware)",
+    "--profile": "the efficiency profile",
+    "--gpus": "the hardware",
+    "--model": "the model",
+}
+_FLAG = re.compile(r"(?:(?:pass|set|use) )?(--[a-z][a-z-]*)")
+
+
+def app_words(text: str) -> str:
+    """A package message in the app's terms: flags become the sidebar controls that set them."""
+    def sub(m: re.Match) -> str:
+        flag = m.group(1)
+        name = APP_CONTROLS.get(flag)
+        if name is None:
+            return m.group(0)
+        return ("set " if m.group(0) != flag else "") + name
+    return _CLUSTER.sub(_cluster_words, _FLAG.sub(sub, str(text)))
+
+
+_CLUSTER = re.compile(r"\b(\d+)x(?:(\d+)x)?([a-z][a-z0-9-]*)\b")
+
+
+def _cluster_words(m: re.Match) -> str:
+    """'2x8xh100-sxm' -> '2 nodes × 8 × H100 80 GB SXM' (left as is if not a catalog GPU)."""
+    try:
+        name = hardware.get_gpu(m.group(3)).short_name
+    except UsageError:
+        return m.group(0)
+    return (f"{m.group(1)} nodes × {m.group(2)} × {name}" if m.group(2) else f"{m.group(1)} × {name}")
+
+
+_PATHY = re.compile(r"\s*(?:[^\s()]*/[^\s()]*|@?\b[0-9a-f]{7,40}\b|\b[\w.-]+\.(?:csv|py|yaml|json|md)\b|\bcommit\b)")
+
+
+def plain_source(text: str | None) -> str:
+    """A source in a reader's words: file paths, file names and commit hashes dropped."""
+    t = _PATHY.sub("", str(text or ""))
+    t = re.sub(r"\(\s*(?:[;,]|via|from)?\s*\)", "", t)
+    t = re.sub(r"\(\s*[;,]\s*", "(", t)
+    t = re.sub(r"\s*[;,]\s*\)", ")", t)
+    t = re.sub(r"\s+([;,)])", r"\1", re.sub(r"\s{2,}", " ", t))
+    return t.strip(" ;,:")
+
+
+_IV = re.compile(r"from (\d+) validation residuals \(real runs (\d+% (?:slower|faster)) than predicted on "
+                 r"average\): (.*)$")
+
+
+def interval_words(plan) -> str:
+    """Where the 80% range comes from, in plain words."""
+    m = _IV.search(plan.interval_source or "")
+    if not m:
+        return ("This efficiency profile has no validation against real training runs, so there is no "
+                "range: treat the estimate as optimistic.")
+    n, bias, src = m.groups()
+    src = re.sub(r",\s*\d+ runs.*$", "", plain_source(src.split(": ", 1)[-1]).split(";")[0])
+    return (f"Where the range comes from: on {n} real training runs ({src}) the runs were on average "
+            f"{bias} than this simulator estimated; 8 in 10 fell within the range shown.")
+
+
+def microbatch_words(plan) -> str:
+    """'12 micro-batches of 11 samples per GPU and step (the last one 7): 128 per GPU'."""
+    st_, hw = plan.strategy, plan.hardware
+    mb, ga = int(st_["micro_batch"]), int(st_["grad_accum"])
+    per_gpu = -(-int(plan.recipe["global_batch"]) // int(hw["n_gpus"]))
+    last = per_gpu - (ga - 1) * mb
+    tail = f" (the last one {last})" if last != mb else ""
+    return (f"{ga} micro-batch{'es' if ga > 1 else ''} of {mb} sample{'s' if mb > 1 else ''} per GPU and "
+            f"step{tail}: {per_gpu} per GPU")
+
+
+def strategy_words(plan) -> str:
+    """The strategy line with the micro-batch spelled out."""
+    line = plan.strategy_line()
+    return re.sub(r"micro-batch \d+ × \d+ accumulation", microbatch_words(plan), line)
 
 
 # --------------------------------------------------------------------------- formatting
@@ -158,9 +256,10 @@ def fmt_money(x: float | None) -> str:
 
 def top_table(plans: list) -> pd.DataFrame:
     return pd.DataFrame([{
-        "#": i, "strategy": p.strategy_line(), "step s": round(p.step_time_s, 3),
+        "#": i, "strategy": strategy_words(p), "step s": round(p.step_time_s, 3),
         "tokens/s": round(p.tokens_per_s), "MFU %": round(100 * p.mfu, 1),
         "memory GiB": round(p.memory_gib["total"], 2), "days": round(p.days, 2),
+        "days, slow end": round(p.interval_days[1], 2) if p.interval_days else None,
     } for i, p in enumerate(plans, 1)])
 
 
@@ -205,39 +304,88 @@ def breakdown_chart(rows: list[dict]) -> dict:
                          "tooltip": [{"field": "part"}, {"field": "seconds", "format": ".3f"}]}}
 
 
+#: One colour per catalog GPU (Tableau 20: up to 20 distinct hues) and a marker shape cycling
+#: through Vega-Lite's shapes, so no two GPUs share both.
+GPU_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+               "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
+               "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5"]
+GPU_SHAPES = ["circle", "square", "diamond", "triangle-up", "triangle-down", "cross", "triangle-right",
+              "triangle-left"]
+
+
 @st.cache_data(max_entries=128, show_spinner=False)
 def cached_pareto_chart(model_key: str, recipe_json: str, prices_json: str, current: str,
                         x_title: str) -> dict:
     return pareto_chart(priced_sweep(model_key, recipe_json, prices_json)[0], current, x_title)
 
 
+def _log_domain(values: pd.Series) -> list[float]:
+    lo, hi = float(values.min()), float(values.max())
+    return [lo / 1.25, hi * 1.25]
+
+
 def pareto_chart(df: pd.DataFrame, current: str, x_title: str) -> dict:
     values = df.assign(current=df["gpus"] == current).to_dict("records")
-    enc_x = {"field": "cost_usd", "type": "quantitative", "scale": {"type": "log"}, "title": x_title}
-    enc_y = {"field": "days", "type": "quantitative", "scale": {"type": "log"}, "title": "days"}
-    tip = [{"field": "gpus"}, {"field": "days", "format": ",.1f"}, {"field": "cost_usd", "format": ",.0f"},
-           {"field": "strategy"}]
+    gpus = [g.short_name for g in hardware.list_gpus()]
+    gpus += sorted(set(df["gpu"]) - set(gpus))
+    enc_x = {"field": "cost_usd", "type": "quantitative", "title": x_title,
+             "scale": {"type": "log", "domain": _log_domain(df["cost_usd"]), "nice": False}}
+    enc_y = {"field": "days", "type": "quantitative", "title": "days",
+             "scale": {"type": "log", "domain": _log_domain(df["days"]), "nice": False}}
+    tip = [{"field": "gpus", "title": "hardware"}, {"field": "days", "format": ",.1f"},
+           {"field": "cost_usd", "format": ",.0f", "title": "dollars"}, {"field": "strategy"}]
+    colour = {"field": "gpu", "type": "nominal", "title": "GPU",
+              "scale": {"domain": gpus, "range": [GPU_COLOURS[i % len(GPU_COLOURS)] for i in range(len(gpus))]}}
+    shape = {"field": "gpu", "type": "nominal", "title": "GPU",
+             "scale": {"domain": gpus, "range": [GPU_SHAPES[i % len(GPU_SHAPES)] for i in range(len(gpus))]}}
     return {
-        "height": 380, "data": {"values": values},
+        "height": 400, "data": {"values": values},
         "layer": [
-            {"mark": {"type": "point", "filled": True, "size": 60, "opacity": 0.7},
-             "encoding": {"x": enc_x, "y": enc_y, "color": {"field": "gpu", "type": "nominal", "title": "GPU"},
-                          "tooltip": tip}},
+            {"mark": {"type": "point", "filled": True, "size": 90, "opacity": 0.85},
+             "encoding": {"x": enc_x, "y": enc_y, "color": colour, "shape": shape, "tooltip": tip}},
             {"transform": [{"filter": "datum.pareto"}], "mark": {"type": "line", "point": False, "color": "black",
                                                                  "strokeDash": [4, 3]},
              "encoding": {"x": {**enc_x, "sort": None}, "y": enc_y, "order": {"field": "cost_usd"}}},
             {"transform": [{"filter": "datum.current"}],
-             "mark": {"type": "point", "shape": "diamond", "size": 400, "filled": False, "color": "red",
+             "mark": {"type": "point", "shape": "circle", "size": 500, "filled": False, "color": "red",
                       "strokeWidth": 3},
              "encoding": {"x": enc_x, "y": enc_y, "tooltip": tip}},
         ],
     }
 
 
+def left_out(options: list, mode: str) -> pd.DataFrame:
+    """Swept configurations not on the chart, and why (nothing fits, or no price in this mode)."""
+    rows = []
+    for o in options:
+        if not o.feasible:
+            rows.append({"hardware": o.label, "why": app_words(o.reason or "nothing fits")})
+        elif o.cost_of(mode) is None:
+            rows.append({"hardware": o.label, "why": f"no {'purchase' if mode == 'buy' else 'rental'} price "
+                         f"known for {o.gpu} (set {APP_CONTROLS['--price-per-gpu' if mode == 'buy' else '--rent-per-gpu-hour']})"})
+    return pd.DataFrame(rows, columns=["hardware", "why"])
+
+
+def current_for_budget(plan, prices_json: str) -> dict | None:
+    """The plan on screen in the budget report's terms (None when it does not fit)."""
+    c = plan_cost(plan, prices_json)
+    if c is None:
+        return None
+    hw = plan.hardware
+    energy = c.get("energy_usd") or 0.0
+    return {"label": hw["description"], "cluster": _canonical(f"{hw['nodes']}x{hw['gpus_per_node']}x{hw['gpu_id']}")
+            if hw["gpu_id"] != "local" else "local",
+            "strategy": strategy_words(plan), "days": plan.days,
+            "days_high": plan.interval_days[1] if plan.interval_days else plan.days,
+            "buy_usd": c["hardware_usd"] + energy if c.get("hardware_usd") is not None else None,
+            "rent_usd": c.get("rent_usd")}
+
+
 @st.cache_resource(max_entries=64, show_spinner=False)
 def budget_markdown(model_key: str, recipe_json: str, prices_json: str, limits_json: str,
-                    model_line: str) -> str | None:
-    """The Markdown budget justification (``simulator.budget``) over the priced sweep."""
+                    model_line: str, current_json: str) -> str | None:
+    """The Markdown budget justification (``simulator.budget``) over the priced sweep, with the
+    configuration on screen reported first."""
     _df, options = priced_sweep(model_key, recipe_json, prices_json)
     if not options:
         return None
@@ -245,7 +393,8 @@ def budget_markdown(model_key: str, recipe_json: str, prices_json: str, limits_j
     limits = json.loads(limits_json)
     return budget.to_markdown(model_line=model_line, es=budget.entries(options, mode),
                               budget=limits["budget_usd"], deadline=limits["deadline_days"], mode=mode,
-                              prices=cached_prices(prices_json))
+                              prices=cached_prices(prices_json), generator="the pre-training what-if explorer",
+                              csv_file=False, current=json.loads(current_json))
 
 
 # --------------------------------------------------------------------------- sidebar
@@ -254,17 +403,41 @@ def _opt_int(label: str, key: str, help: str, max_value: int = 10**9) -> int | N
     return int(v) if v else None
 
 
-def sidebar_model() -> tuple[str | None, str | None]:
-    """-> (model key, error message)."""
+#: the widget states the same limit as the app (older Streamlit releases lack the argument)
+_UPLOAD_LIMIT = ({"max_upload_size": MAX_UPLOAD_MB}
+                 if "max_upload_size" in inspect.signature(st.file_uploader).parameters else {})
+
+
+def _kept_upload(widget_key: str, store_key: str, label: str, help: str):
+    """A file uploader whose file survives the widget being hidden (switching source and back):
+    the last upload is kept in the session until another replaces it or it is cleared."""
+    up = st.file_uploader(label, type=["json"], key=widget_key, help=help, **_UPLOAD_LIMIT)
+    if up is not None:
+        st.session_state[store_key] = (up.name, up.getvalue())
+        return up.name, up.getvalue()
+    kept = st.session_state.get(store_key)
+    if kept is not None:
+        c1, c2 = st.columns([3, 1])
+        c1.caption(f"using {kept[0]} (uploaded earlier)")
+        if c2.button("clear", key=f"{store_key}_clear"):
+            del st.session_state[store_key]
+            st.rerun()
+    return kept
+
+
+def sidebar_model() -> tuple[str | None, str | None, str | None]:
+    """-> (model key, message for the user, preset whose recipe applies)."""
     st.header("Model")
     names = list_models()
     source = st.radio("Source", ["Preset", "Custom dimensions", "Upload config.json"], key="model_source",
                       horizontal=False)
     if source == "Preset":
         name = st.selectbox("Preset", names, index=names.index(DEFAULT_MODEL), key="model")
-        return f"preset:{name}", None
+        return f"preset:{name}", None, None
     if source == "Custom dimensions":
-        base_name = st.selectbox("Start from", names, index=names.index(DEFAULT_MODEL), key="custom_base")
+        bases = [n for n in names if isinstance(get_model(n), ModelSpec)]  # transformer dimensions below
+        base_name = st.selectbox("Start from", bases, index=bases.index(DEFAULT_MODEL), key="custom_base",
+                                 help="the preset whose dimensions and training recipe you start from")
         base = get_model(base_name)
         c1, c2 = st.columns(2)
         layers = c1.number_input("Layers", 1, 1024, base.n_layers, key="custom_layers")
@@ -284,19 +457,22 @@ def sidebar_model() -> tuple[str | None, str | None]:
         try:
             spec = model_from_dict(data)
         except UsageError as exc:
-            return None, str(exc)
-        return "spec:" + spec.model_dump_json(), None
-    up = st.file_uploader("Hugging Face config.json (≤ 1 MB)", type=["json"], key="model_upload")
-    if up is None:
-        return None, "upload a Hugging Face config.json to simulate it"
+            return None, str(exc), None
+        return "spec:" + spec.model_dump_json(), None, base.name
+    got = _kept_upload("model_upload", "kept_model_upload", f"Hugging Face config.json (up to {MAX_UPLOAD_MB} MB)",
+                       "the config.json of a model on the Hugging Face Hub (GPT-NeoX, GPT-2, Llama, Mistral, "
+                       "BERT, RoBERTa, ViT, MPT)")
+    if got is None:
+        return None, "upload", None
     try:
-        spec = model_from_upload(up.name, up.getvalue())
+        spec = model_from_upload(*got)
     except UsageError as exc:
-        return None, str(exc)
-    return "spec:" + spec.model_dump_json(), None
+        return None, str(exc), None
+    return "spec:" + spec.model_dump_json(), None, None
 
 
-def sidebar_recipe() -> dict:
+def sidebar_recipe(base_preset: str | None) -> dict:
+    """Training length and batch; a custom model keeps the recipe of the preset it starts from."""
     st.header("Training length and batch")
     mode = st.radio("Length", ["Recipe default", "Tokens", "Steps"], key="length_mode", horizontal=True)
     rec: dict[str, Any] = {}
@@ -313,6 +489,18 @@ def sidebar_recipe() -> dict:
         rec["seq_len"] = sl
     if opt != "recipe":
         rec["optimizer"] = opt
+    if base_preset is not None:  # custom dimensions: the recipe of the preset they start from
+        base = default_recipe(get_model(base_preset))
+        same_shape = "global_batch" not in rec and "seq_len" not in rec
+        rec.setdefault("global_batch", base.global_batch)
+        rec.setdefault("seq_len", base.seq_len)
+        rec.setdefault("optimizer", base.optimizer)
+        if "tokens" not in rec and "steps" not in rec:  # the preset's steps, or its tokens if reshaped
+            if same_shape and rec["seq_len"] == base.seq_len:
+                rec["steps"] = base.steps
+            else:
+                rec["tokens"] = int(base.tokens)
+        st.caption(f"recipe of {get_model(base_preset).display_name}: {base.describe()}")
     return rec
 
 
@@ -328,13 +516,15 @@ def sidebar_hardware() -> tuple[str, dict]:
     nodes = c2.number_input("Nodes", 1, 1024, 1, key="nodes")
     intra = {lk.id: lk for lk in hardware.list_links("intra")}
     intra_id = st.selectbox("Intra-node link", ["default"] + list(intra), key="intra_node",
-                            format_func=lambda i: (f"default ({gpus[gid].intra_node_link})" if gid in gpus else "default")
-                            if i == "default"
-                            else intra[i].name)
+                            format_func=lambda i: "the GPU's usual link" if i == "default" else intra[i].name,
+                            help="how the GPUs in one node talk to each other")
+    if intra_id == "default" and gid in gpus:
+        st.caption(f"usual link for {gpus[gid].short_name}: {hardware.get_link(gpus[gid].intra_node_link).name}")
     inter = st.number_input("Inter-node Gbit/s per node (0 = catalog default)", 0.0, 1e5, 0.0,
                             step=100.0, key="inter_node", disabled=nodes == 1)
     host = st.number_input("Host RAM per node, GiB (0 = assumed)", 0.0, 1e5, 0.0, step=64.0,
-                           key="host_memory", help="checked when offloading")
+                           key="host_memory", help="the CPU memory of each machine; it matters when "
+                           "optimizer states or weights are offloaded to the CPU")
     knobs: dict[str, Any] = {}
     if intra_id != "default":
         knobs["intra_node"] = intra_id
@@ -348,7 +538,8 @@ def sidebar_hardware() -> tuple[str, dict]:
 
 def sidebar_strategy() -> dict:
     st.header("Strategy")
-    mode = st.radio("Search", ["Automatic search", "Pin knobs"], key="strategy_mode", horizontal=True)
+    mode = st.radio("Search", ["Automatic search", "Pin knobs"], key="strategy_mode", horizontal=True,
+                    help="the search tries every combination; pinning fixes a setting you must use")
     if mode == "Automatic search":
         return {}
     pins: dict[str, Any] = {}
@@ -361,7 +552,8 @@ def sidebar_strategy() -> dict:
     comp = st.selectbox("torch.compile", [AUTO, "compiled", "not compiled"], key="pin_compile")
     if comp != AUTO:
         pins["compile"] = comp == "compiled"
-    mb = _opt_int("Micro-batch (0 = search)", "pin_micro_batch", "samples per GPU per forward pass", 65536)
+    mb = _opt_int("Micro-batch (0 = search)", "pin_micro_batch", "samples per GPU in one forward and "
+                  "backward pass; the rest of the batch is reached by accumulation", 65536)
     if mb:
         pins["micro_batch"] = mb
     return pins
@@ -375,13 +567,16 @@ def sidebar_prices() -> dict:
                     format_func=lambda m: {"buy": "Buy", "rent": "Rent (cloud)"}[m],
                     help="which dollar figure the catalog chart plots")
     kwh = st.number_input("Electricity, $/kWh", 0.0, 10.0, base.electricity_usd_per_kwh.value,
-                          step=0.01, key="kwh_price", help=base.electricity_usd_per_kwh.source)
+                          step=0.01, key="kwh_price", help=plain_source(base.electricity_usd_per_kwh.source))
     c1, c2 = st.columns(2)
     gpu = c1.number_input("$ per GPU (0 = catalog)", 0.0, 1e7, 0.0, step=500.0, key="price_per_gpu")
     rent = c2.number_input("$ per GPU-hour (0 = catalog)", 0.0, 1e3, 0.0, step=0.1, key="rent_per_gpu_hour")
-    pue = c1.number_input("PUE", 1.0, 5.0, base.pue.value, step=0.05, key="pue", help=base.pue.source)
+    pue = c1.number_input("PUE", 1.0, 5.0, base.pue.value, step=0.05, key="pue",
+                          help="facility power over the computers' power (cooling etc.); "
+                               + plain_source(base.pue.source))
     life = c2.number_input("Lifetime, years", 0.5, 20.0, base.lifetime_years.value, step=0.5,
-                           key="lifetime_years", help=base.lifetime_years.source)
+                           key="lifetime_years", help="years over which a purchase is written off; "
+                           + plain_source(base.lifetime_years.source))
     return {"mode": mode, "kwh_price": float(kwh) or None, "price_per_gpu": float(gpu) or None,
             "rent_per_gpu_hour": float(rent) or None, "pue": float(pue), "lifetime_years": float(life)}
 
@@ -396,79 +591,134 @@ def sidebar_limits() -> dict:
     return {"budget_usd": float(budget_usd), "deadline_days": float(deadline)}
 
 
-def sidebar_profile() -> tuple[str | None, str | None]:
-    """-> (profile JSON or None for built-in, error message)."""
+def sidebar_profile() -> tuple[str | None, str | None, bool]:
+    """-> (profile JSON or None for built-in, error message, apply to any GPU)."""
     st.header("Efficiency profile")
-    src = st.radio("Profile", ["Built-in (published)", "Upload calibration profile"], key="profile_source")
+    src = st.radio("Profile", ["Built-in (published)", "Upload calibration profile"], key="profile_source",
+                   help="how fast each GPU runs each kind of work; built-in figures come from published "
+                        "benchmarks, a calibration profile from measuring your own device")
     if src.startswith("Built-in"):
-        return None, None
-    up = st.file_uploader("Profile JSON from `calibrate` (≤ 1 MB)", type=["json"], key="profile_upload")
-    if up is None:
-        return None, None
+        return None, None, False
+    got = _kept_upload("profile_upload", "kept_profile_upload",
+                       f"Profile JSON written by calibrate (up to {MAX_UPLOAD_MB} MB)",
+                       "measure your device with the calibrate command, then upload the file it writes")
+    any_gpu = st.checkbox("Use this profile for the GPU chosen above even if it measured another device",
+                          False, key="profile_any_gpu")
+    if got is None:
+        return None, None, any_gpu
     try:
-        prof = profile_from_upload(up.name, up.getvalue())
+        prof = profile_from_upload(*got)
     except UsageError as exc:
-        return None, str(exc)
-    return prof.model_dump_json(), None
+        return None, str(exc), any_gpu
+    return prof.model_dump_json(), None, any_gpu
+
+
+def check_profile_gpu(profile_json: str | None, gpus: str, any_gpu: bool) -> str | None:
+    """The app's words for a profile that describes another device than the GPU chosen."""
+    if profile_json is None or any_gpu or gpus.endswith("local"):
+        return None
+    prof = _profile(profile_json)
+    try:
+        hardware.check_profile_device(prof, hardware.parse_cluster(gpus).gpu, gpus)
+    except UsageError:
+        gid = prof.device.gpu_id
+        g = hardware.get_gpu(gid).short_name if gid else None
+        return (f"The profile {prof.name!r} measured {prof.device.name}"
+                + (f" ({g})" if g else "") + ", not the GPU chosen above: choose "
+                + (f"{g}" if g else "“calibrated device”") + " as the GPU, or tick “Use this profile for the "
+                "GPU chosen above” under Efficiency profile.")
+    return None
 
 
 # --------------------------------------------------------------------------- main area
+HOW_TO_READ = """
+- **Days** is the estimated wall-clock time to pre-train with the fastest settings the search found
+  for your hardware. The **likely range** next to it comes from comparing this simulator with real
+  training runs: they were usually *slower* than estimated, so plan with the upper end too.
+- **Floor** is the time at 100% of the GPUs' peak speed: no real run can be faster.
+- **Dollars**: buying (GPUs plus machines), the share of that purchase this run uses up, renting in a
+  cloud, and electricity. Change prices in the sidebar.
+- **Memory per GPU** shows what fills each GPU; the red line is what the card can hold.
+- **Step time** shows where each training step's seconds go.
+- **Top strategies** lists other settings that nearly match, simplest first when they tie.
+- **Days against cost** places every catalog GPU and count on one chart; the dashed line joins the
+  options nothing else beats on both time and money.
+"""
+
+
 def show_plan(plan, top: list, table: pd.DataFrame, prices_json: str) -> None:
     m, r, hw = plan.model, plan.recipe, plan.hardware
     st.markdown(f"**{m['name']}** · {m['params'] / 1e9:.2f} B parameters · {r['description']}  \n"
-                f"{hw['description']} · profile: {plan.profile['name']} ({plan.profile['method']}, "
+                f"{hw['description']} · efficiency profile: {plan.profile['name']} ({plan.profile['method']}, "
                 f"{plan.profile['date']})")
-    if plan.feasible:
-        st.success(f"Fastest feasible of {plan.n_strategies:,} strategies"
-                   + (f" (searched in {plan.search_ms:.0f} ms)" if plan.search_ms else ""))
-    else:
-        st.error(f"Nothing fits among {plan.n_strategies:,} strategies. Why: "
-                 + "; ".join(plan.reasons or ["no strategy is feasible"]))
-        if plan.suggestions:
-            st.warning("What would fit:\n\n" + "\n".join(f"- {s}" for s in plan.suggestions))
-        else:
-            st.warning("No nearby change fits; try a smaller model, more or larger GPUs, or offload.")
-        st.caption("The closest (least-memory) strategy is shown below for reference.")
-
+    if not plan.feasible:
+        show_infeasible(plan)
+        return
+    st.success(f"Fastest feasible of {plan.n_strategies:,} strategies"
+               + (f" (searched in {plan.search_ms:.0f} ms)" if plan.search_ms else ""))
     c_ = plan_cost(plan, prices_json)
     iv = plan.interval_days
     c = st.columns(4)
-    c[0].metric("Days", fmt_days(plan.days), help="optimizer steps × step time / 86,400")
-    c[1].metric("80% interval (days)", f"{fmt_days(iv[0])}–{fmt_days(iv[1])}" if iv else "n/a",
-                help=plan.interval_source or "this profile has no validation residuals")
+    c[0].metric("Days, likely range", f"{fmt_days(iv[0])}–{fmt_days(iv[1])}" if iv else "no range",
+                help="8 in 10 comparable real runs fell in this range (see below)")
+    c[1].metric("Days, estimate", fmt_days(plan.days),
+                help="optimizer steps × estimated step time; real runs were usually slower")
     c[2].metric("Floor at 100% of peak", f"{fmt_days(plan.days_at_peak)} days",
-                help="the same tokens at 100% of the dense peak: no real run is faster")
-    c[3].metric("Step time", f"{plan.step_time_s:.2f} s")
+                help="the same tokens at the GPUs' full dense speed: no real run is faster")
+    c[3].metric("Step time", f"{plan.step_time_s:.2f} s", help="seconds per optimizer step")
+    st.info(interval_words(plan))
     c = st.columns(4)
-    if c_ is None:
-        for col, label in zip(c, ("Buy", "Run share", "Rent", "Power"), strict=True):
-            col.metric(label, "—", help="no cost: nothing fits")
-    else:
-        c[0].metric("Buy", fmt_money(c_["hardware_usd"]),
-                    help=f"GPUs ({c_['gpu_unit_source'] or 'no price'}) + base machine "
-                         f"({c_['base_machine_source'] or 'none'})")
-        c[1].metric("Run share of purchase", fmt_money(c_["amortized_usd"]),
-                    help=f"purchase × days / ({c_['lifetime_years']:g} × 365)")
-        c[2].metric("Rent", fmt_money(c_["rent_usd"]),
-                    help=f"{c_['gpu_hours']:,.0f} GPU-hours × {fmt_money(c_['rent_usd_per_gpu_hr'])}/h "
-                         f"({c_['rent_source'] or 'no price'})")
-        c[3].metric("Power", fmt_money(c_["energy_usd"]),
-                    help=(f"{c_['energy_kwh']:,.0f} kWh at ${c_['electricity_usd_per_kwh']:.3g}/kWh, "
-                          f"PUE {c_['pue']:g}, utilization {c_['utilization']:.0%}")
-                    if c_["energy_kwh"] is not None else "unknown board power")
+    c[0].metric("Buy", fmt_money(c_["hardware_usd"]),
+                help=f"GPUs ({plain_source(c_['gpu_unit_source']) or 'no price'}) + machines "
+                     f"({plain_source(c_['base_machine_source']) or 'none'})")
+    c[1].metric("Run share of purchase", fmt_money(c_["amortized_usd"]),
+                help=f"purchase × days / ({c_['lifetime_years']:g} years × 365): what this run uses up")
+    c[2].metric("Rent", fmt_money(c_["rent_usd"]),
+                help=f"{c_['gpu_hours']:,.0f} GPU-hours × {fmt_money(c_['rent_usd_per_gpu_hr'])} per hour "
+                     f"({plain_source(c_['rent_source']) or 'no price'})")
+    c[3].metric("Power", fmt_money(c_["energy_usd"]),
+                help=(f"{c_['energy_kwh']:,.0f} kWh at ${c_['electricity_usd_per_kwh']:.3g}/kWh, "
+                      f"PUE {c_['pue']:g}, GPUs busy {c_['utilization']:.0%} of the time")
+                if c_["energy_kwh"] is not None else "the GPU's power draw is not known")
     c = st.columns(4)
-    c[0].metric("MFU", f"{plan.mfu:.0%}", help=plan.conventions)
-    c[1].metric("HFU", f"{plan.hfu:.0%}", help=plan.conventions)
+    conv = ("share of the GPUs' peak speed spent on the model's own arithmetic (MFU) or on all arithmetic "
+            "executed, recomputation included (HFU)")
+    c[0].metric("MFU", f"{plan.mfu:.0%}", help=conv)
+    c[1].metric("HFU", f"{plan.hfu:.0%}", help=conv)
     c[2].metric("Tokens/s", f"{plan.tokens_per_s:,.0f}")
     c[3].metric("GPU-hours", f"{plan.days * 24 * plan.hardware['n_gpus']:,.0f}")
-    if c_ is not None:
-        st.caption("cost: " + costs.format_line(c_))
+    st.caption("cost: " + app_words(costs.format_line(c_)))
 
     st.subheader("Strategy")
-    st.markdown(f"`{plan.strategy_line()}`")
+    st.markdown(f"`{plan.strategy_line()}`  \n{microbatch_words(plan)}")
     for n in plan.notes:
-        st.caption(f"note: {n}")
+        st.caption(f"note: {app_words(n)}")
+    show_memory_and_time(plan)
+    st.subheader(f"Top {len(top)} strategies" if top else "Top strategies")
+    if top:
+        st.caption("one row per strategy (its best micro-batch); near-ties listed simplest first")
+        st.dataframe(table, hide_index=True, width="stretch")
+    else:
+        st.caption("no feasible strategy")
 
+
+def show_infeasible(plan) -> None:
+    """Nothing fits: why, what would, and the closest strategy — no headline numbers."""
+    st.error(f"Nothing fits among {plan.n_strategies:,} strategies. Why: "
+             + "; ".join(app_words(x) for x in plan.reasons or ["no strategy is feasible"]))
+    if plan.suggestions:
+        st.warning("What would fit (each checked by re-running the search with it):\n\n"
+                   + "\n".join(f"- {app_words(s)}" for s in plan.suggestions))
+    else:
+        st.warning("No nearby change fits; try a smaller model, more or larger GPUs, or CPU offload.")
+    st.caption(f"Closest strategy (least memory): {plan.strategy_line()}. Its memory is shown below; it "
+               "does not run, so no days or dollars are given.")
+    mg = plan.memory_gib
+    st.vega_lite_chart(memory_chart(plan), width="stretch")
+    st.caption(f"needs {mg['total']:.1f} GiB per GPU; {mg['capacity']:.1f} GiB usable")
+
+
+def show_memory_and_time(plan) -> None:
     left, right = st.columns(2)
     with left:
         mg = plan.memory_gib
@@ -480,14 +730,8 @@ def show_plan(plan, top: list, table: pd.DataFrame, prices_json: str) -> None:
     with right:
         st.subheader("Step time")
         st.vega_lite_chart(breakdown_chart(breakdown_rows(plan)), width="stretch")
-        st.caption(f"{plan.step_time_s:.2f} s per step: compute {plan.breakdown_s['compute']:.2f} s "
-                   f"({plan.strategy['grad_accum']} × micro-batch {plan.strategy['micro_batch']})")
-
-    st.subheader(f"Top {len(top)} strategies" if top else "Top strategies")
-    if top:
-        st.dataframe(table, hide_index=True, width="stretch")
-    else:
-        st.caption("no feasible strategy")
+        st.caption(f"{plan.step_time_s:.2f} s per step: compute {plan.breakdown_s['compute']:.2f} s over "
+                   f"{microbatch_words(plan)}")
 
 
 def show_sweep(model_key: str, recipe_json: str, prices_json: str, gpus: str) -> None:
@@ -497,21 +741,29 @@ def show_sweep(model_key: str, recipe_json: str, prices_json: str, gpus: str) ->
         return
     t0 = time.perf_counter()
     mode = json.loads(prices_json)["mode"]
-    df, _options = priced_sweep(model_key, recipe_json, prices_json)
+    df, options = priced_sweep(model_key, recipe_json, prices_json)
+    out = left_out(options, mode)
     if df.empty:
-        st.caption("nothing in the catalog fits this model and recipe (or no prices are known)")
-        return
-    x_title = "purchase price, $ (buy)" if mode == "buy" else "rental bill, $ (rent)"
-    cur = _canonical(gpus)
-    st.vega_lite_chart(cached_pareto_chart(model_key, recipe_json, prices_json, cur, x_title),
-                       width="stretch")
-    front = df[df["pareto"]].sort_values("cost_usd")
-    st.caption(f"{len(df)} feasible catalog configurations, each with its fastest strategy (built-in "
-               f"profiles and prices above, this recipe, no pins). Pareto frontier ({mode}): "
-               f"{', '.join(front['gpus'])}. "
-               + ("Current choice: red diamond." if cur in set(df["gpus"]) else
-                  "The current choice is not among the swept configurations.")
-               + f" ({1e3 * (time.perf_counter() - t0):.0f} ms)")
+        st.caption("nothing in the catalog fits this model and recipe, or no prices are known")
+    else:
+        x_title = "purchase price, $ (buy)" if mode == "buy" else "rental bill, $ (rent)"
+        cur = _canonical(gpus)
+        st.vega_lite_chart(cached_pareto_chart(model_key, recipe_json, prices_json, cur, x_title),
+                           width="stretch")
+        front = df[df["pareto"]].sort_values("cost_usd")
+        if cur in set(df["gpus"]):
+            where = "Current choice: red ring."
+        elif cur in {o.cluster for o in options}:
+            where = "The current choice is left out of the chart (see below)."
+        else:
+            where = ("The current choice is not in the sweep, which tries 1, 2, 4 and 8 GPUs in one node "
+                     "and 2 or 4 nodes of the most a node holds.")
+        st.caption(f"{len(df)} catalog configurations, each with its fastest strategy (built-in profiles, "
+                   f"prices above, this recipe, no pins). Pareto frontier ({mode}): "
+                   f"{', '.join(front['gpus'])}. {where} ({1e3 * (time.perf_counter() - t0):.0f} ms)")
+    if len(out):
+        with st.expander(f"Left out of the chart: {len(out)} configurations"):
+            st.dataframe(out, hide_index=True, width="stretch")
 
 
 def _canonical(gpus: str) -> str:
@@ -529,22 +781,24 @@ def show_downloads(plan, table: pd.DataFrame, model_key: str, recipe_json: str, 
     d = plan.to_dict()
     d["cost"] = plan_cost(plan, prices_json)
     c = st.columns(3)
-    c[0].download_button("Plan (JSON)", json.dumps(d, indent=2, default=str),
+    c[0].download_button("Plan (JSON)", json.dumps(d, indent=2, default=str, allow_nan=False),
                          file_name="plan.json", mime="application/json", key="dl_json")
     c[1].download_button("Top strategies (CSV)", table.to_csv(index=False),
                          file_name="strategies.csv", mime="text/csv", key="dl_csv")
     md = None
     if st.session_state.get("show_sweep", True):
         md = budget_markdown(model_key, recipe_json, prices_json, json.dumps(limits, sort_keys=True),
-                             f"{plan.model['name']}, {plan.recipe['description']}")
+                             f"{plan.model['name']}, {plan.recipe['description']}",
+                             json.dumps(current_for_budget(plan, prices_json)))
     if md is None:
         c[2].download_button("Budget (Markdown)", "", file_name="budget.md", disabled=True, key="dl_md",
-                             help="needs the catalog sweep (sidebar), simulator.budget and at least "
-                                  "one feasible catalog option")
+                             help="needs the catalog sweep (Budget report in the sidebar) and at least "
+                                  "one configuration in the catalog that fits")
     else:
         c[2].download_button("Budget (Markdown)", md, file_name="budget.md", mime="text/markdown",
                              key="dl_md", help=f"budget ${limits['budget_usd']:,.0f}, deadline "
-                             f"{limits['deadline_days']:g} days, {json.loads(prices_json)['mode']}")
+                             f"{limits['deadline_days']:g} days, {json.loads(prices_json)['mode']}; the "
+                             "configuration on screen first, then the cheapest catalog options")
 
 
 def main() -> None:
@@ -552,7 +806,7 @@ def main() -> None:
     try:
         render()
     except UsageError as exc:
-        st.error(str(exc))
+        st.error(app_words(str(exc)))
     except Exception as exc:  # a bug, not bad input: say so in one line rather than a traceback
         st.error(f"internal error ({type(exc).__name__}: {exc}); please report it with the inputs above")
 
@@ -560,30 +814,43 @@ def main() -> None:
 def render() -> None:
     t0 = time.perf_counter()
     with st.sidebar:
-        model_key, model_err = sidebar_model()
-        recipe = sidebar_recipe()
+        model_key, model_msg, base_preset = sidebar_model()
+        recipe = sidebar_recipe(base_preset)
         gpus, hw_knobs = sidebar_hardware()
         pins = sidebar_strategy()
         prices = sidebar_prices()
         limits = sidebar_limits()
-        profile_json, profile_err = sidebar_profile()
+        profile_json, profile_err, any_gpu = sidebar_profile()
     st.title("Pre-training what-if explorer")
-    if model_err or profile_err:
-        st.error(model_err or profile_err)
+    with st.expander("How to read this"):
+        st.markdown(HOW_TO_READ)
+    if model_msg == "upload":
+        st.info("Upload a Hugging Face config.json in the sidebar (Model) to simulate it.")
+        return
+    if model_msg or profile_err:
+        st.error(app_words(model_msg or profile_err))
         return
     assert model_key is not None
+    mismatch = check_profile_gpu(profile_json, gpus, any_gpu)
+    if mismatch:
+        st.error(mismatch)
+        return
     knobs = {**recipe, **hw_knobs, **pins}
+    if profile_json is not None and any_gpu:
+        knobs["profile_any_gpu"] = True
     try:
         _res, plan, top, table = cached_search(model_key, gpus, json.dumps(knobs, sort_keys=True), profile_json)
     except UsageError as exc:
-        st.error(str(exc))
+        st.error(app_words(str(exc)))
         return
     prices_json = json.dumps(prices, sort_keys=True)
     st.session_state["last_plan"] = plan.to_dict()
     try:
         show_plan(plan, top, table, prices_json)
     except UsageError as exc:
-        st.error(str(exc))
+        st.error(app_words(str(exc)))
+        return
+    if not plan.feasible:
         return
     # the headline above is already on screen; the catalog sweep (the slow part when cold) follows
     recipe_json = json.dumps(recipe, sort_keys=True)
@@ -591,7 +858,7 @@ def render() -> None:
         show_sweep(model_key, recipe_json, prices_json, gpus)
         show_downloads(plan, table, model_key, recipe_json, prices_json, limits)
     except UsageError as exc:
-        st.error(f"catalog sweep: {exc}")
+        st.error(f"catalog sweep: {app_words(str(exc))}")
     st.caption(f"rendered in {1e3 * (time.perf_counter() - t0):.0f} ms")
 
 

@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="continue an earlier run: skip benchmarks already in the measurements file")
     p.add_argument("--force", action="store_true",
-                   help="start over even if --out exists (old files kept as timestamped backups)")
+                   help="start over even if --out exists (old files copied to timestamped backups; "
+                        "the old profile stays in place until the new one is complete)")
     p.add_argument("--refit", action="store_true",
                    help="measure nothing: refit the profile from the existing measurements file")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
@@ -102,10 +103,16 @@ def _selected(key: str, group: str, only: list[str] | None) -> bool:
 
 
 def _backup(path: Path, stamp: str) -> Path | None:
+    """Copy ``path`` to a timestamped backup; the original stays in place (a profile is replaced
+    atomically only once the new one is complete, so a killed run never leaves none)."""
     if not path.exists():
         return None
+    import shutil
+
+    from simulator.atomic import write_atomic
+
     dst = path.with_name(f"{path.stem}.{stamp}.bak{path.suffix}")
-    path.replace(dst)
+    write_atomic(dst, lambda tmp: shutil.copy2(path, tmp))
     return dst
 
 

@@ -558,6 +558,11 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     if a.nproc and a.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return _relaunch(argv, a.nproc)
     profile = load_profile(a.profile)
+    if a.update_profile:  # fail before the suite runs, not after
+        folder = Path(a.profile).resolve().parent
+        if not os.access(a.profile, os.W_OK) or not os.access(folder, os.W_OK):
+            raise UsageError(f"--update-profile: {str(a.profile)!r} is not writable (the file and its folder "
+                             "must be); copy it somewhere writable or drop --update-profile")
     default = GPU_DEFAULT_SUITE if str(getattr(a, "device", "") or "").startswith("cuda") or (
         not getattr(a, "device", None) and _cuda_available()) else DEFAULT_SUITE
     suite = load_suite(a.suite or default)

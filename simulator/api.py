@@ -6,11 +6,13 @@ The CLI, the Streamlit app and the notebooks all come through here.
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import BaseModel
 
 from . import communication as comm
 from . import hardware, uncertainty
@@ -37,6 +39,9 @@ from .strategy import (
 #: Default host RAM per node when offloading (GiB): twice the node's GPU memory, at least 64.
 #: Assumption (common server sizing rule for offload-capable training boxes); --host-memory.
 HOST_RAM_FACTOR, HOST_RAM_MIN_GIB = 2.0, 64.0
+#: Step times within this relative difference are a tie when listing distinct plans (far below the
+#: model's accuracy; the simpler plan is listed first).
+TIE = 0.005
 _LOCAL_RE = re.compile(r"^(?:(\d+)\s*x\s*)?local$", re.IGNORECASE)
 
 
@@ -56,7 +61,35 @@ class Setup:
 def _as_profile(profile) -> Profile | None:
     if profile is None or isinstance(profile, Profile):
         return profile
+    if not isinstance(profile, (str, os.PathLike)):
+        raise UsageError(f"profile must be a file path or a simulator.Profile, got {type(profile).__name__} "
+                         f"{profile!r}")
     return load_profile(profile)
+
+
+def resolve_model_input(model) -> ModelSpec:
+    """A preset name or a config path; a path that exists but is not a config file (a device such
+    as /dev/null, an empty file) is named as such rather than reported as an unknown preset."""
+    if not isinstance(model, (str, os.PathLike)):
+        raise UsageError(f"model must be a preset name, a config.json path or a simulator.ModelSpec, "
+                         f"got {type(model).__name__} {model!r}")
+    text = os.fspath(model)
+    if os.path.isdir(text) and not os.path.isfile(os.path.join(text, "config.json")):
+        raise UsageError(f"--model {text!r} is a folder without a config.json; expected a preset name, a "
+                         "config.json file or a folder holding one")
+    if os.path.exists(text) and not os.path.isdir(text):
+        from .userfiles import check_regular_file
+
+        check_regular_file(text, "--model config")
+    return resolve_model(text)
+
+
+def _check_top(top, lowest: int) -> None:
+    if top is None and lowest == 1:
+        return
+    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < lowest:
+        raise UsageError(f"top must be {'a positive' if lowest else 'a non-negative'} integer"
+                         f"{' or None (all)' if lowest else ''}, got {top!r}")
 
 
 def _local_setup(text: str, profile: Profile | None):
@@ -84,13 +117,11 @@ def _local_setup(text: str, profile: Profile | None):
     return dev, fab, hw, host
 
 
-def _catalog_setup(text, profile, intra_node, inter_node):
+def _catalog_setup(text, profile, intra_node, inter_node, any_gpu=False):
     cl = hardware.parse_cluster(text, intra_node=intra_node, inter_node_gbits=inter_node)
     prof = profile or hardware.default_profile(cl.gpu)
-    if profile is not None and profile.device.gpu_id not in (None, cl.gpu.id):
-        raise UsageError(f"profile {profile.name!r} measured {profile.device.name!r} "
-                         f"(gpu_id {profile.device.gpu_id}), not {cl.gpu.short_name}: field device.gpu_id "
-                         f"does not match --gpus {text!r}")
+    if profile is not None:
+        hardware.check_profile_device(profile, cl.gpu, text, any_gpu)
     dev = device_from_spec(cl.gpu, prof)
 
     def link_fit(link):
@@ -115,15 +146,15 @@ def _catalog_setup(text, profile, intra_node, inter_node):
 
 def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=None, seq_len=None,
           optimizer=None, intra_node=None, inter_node=None, host_memory=None, overhead=None,
-          stack=None) -> Setup:
+          stack=None, profile_any_gpu=False) -> Setup:
     """Resolve user-level inputs into a Problem (no strategy yet).
 
     ``stack``: the training software (simulator.stacks preset name; default hf-trainer).
 
     ``overhead``: wall-clock time beyond the training steps, as a fraction of it (data loading,
-    evaluation, checkpointing, restarts after failures); excluded (0) by default, DESIGN.md 7.
+    evaluation, checkpointing, restarts after failures); excluded (0) by default, docs/architecture.md, physics 7.
     """
-    spec = model if isinstance(model, ModelSpec) else resolve_model(str(model))
+    spec = model if isinstance(model, BaseModel) else resolve_model_input(model)
     stk = get_stack(stack)
     recipe = make_recipe(spec, tokens=tokens, steps=steps, global_batch=global_batch,
                          seq_len=seq_len, optimizer=optimizer)
@@ -131,7 +162,7 @@ def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=No
     if isinstance(gpus, str) and _LOCAL_RE.match(gpus.strip()):
         dev, fab, hw, host = _local_setup(gpus, prof)
     else:
-        dev, fab, hw, host = _catalog_setup(str(gpus), prof, intra_node, inter_node)
+        dev, fab, hw, host = _catalog_setup(str(gpus), prof, intra_node, inter_node, bool(profile_any_gpu))
         prof = dev.profile
     if host_memory is not None:
         if not (isinstance(host_memory, (int, float)) and math.isfinite(host_memory) and host_memory > 0):
@@ -207,15 +238,39 @@ def _space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
                              f"({s.profile.device.name}): its memory already is host memory; use --offload none")
         offloads = ["none"]
 
+    attentions, compiles, checkpointings = family_knobs(s, pins, pick, notes)
     return Space(
         precisions=precs,
-        attentions=pick("attention", ATTENTIONS),
-        compiles=pick("compile", COMPILES),
-        checkpointings=pick("checkpointing", CHECKPOINTINGS),
+        attentions=attentions,
+        compiles=compiles,
+        checkpointings=checkpointings,
         shardings=pick("sharding", [x for x in free_shardings if x in stack.shardings] or ["ddp"]),
         offloads=offloads,
         micro_batches=np.array([mb]) if mb is not None else None,
     ), notes
+
+
+def family_knobs(s: Setup, pins: dict, pick, notes: list[str]) -> tuple[list, list, list]:
+    """Attention, compile and checkpointing values to search: the transformer's full spaces, or
+    what the model's family says applies (a pin of a knob that does not apply is ignored with a
+    note; a pin outside what applies is a usage error)."""
+    from .families import family_of
+
+    fam = family_of(s.model)
+    if fam.name == "transformer":
+        return pick("attention", ATTENTIONS), pick("compile", COMPILES), pick("checkpointing", CHECKPOINTINGS)
+    notes.extend(fam.notes(s.model))
+    if pins.get("attention") is not None and pins["attention"] not in fam.attentions:
+        notes.append(f"--attention {pins['attention']} ignored: {s.model.display_name} has no attention")
+    out = []
+    applies = {"compile": lambda v: v in fam.compiles, "checkpointing": fam.allows_checkpointing}
+    for key, allowed in (("compile", fam.compiles), ("checkpointing", fam.checkpointings)):
+        if pins.get(key) is not None and not applies[key](pins[key]):
+            shown = ["every:K" if str(a).startswith("every:") else str(a).lower() for a in allowed]
+            raise UsageError(f"--{key} {str(pins[key]).lower()} does not apply to {s.model.display_name} "
+                             f"({fam.name}); valid here: {', '.join(shown)}")
+        out.append([pins[key]] if pins.get(key) is not None else list(allowed))
+    return list(fam.attentions), out[0], out[1]
 
 
 def _gib(x: float) -> float:
@@ -311,9 +366,29 @@ class SearchResult:
     elapsed_ms: float
     notes: list[str]
 
-    def plans(self, top: int | None = None) -> list[Plan]:
-        idx = self.order if top is None else self.order[:top]
-        return [_plan(self.setup, self.table, int(i), self.notes, self.n_evaluated) for i in idx]
+    def plans(self, top: int | None = None, distinct: bool = False) -> list[Plan]:
+        """The ``top`` fastest plans (all if None). ``distinct``: one plan per strategy apart from
+        the micro-batch (the fastest micro-batch of each), and plans whose step times tie within
+        :data:`TIE` ordered simplest first (SDPA before eager attention, compiled before not, then
+        less checkpointing, offload and sharding)."""
+        if not distinct:
+            idx = self.order if top is None else self.order[:top]
+            return [_plan(self.setup, self.table, int(i), self.notes, self.n_evaluated) for i in idx]
+        seen: dict[tuple, int] = {}
+        for i in self.order:
+            st = self.table.strategy(int(i))
+            key = (st.precision, st.attention, st.compile, st.checkpointing, st.sharding, st.offload)
+            seen.setdefault(key, int(i))
+        step = self.table.a["step_time"]
+
+        def simplicity(item):
+            (prec, att, comp, ck, sh, off), i = item
+            return (math.floor(math.log(step[i]) / math.log1p(TIE)), att != "sdpa", not comp,
+                    ck != "none", OFFLOADS.index(off), SHARDINGS.index(sh), step[i])
+
+        idx = [i for _, i in sorted(seen.items(), key=simplicity)]
+        idx = idx if top is None else idx[:top]
+        return [_plan(self.setup, self.table, i, self.notes, self.n_evaluated) for i in idx]
 
     @property
     def best(self) -> Plan:
@@ -344,7 +419,7 @@ _PIN_KEYS = ("precision", "attention", "compile", "checkpointing", "sharding", "
 
 def _split(knobs: dict) -> tuple[dict, dict]:
     setup_keys = ("profile", "tokens", "steps", "global_batch", "seq_len", "optimizer", "intra_node",
-                  "inter_node", "host_memory", "overhead", "stack")
+                  "inter_node", "host_memory", "overhead", "stack", "profile_any_gpu")
     bad = set(knobs) - set(setup_keys) - set(_PIN_KEYS)
     if bad:
         raise UsageError(f"unknown option(s) {', '.join(sorted(bad))}; valid: "
@@ -377,6 +452,7 @@ def search(model, gpus, top: int | None = None, **knobs) -> list[Plan]:
     host_memory (hardware); overhead (fraction of wall-clock time beyond training steps); stack
     (the training software, simulator.stacks: hf-trainer, llm-foundry, torchtitan; not searched).
     """
+    _check_top(top, 1)
     return run_search(model, gpus, **knobs).plans(top)
 
 
@@ -395,16 +471,20 @@ def answer(model, gpus, prices=None, top: int = 0, **knobs) -> Answer:
     app and :func:`simulate`."""
     from .costs import plan_cost
 
+    _check_top(top, 0)
     res = run_search(model, gpus, **knobs)
     plan = res.best
     plan.search_ms = res.elapsed_ms
     if plan.feasible:
         plan.cost = plan_cost(plan, prices)
     else:
-        plan.suggestions = suggest_fixes(model, gpus, knobs, res)
+        plan.fixes = suggest_fixes(model, gpus, knobs, res)
+        plan.suggestions = [f["text"] for f in plan.fixes]
     plans = res.plans(top) if top else []
     for p in plans:
         p.cost = plan_cost(p, prices)
+    for p in (plan, *plans):
+        p.check_finite()
     return Answer(plan, res, plans)
 
 
@@ -417,56 +497,91 @@ def simulate(model, gpus, prices=None, **knobs) -> Plan:
     return answer(model, gpus, prices=prices, **knobs).plan
 
 
-def suggest_fixes(model, gpus, knobs: dict, res: SearchResult) -> list[str]:
-    """Smallest changes that would fit: unpin memory knobs, more host RAM, more GPUs, a larger card.
+_MEMORY_KEYS = ("sharding", "offload", "checkpointing", "micro_batch")
 
-    Memory-saving knobs (sharding, offload, checkpointing, micro-batch) are left free in the
-    alternatives, so each suggestion names the strategy that makes it fit.
+
+def _names(keys) -> str:
+    return ", ".join(k.replace("_", "-") for k in keys)
+
+
+def suggest_fixes(model, gpus, knobs: dict, res: SearchResult) -> list[dict]:
+    """Smallest changes that would fit, each verified by re-running the search with it applied.
+
+    Tried in order: leaving the pinned memory knobs (sharding, offload, checkpointing,
+    micro-batch) to the search; more host RAM; more GPUs of the same card; a larger card. A
+    hardware change is first tried with every pin kept; only if that fails is it tried with the
+    memory pins released, and then the fix says so (``unpin``). Returns dicts with ``kind``,
+    ``gpus`` (cluster text), ``knobs`` (changed settings), ``unpin`` (pins the fix releases),
+    ``strategy``, ``days`` and ``text``.
     """
-    out: list[str] = []
+    out: list[dict] = []
     sk, pins = _split(knobs)
     hw = res.setup.hardware
-    memory_keys = ("sharding", "offload", "checkpointing", "micro_batch")
-    memory_pins = [k for k in memory_keys if k in pins]
-    free_pins = {k: v for k, v in pins.items() if k not in memory_keys}
-    free = run_search(model, gpus, **sk, **free_pins) if memory_pins else res
-    if memory_pins and free.order.size:
-        b = free.best
-        out.append("unpin " + ", ".join("--" + k.replace("_", "-") for k in memory_pins)
-                   + f": {b.strategy_line()} fits ({b.memory_gib['total']:.1f} GiB)")
-        return out
-    closest = free.best
-    need = closest.memory_gib.get("host_offload_per_node", 0.0)
-    if closest.memory_gib["total"] <= closest.memory_gib["capacity"] and need > _gib(free.setup.problem.host_memory):
-        out.append(f"more host RAM: --host-memory {math.ceil(need * 1.1)} (GiB per node) lets "
-                   f"{closest.strategy_line()} fit")
+    memory_pins = [k for k in _MEMORY_KEYS if k in pins]
+    kept = {k: v for k, v in pins.items() if k not in _MEMORY_KEYS}
+    needs = f" — only with {_names(memory_pins)} unpinned (left to the search)"
+
+    def fix(kind, gpus_text, changed, unpin, plan, what):
+        out.append({"kind": kind, "gpus": gpus_text, "knobs": changed, "unpin": list(unpin),
+                    "strategy": plan.strategy_line(), "days": float(plan.days),
+                    "text": what + (needs if unpin else "")})
+
+    def attempt(candidates, setup_knobs):
+        """(cluster text, best plan, pins released) of the first candidate that fits with every
+        pin kept; failing that, the first that fits with the memory pins released; else None."""
+        for p, unpin in ((pins, []), (kept, memory_pins)) if memory_pins else ((pins, []),):
+            for text in candidates:
+                try:
+                    r = run_search(model, text, **setup_knobs, **p)
+                except UsageError:
+                    continue
+                if r.order.size:
+                    return text, r.best, unpin
+        return None
+
+    def simpler() -> bool:  # releasing the pins alone fits: no hardware change needs to as well
+        return any(f["kind"] == "unpin" for f in out)
+
+    unpinned = None
+    if memory_pins:
+        unpinned = run_search(model, gpus, **sk, **kept)
+        if unpinned.order.size:
+            b = unpinned.best
+            fix("unpin", str(gpus), {}, memory_pins, b,
+                f"unpin {_names(memory_pins)} (leave them to the search): {b.strategy_line()} fits "
+                f"({b.memory_gib['total']:.1f} GiB per GPU)")
+            out[-1]["text"] = out[-1]["text"].removesuffix(needs)
+    # more host RAM: a plan whose GPU memory fits but whose offloaded states exceed the host RAM
+    for cand, unpin in ((res.best, []), (unpinned.best if unpinned is not None else None, memory_pins)):
+        if cand is None or out:
+            continue
+        mg = cand.memory_gib
+        need = mg.get("host_offload_per_node", 0.0)
+        if mg["total"] <= mg["capacity"] and need > _gib(res.setup.problem.host_memory):
+            gib = math.ceil(need * 1.1)
+            got = attempt([str(gpus)], {**sk, "host_memory": float(gib)})
+            if got and (got[2] == [] or unpin):
+                fix("host_memory", str(gpus), {"host_memory": float(gib)}, got[2], got[1],
+                    f"more host RAM: {gib} GiB per node lets {got[1].strategy_line()} fit")
     if hw["gpu_id"] == "local":
         return out
     gid = hw["gpu_id"]
-    other = {k: v for k, v in sk.items() if k not in ("profile", "intra_node")}
-    for nodes, per in ((1, 2), (1, 4), (1, 8), (2, 8), (4, 8), (8, 8)):
-        if nodes * per <= hw["n_gpus"]:
-            continue
-        text = f"{per}x{gid}" if nodes == 1 else f"{nodes}x{per}x{gid}"
-        try:
-            r = run_search(model, text, **other, **free_pins)
-        except UsageError:
-            continue
-        if r.order.size:
-            b = r.best
-            out.append(f"more GPUs: --gpus {text} fits ({b.strategy_line()}; {b.days:,.0f} days)")
-            break
+    same = {k: v for k, v in sk.items() if k != "intra_node"}
+    other = {k: v for k, v in sk.items() if k not in ("profile", "profile_any_gpu", "intra_node")}
+    sizes = [(n, p) for n, p in ((1, 2), (1, 4), (1, 8), (2, 8), (4, 8), (8, 8)) if n * p > hw["n_gpus"]]
+    got = attempt([f"{p}x{gid}" if n == 1 else f"{n}x{p}x{gid}" for n, p in sizes], same)
+    if got and not (got[2] and simpler()):
+        fix("more_gpus", got[0], {}, got[2], got[1],
+            f"more GPUs: {got[0]} fits ({got[1].strategy_line()}; {got[1].days:,.0f} days)")
     cur = hardware.get_gpu(gid)
     bigger = sorted((g for g in hardware.list_gpus() if g.usable_memory_gib.value > cur.usable_memory_gib.value),
                     key=lambda g: g.usable_memory_gib.value)
-    for g in bigger:
-        text = f"{hw['n_gpus']}x{g.id}" if hw["nodes"] == 1 else f"{hw['nodes']}x{hw['gpus_per_node']}x{g.id}"
-        try:
-            r = run_search(model, text, **other, **free_pins)
-        except UsageError:
-            continue
-        if r.order.size:
-            out.append(f"a larger card: --gpus {text} ({g.usable_memory_gib.value:.1f} GiB usable) fits "
-                       f"({r.best.strategy_line()}; {r.best.days:,.0f} days)")
-            break
+    shape = "" if hw["nodes"] == 1 else f"{hw['nodes']}x"
+    cards = {f"{shape}{hw['gpus_per_node'] if shape else hw['n_gpus']}x{g.id}": g for g in bigger}
+    got = attempt(list(cards), other)
+    if got and not (got[2] and simpler()):
+        g = cards[got[0]]
+        fix("larger_card", got[0], {}, got[2], got[1],
+            f"a larger card: {got[0]} ({g.usable_memory_gib.value:.1f} GiB usable) fits "
+            f"({got[1].strategy_line()}; {got[1].days:,.0f} days)")
     return out

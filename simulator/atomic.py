@@ -1,4 +1,7 @@
-"""Atomic file writes: write a temp file in the target folder, fsync, rename over the target."""
+"""Atomic file writes: write a temp file in the target folder, fsync, rename over the target.
+
+The result has the mode an ordinary ``open(path, "w")`` would give: an existing file keeps its
+mode, a new one gets 0o666 less the user's umask (``mkstemp`` alone would make it 0o600)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import UsageError
+
+
+def _umask() -> int:
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def _target_mode(p: Path) -> int:
+    try:
+        return p.stat().st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
 
 
 def write_atomic(path: str | os.PathLike, writer: Callable[[str], None]) -> Path:
@@ -28,6 +44,7 @@ def write_atomic(path: str | os.PathLike, writer: Callable[[str], None]) -> Path
         writer(tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp, _target_mode(p))
         os.replace(tmp, p)
     except BaseException:
         if os.path.exists(tmp):

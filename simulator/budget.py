@@ -47,6 +47,20 @@ class Entry:
     def fits(self, budget: float, deadline: float) -> bool:
         return self.cost_usd <= budget and self.days <= deadline
 
+    @property
+    def days_high(self) -> float:
+        """The slow end of the plan's 80% interval (days), or the point estimate without one."""
+        plan = self.option.plan
+        iv = getattr(plan, "interval_days", None) if plan is not None else None
+        return float(iv[1]) if iv else self.days
+
+    def pessimistic(self) -> tuple[float, float]:
+        """(days, cost) at the slow end of the 80% interval (rent and energy grow with the days)."""
+        return self.scaled(throughput=self.days / self.days_high if self.days_high > 0 else 1.0)
+
+    def fits_pessimistic(self, budget: float, deadline: float) -> bool:
+        return _fits(self.pessimistic(), budget, deadline)
+
     def scaled(self, throughput: float = 1.0, prices: float = 1.0) -> tuple[float, float]:
         """(days, cost) if throughput and all prices are scaled by these factors."""
         c = self.option.cost
@@ -161,15 +175,34 @@ def _md(s: str) -> str:
     return str(s).replace("|", "\\|")
 
 
+def pessimistic_line(e: Entry, budget: float, deadline: float) -> str:
+    """How the option fares at the slow end of its 80% interval."""
+    d, c = e.pessimistic()
+    if e.days_high == e.days:
+        return "No validation interval is available for this estimate."
+    verdict = ("still within both limits" if _fits((d, c), budget, deadline) else
+               "misses the deadline" if d > deadline else "exceeds the budget")
+    return (f"At the slow end of the 80% interval (real runs in validation were often slower than "
+            f"estimated) it takes **{_d(d)} days** and costs **{usd(c)}** — {verdict}.")
+
+
 def to_markdown(*, model_line: str, es: list[Entry], budget: float, deadline: float, mode: str,
-                prices: Prices, top: int = 10) -> str:
-    """The budget justification: request, recommendation, options, unit prices with sources,
-    days/GPU-hours/energy, assumptions, sensitivity (or, if nothing fits, what would)."""
+                prices: Prices, top: int = 10, generator: str = "`simulate budget`",
+                csv_file: bool = True, current: dict | None = None) -> str:
+    """The budget justification: request, recommendation (at the point estimate and at the slow
+    end of the 80% interval), options, unit prices with sources, days/GPU-hours/energy,
+    assumptions, sensitivity (or, if nothing fits, what would).
+
+    ``generator`` names what produced it; ``csv_file``: a CSV with every option accompanies it;
+    ``current``: the configuration the user is looking at (``label``, ``days``, ``days_high``,
+    ``buy_usd``, ``rent_usd``, ``strategy``), reported first and compared with the recommendation."""
     ranked = rank(es, budget, deadline)
     best = ranked[0] if ranked else None
     L = [f"# Compute budget justification: {model_line}", "",
-         f"*Generated {date.today().isoformat()} by `simulate budget` (analytical pre-training simulator). "
+         f"*Generated {date.today().isoformat()} by {generator} (analytical pre-training simulator). "
          f"Limits: budget {usd(budget)}, deadline {_d(deadline)} days, mode: {mode}.*", ""]
+    if current is not None:
+        L += _current_section(current, best, budget, deadline, mode)
     if best is None:
         L += ["## Result: no option meets both limits", ""]
         L += [f"- {s}" for s in what_would_fit(es, budget, deadline)]
@@ -189,17 +222,25 @@ def to_markdown(*, model_line: str, es: list[Entry], budget: float, deadline: fl
             L.append(f"We request **{usd(best.cost_usd)}** to rent **{o.label}** on demand: "
                      f"{c['gpu_hours']:,.0f} GPU-hours at ${c['rent_usd_per_gpu_hr']:.2f} "
                      f"per GPU-hour. Pre-training is estimated to take **{_d(best.days)} days**.")
+        L += ["", pessimistic_line(best, budget, deadline)]
+        safe = [e for e in ranked if e.fits_pessimistic(budget, deadline)]
+        if not best.fits_pessimistic(budget, deadline):
+            L += ["", (f"Planning against the slow end instead: **{safe[0].label}** ({_d(safe[0].days_high)} days, "
+                       f"{usd(safe[0].pessimistic()[1])}) stays within both limits." if safe else
+                       "No option stays within both limits at the slow end of its interval.")]
         L += ["", f"Training configuration: {o.strategy}.", ""]
         L += [f"## Options within {usd(budget)} and {_d(deadline)} days ({len(ranked)} of {len(es)}), cheapest first", "",
-              "| # | mode | hardware | days | GPU-hours | cost | energy kWh | amortized (run share) |",
-              "|---|---|---|---:|---:|---:|---:|---:|"]
+              "| # | mode | hardware | days | days, slow end | GPU-hours | cost | cost, slow end | energy kWh | amortized (run share) |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
         for i, e in enumerate(ranked[:top], 1):
             cc = e.option.cost
-            L.append(f"| {i} | {e.mode} | {_md(e.option.label)} | {_d(e.days)} | {cc['gpu_hours']:,.0f} | "
-                     f"{usd(e.cost_usd)} | {'' if e.mode == 'rent' or cc.get('energy_kwh') is None else format(cc['energy_kwh'], ',.0f')} | "
+            ph = e.pessimistic()
+            L.append(f"| {i} | {e.mode} | {_md(e.option.label)} | {_d(e.days)} | {_d(ph[0])} | {cc['gpu_hours']:,.0f} | "
+                     f"{usd(e.cost_usd)} | {usd(ph[1])} | "
+                     f"{'' if e.mode == 'rent' or cc.get('energy_kwh') is None else format(cc['energy_kwh'], ',.0f')} | "
                      f"{usd(cc.get('amortized_usd')) if e.mode == 'buy' else ''} |")
         if len(ranked) > top:
-            L.append(f"\n({len(ranked) - top} more in the CSV.)")
+            L.append(f"\n({len(ranked) - top} more {'in the CSV' if csv_file else 'not listed'}.)")
         L.append("")
     shown = ranked[:top] if ranked else sorted(es, key=lambda e: (e.cost_usd, e.days))[:3]
     L += ["## Unit prices and sources", "", "| item | price | source |", "|---|---:|---|"]
@@ -224,13 +265,40 @@ def to_markdown(*, model_line: str, es: list[Entry], budget: float, deadline: fl
     L += [f"- workload: {model_line}"]
     L += ["- days are the simulator's estimate for the fastest feasible training configuration "
           "(analytical model of compute, memory and communication; data loading, evaluation, "
-          "checkpointing and failures excluded)"]
+          "checkpointing and failures excluded); the slow end is the top of the 80% interval from "
+          "the profile's validation against real training runs"]
     L += [f"- {a}" for a in assumptions(prices)]
     L += ["- buy cost = purchase price + electricity for the run; rent cost = GPU-hours x on-demand price"]
     L += ["", "## Sensitivity", ""]
     L += [f"- {s}" for s in sensitivity(es, best, budget, deadline)]
     L.append("")
     return "\n".join(L)
+
+
+def _current_section(cur: dict, best: Entry | None, budget: float, deadline: float, mode: str) -> list[str]:
+    """The configuration on screen, and why the recommendation differs from it (if it does)."""
+    modes = ("buy", "rent") if mode == "both" else (mode,)
+    L = ["## The configuration on screen", "",
+         f"**{cur['label']}** ({cur['strategy']}): **{_d(cur['days'])} days** "
+         f"(slow end of the 80% interval: {_d(cur['days_high'])} days)."]
+    for m in modes:
+        c = cur.get(f"{m}_usd")
+        if c is None:
+            L.append(f"- {m}: no price known for this hardware")
+            continue
+        ok = c <= budget and cur["days"] <= deadline
+        slow = cur["days_high"] <= deadline and c * (cur["days_high"] / cur["days"] if m == "rent" else 1) <= budget
+        L.append(f"- {m}: {usd(c)} — {'within' if ok else 'outside'} both limits at the estimate, "
+                 f"{'within' if slow else 'outside'} them at the slow end")
+    if best is None:
+        L.append("")
+    elif best.option.cluster == cur.get("cluster") and best.mode in modes:
+        L += ["", "It is also the recommendation below.", ""]
+    else:
+        L += ["", "The recommendation below is the cheapest catalog option meeting both limits (each "
+              "catalog option with its fastest strategy and the built-in efficiency profiles); it "
+              "differs from the configuration on screen.", ""]
+    return L
 
 
 # --- command line ------------------------------------------------------------------------------
@@ -272,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deadline", required=True, help="wall-clock limit, e.g. 60d, 8w, 1y")
     p.add_argument("--mode", choices=MODES, default="both", help="buy, rent or both (default both)")
     p.add_argument("--gpu", action="append", metavar="GPU[,GPU]", help="only these GPUs (ids or aliases)")
-    p.add_argument("--counts", type=compare._counts, default=compare.COUNTS, help="GPUs per node (default 1,2,4,8)")
+    p.add_argument("--counts", type=compare._counts, default=compare.COUNTS, help="GPU counts to try (default 1,2,4,8); a count beyond one node is split into equal nodes")
     p.add_argument("--multi-node", action="store_true", help="also 2 and 4 nodes of 8 GPUs")
     add_recipe_args(p)
     add_cost_args(p)
@@ -314,6 +382,7 @@ def main(argv: list[str]) -> int:
         con.print(f"{len(ranked)} of {len(es)} options meet both limits, cheapest first:")
         for i, e in enumerate(ranked[:a.top], 1):
             con.print(f"  {i:>2}. {e.label:<34} {_d(e.days):>7} days  {usd(e.cost_usd):>10}")
+        con.print("  " + pessimistic_line(ranked[0], budget, deadline).replace("**", ""))
         for s in sensitivity(es, ranked[0], budget, deadline):
             con.print(f"  [dim]{s}[/]")
     else:

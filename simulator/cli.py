@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from rich.console import Console
@@ -17,9 +18,27 @@ SUBCOMMANDS = {"validate-published": "simulator.published:main", "compare": "sim
                "budget": "simulator.budget:main", "study-grid": "simulator.study:main"}
 
 
+_NEGATIVE = re.compile(r"^-(\d|\.\d)")
+
+
 class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2) that also reads a negative value after a flag
+    (``--overhead -10%``, which argparse alone takes for an unknown option), so that the flag's
+    own check can name the bad value."""
+
     def error(self, message: str):  # one line, exit 2
         raise UsageError(message)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        argv = list(sys.argv[1:] if args is None else args)
+        out: list[str] = []
+        for tok in argv:
+            act = self._option_string_actions.get(out[-1]) if out else None
+            if act is not None and act.nargs != 0 and _NEGATIVE.match(tok) and "=" not in out[-1]:
+                out[-1] = f"{out[-1]}={tok}"
+            else:
+                out.append(tok)
+        return super().parse_args(out, namespace)
 
 
 def _positive_int(flag):
@@ -84,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="preset (e.g. pythia-1b) or path to a Hugging Face config.json")
     p.add_argument("--gpus", required=True, help="8x3090, 2x8xa100-80gb, h100 or Nxlocal with --profile")
     p.add_argument("--profile", help="efficiency profile JSON written by `calibrate` (default: catalog profile)")
+    p.add_argument("--profile-any-gpu", action="store_true", default=None,
+                   help="apply --profile to the --gpus GPU even if the profile describes another device")
     p.add_argument("--intra-node", help="intra-node link id (e.g. pcie4-p2p, nvlink-bridge-3, nvswitch-3)")
     p.add_argument("--inter-node", type=_positive_float("--inter-node"), help="inter-node bandwidth per node, Gbit/s")
     p.add_argument("--host-memory", type=_positive_float("--host-memory"), help="host RAM per node, GiB (offload check)")
@@ -114,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _knobs(a: argparse.Namespace) -> dict:
-    keys = ("profile", "intra_node", "inter_node", "host_memory", "overhead", "tokens", "steps", "global_batch",
+    keys = ("profile", "profile_any_gpu", "intra_node", "inter_node", "host_memory", "overhead", "tokens", "steps", "global_batch",
             "seq_len", "optimizer", "precision", "attention", "compile", "checkpointing", "sharding",
             "offload", "micro_batch", "stack")
     out = {k: getattr(a, k) for k in keys if getattr(a, k) is not None}
@@ -138,7 +159,7 @@ def run(argv: list[str]) -> int:
         d = plan.to_dict()
         if top:
             d["top"] = [t.to_dict() for t in top]
-        print(json.dumps(d, indent=2, default=str))
+        print(json.dumps(d, indent=2, default=str, allow_nan=False))
     else:
         render_plan(plan, Console(), top)
     return 0 if plan.feasible else 1

@@ -1,4 +1,4 @@
-"""Collective communication time (seconds) for data-parallel training, DESIGN.md "Physics" 5.
+"""Collective communication time (seconds) for data-parallel training, docs/architecture.md, physics 5.
 
 alpha-beta ring collectives, hierarchical across nodes: within a node over the intra-node
 link, between nodes over the node's network (each node's GPUs share its bandwidth).

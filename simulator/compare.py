@@ -125,16 +125,24 @@ def resolve_gpus(names: list[str] | None) -> list[hardware.GPUSpec]:
     return out
 
 
+def split_nodes(n: int, max_per_node: int) -> tuple[int, int]:
+    """(nodes, GPUs per node) for ``n`` GPUs: one node if they fit in one, else the fewest
+    equal nodes that hold them (16 GPUs of an 8-GPU node -> 2 x 8; 12 -> 2 x 6)."""
+    k = max(1, -(-n // max_per_node))
+    while n % k:
+        k += 1
+    return k, n // k
+
+
 def clusters(gpus: list[hardware.GPUSpec], counts=COUNTS, multi_node: bool = False) -> list[tuple[str, int, int]]:
-    """(gpu id, nodes, gpus per node) for every option of the sweep."""
-    out = []
+    """(gpu id, nodes, gpus per node) for every option of the sweep; a count beyond what one
+    node holds becomes several equal nodes (:func:`split_nodes`)."""
+    out: list[tuple[str, int, int]] = []
     for g in gpus:
-        for n in counts:
-            if n <= g.max_gpus_per_node:
-                out.append((g.id, 1, n))
+        cells = [(g.id, *split_nodes(n, g.max_gpus_per_node)) for n in counts]
         if multi_node:
-            for nodes in MULTI_NODE:
-                out.append((g.id, nodes, g.max_gpus_per_node))
+            cells += [(g.id, nodes, g.max_gpus_per_node) for nodes in MULTI_NODE]
+        out += [c for c in dict.fromkeys(cells) if c not in out]
     return out
 
 
@@ -187,11 +195,12 @@ def sweep_cells(cells: list, fn, *, description: str = "sweeping", progress: boo
 def _checked_model(model, knobs: dict):
     """Resolve the model and check the recipe and pinned knobs once, so that bad input is one
     usage error rather than the same error in every cell."""
-    from .models import ModelSpec, resolve_model
+    from .api import resolve_model_input
+    from .models import ModelSpec
     from .recipes import make_recipe
     from .strategy import check_pins
 
-    spec = model if isinstance(model, ModelSpec) else resolve_model(str(model))
+    spec = model if isinstance(model, ModelSpec) else resolve_model_input(model)
     make_recipe(spec, **{k: knobs[k] for k in ("tokens", "steps", "global_batch", "seq_len", "optimizer")
                          if k in knobs})
     check_pins(knobs)
@@ -343,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "feasible strategy: days, GPU-hours, dollars, and the Pareto frontier of days against cost.")
     p.add_argument("--model", required=True, help="preset (e.g. pythia-1b) or a Hugging Face config.json")
     p.add_argument("--gpu", action="append", metavar="GPU[,GPU]", help="only these GPUs (ids or aliases)")
-    p.add_argument("--counts", type=_counts, default=COUNTS, help="GPUs per node to try (default 1,2,4,8)")
+    p.add_argument("--counts", type=_counts, default=COUNTS, help="GPU counts to try (default 1,2,4,8); a count beyond one node is split into equal nodes")
     p.add_argument("--multi-node", action="store_true", help="also 2 and 4 nodes of 8 GPUs")
     p.add_argument("--basis", choices=BASES, default="buy", help="cost for the Pareto frontier and plot (default buy)")
     add_recipe_args(p)
@@ -376,7 +385,10 @@ def main(argv: list[str]) -> int:
     if a.plot:
         plot(opts, a.plot, a.basis, title=f"{head}: days against {a.basis} cost")
     if a.json:
-        print(json.dumps({"model": head, "basis": a.basis, "options": [o.row() for o in opts]}, indent=2))
+        from .plan import _strict
+
+        print(json.dumps(_strict({"model": head, "basis": a.basis, "options": [o.row() for o in opts]}),
+                         indent=2, allow_nan=False))
     else:
         con = Console()
         if not con.is_terminal:  # files and pipes: wide enough for one line per option

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import fresh_memory, kernels, workload
 from .device import Device
+from .models import ModelSpec
 from .stacks import Stack, get_stack
 from .strategy import checkpointed_layers
 from .workload import Gemm, MemOps
@@ -127,6 +128,11 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
     ``stack`` (default hf-trainer) decides whether eager norms write fp32 and whether the loss
     is one fused kernel.
     """
+    if not isinstance(model, ModelSpec):  # other families: through their operations
+        from . import opcost
+
+        return opcost.micro_batch_time(model, seq_len, mb, precision, attention, compiled, checkpointing, dev, memo,
+                                       stack)
     mb = np.asarray(mb, dtype=float)
     memo = {} if memo is None else memo
     stack = get_stack(stack)

@@ -66,11 +66,18 @@ class Prices(BaseModel):
                 raise ValueError(f"base machine for {k} GPUs: need GPUs >= 1 and price >= 0")
         return v
 
-    @field_validator("lifetime_years", "electricity_usd_per_kwh", "pue")
+    @field_validator("lifetime_years", "electricity_usd_per_kwh")
     @classmethod
     def _positive(cls, v: Sourced) -> Sourced:
         if v.value <= 0:
             raise ValueError(f"must be > 0, got {v.value}")
+        return v
+
+    @field_validator("pue")
+    @classmethod
+    def _pue(cls, v: Sourced) -> Sourced:
+        if v.value < 1:
+            raise ValueError(f"PUE is facility power over IT power, at least 1; got {v.value}")
         return v
 
     @field_validator("utilization")
@@ -137,10 +144,10 @@ def load_prices(path: str | Path | None = None) -> Prices:
     base = default_prices()
     if path is None:
         return base
+    from .userfiles import read_text
+
     p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--prices {str(path)!r}: no such file")
-    user = _normalize(_read(p.read_text(encoding="utf-8"), str(p)), f"prices file {p.name}")
+    user = _normalize(_read(read_text(p, "--prices file"), str(p)), f"prices file {p.name}")
     known = set(Prices.model_fields)
     bad = set(user) - known
     if bad:
@@ -173,6 +180,9 @@ def with_overrides(prices: Prices, *, price_per_gpu=None, rent_per_gpu_hour=None
             raise UsageError(f"{flag} must be a positive number, got {val!r}")
         if key == "utilization" and val > 1:
             raise UsageError(f"{flag} is a fraction of board power in (0, 1], got {val!r}")
+        if key == "pue" and val < 1:
+            raise UsageError(f"{flag} is facility power over IT power, at least 1 (1.1-1.6 is typical), "
+                             f"got {val!r}")
         upd[key] = Sourced(value=float(val), source=f"command line {flag}")
     return prices.model_copy(update=upd) if upd else prices
 
@@ -287,6 +297,10 @@ def cost(prices: Prices, *, gpu_id: str, nodes: int, gpus_per_node: int, days: f
         out["energy_usd"] = kwh * prices.electricity_usd_per_kwh.value
     else:
         out["energy_kwh"] = out["energy_usd"] = None
+    bad = [k for k, v in out.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad:
+        raise UsageError(f"cost figure {bad[0]} is not a finite number: a price, lifetime or PUE is beyond "
+                         "what the cost model can represent; check the prices")
     return out
 
 

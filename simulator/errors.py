@@ -32,7 +32,8 @@ EXIT_INTERNAL = 3
 def run_cli(prog: str, body: Callable[[], int], interrupted: str = "interrupted") -> int:
     """Run a console script's body with the project's error contract: a UsageError prints one
     line and exits 2; Ctrl-C prints ``interrupted`` and exits 130; any other exception prints
-    one line naming it and exits 3 (``SIMULATOR_DEBUG=1`` re-raises it with its traceback)."""
+    one line naming it and exits 3 (``SIMULATOR_DEBUG=1`` re-raises it with its traceback). An
+    OSError about a named file (a name too long, a folder not writable) is the user's path: exit 2."""
     import os
     import sys
 
@@ -47,6 +48,11 @@ def run_cli(prog: str, body: Callable[[], int], interrupted: str = "interrupted"
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback
         if os.environ.get("SIMULATOR_DEBUG"):
             raise
+        if isinstance(exc, OSError) and exc.filename is not None:  # a path the system refuses
+            name = str(exc.filename)
+            name = name if len(name) <= 80 else name[:40] + "…" + name[-40:]
+            print(f"{prog}: error: {name!r}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"{prog}: internal error: {type(exc).__name__}: {msg} (SIMULATOR_DEBUG=1 shows the "
               "traceback)", file=sys.stderr)

@@ -3,7 +3,7 @@
 Every strategy (precision x attention x compile x checkpointing x sharding x offload x
 micro-batch) becomes one element of flat numpy arrays: step time and its parts (seconds),
 memory per GPU by component (bytes), feasibility. No I/O
-DESIGN.md "Physics" 1-7.
+docs/architecture.md, physics 1-7.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from . import communication as comm
 from . import fresh_memory, memory, workload
 from .compute import micro_batch_time
 from .device import Device
+from .models import ModelSpec
 from .stacks import Stack, default_stack
 from .strategy import SHARD_STAGE, Strategy, checkpointing_rank, offload_allowed
 
@@ -97,6 +98,10 @@ def model_flops_per_token(model, seq_len: int) -> float:
     patch embedding; no FLOPs for embedding lookups) plus 3x the forward attention with causal
     masking exploited. Basis of MFU and of the floor at 100% of peak (a true lower bound:
     recomputation and FlashAttention's backward recompute only add to it)."""
+    if not isinstance(model, ModelSpec):  # other families: through their operations
+        from . import opcost
+
+        return opcost.model_flops_per_token(model, seq_len)
     one = np.array([1.0])
     gemms = workload.layer_gemms(model, one * seq_len) + workload.head_gemms(model, one, seq_len)
     fwd = sum(2.0 * float(np.asarray(g.m)[0]) * g.n * g.k * g.count * float(np.asarray(g.batch).ravel()[0])
@@ -107,7 +112,13 @@ def model_flops_per_token(model, seq_len: int) -> float:
 
 def palm_flops_per_token(model, seq_len: int) -> float:
     """6 N + 12 L h s per token (PaLM / llm-foundry MFU convention: N = all parameters,
-    attention counted non-causal). Reported as ``mfu_6nd`` for comparison with published MFUs."""
+    attention counted non-causal). Reported as ``mfu_6nd`` for comparison with published MFUs.
+    Families without attention: 6 N (Mamba); convolutional networks reuse weights across
+    pixels, so 6 N means nothing there and their model FLOPs are used (ConvNeXt)."""
+    if not isinstance(model, ModelSpec):
+        from . import opcost
+
+        return opcost.palm_flops_per_token(model, seq_len)
     return 6.0 * model.n_params() + workload.attention_model_flops_per_token(model, seq_len)
 
 

@@ -382,6 +382,22 @@ def _profile_at(f: Traversable):
     return parse_profile(data, origin=str(f))
 
 
+def check_profile_device(profile, gpu: GPUSpec, gpus_text: str, any_gpu: bool = False) -> None:
+    """A profile drives only the device it describes: the catalog GPU named by its
+    ``device.gpu_id``. Anything else (a CPU calibration, an uncatalogued GPU, another catalog GPU)
+    is a UsageError naming the profile's device and the explicit override, unless ``any_gpu``."""
+    gid = profile.device.gpu_id
+    if any_gpu or gid == gpu.id:
+        return
+    what = (f"catalog GPU, device.gpu_id {gid!r}" if gid else
+            f"a {profile.device.kind.upper() if profile.device.kind == 'cpu' else profile.device.kind} "
+            "device outside the catalog")
+    use = (f"--gpus Nx{gid}" if gid else "--gpus Nxlocal (the calibrated device itself)")
+    raise UsageError(f"profile {profile.name!r} describes {profile.device.name!r} ({what}), not "
+                     f"{gpu.short_name} (--gpus {gpus_text!r}); simulate {use}, or pass --profile-any-gpu "
+                     f"(API: profile_any_gpu=True) to apply its efficiencies to {gpu.short_name} anyway")
+
+
 _CLUSTER_FORMS = "GPU, NxGPU or NODESxGPUSxGPU (e.g. 3090, 8x3090, 2x8xa100-80gb)"
 _CLUSTER_RE = re.compile(r"^(?:([+-]?\d+)\s*[x×*]\s*)?(?:([+-]?\d+)\s*[x×*]\s*)?(.*)$", re.IGNORECASE)
 
@@ -417,6 +433,11 @@ def parse_cluster(text: str, intra_node: str | None = None,
     if not raw or m is None or not m.group(3).strip():
         raise UsageError(f"malformed --gpus value {text!r}; expected {_CLUSTER_FORMS}")
     a, b, name = m.group(1), m.group(2), m.group(3).strip()
+    if re.match(r"^[+-]?\d+\s*[x×*]", name):
+        raise UsageError(f"--gpus {text!r} has more than two counts; expected {_CLUSTER_FORMS}")
+    if name.lower() == "local":
+        raise UsageError(f"--gpus {text!r}: a calibrated device is simulated as Nxlocal (one node of N "
+                         "devices, with --profile); multi-node local clusters are not supported")
     counts = [int(c) for c in (a, b) if c is not None]
     for c in counts:
         if c <= 0:

@@ -55,6 +55,7 @@ file and the problem and listing the supported types.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from simulator.errors import UsageError
+from simulator.families import hf_builders, spec_from_dict
 from simulator.models import ModelSpec
 
 _MAX_DEFAULT_SEQ = 8192
@@ -90,7 +92,9 @@ class _Cfg:
                 raise _ConfigProblem(f"missing field {key!r}")
             return default
         value = src[key]
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)
+                or abs(value) > 2**53):
             raise _ConfigProblem(f"field {key!r} must be an integer, got {value!r}")
         return int(value)
 
@@ -688,10 +692,25 @@ def model_from_hf_config(
         source=f"Hugging Face config ({where})",
     )
     try:
-        return ModelSpec(**fields)
+        return spec_from_dict(fields)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"])
         msg = str(first["msg"]).removeprefix("Value error, ")
         detail = f"{loc}: {msg}" if loc else msg
         raise UsageError(f"{where}: invalid model ({detail}); {_supported()}") from None
+
+
+def _family_builder(build: Callable[[_Cfg, str], dict[str, Any]]) -> Callable[[_Cfg, str], dict[str, Any]]:
+    def run(c: _Cfg, name: str) -> dict[str, Any]:
+        try:
+            return build(c, name)
+        except ValueError as exc:
+            raise _ConfigProblem(str(exc)) from None
+
+    return run
+
+
+# Families outside the transformer register their own config.json import (simulator/families).
+_BUILDERS.update({t: _family_builder(b) for t, b in hf_builders().items()})
+SUPPORTED_MODEL_TYPES = tuple(sorted({*SUPPORTED_MODEL_TYPES, *hf_builders()}))

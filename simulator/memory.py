@@ -1,6 +1,6 @@
 """Memory per GPU (bytes): model states by precision/optimizer/sharding, activations, logits.
 
-Pure functions; arrays broadcast. DESIGN.md "Physics" 4.
+Pure functions; arrays broadcast. docs/architecture.md, physics 4.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import workload
+from .models import ModelSpec
 from .strategy import SHARD_STAGE, checkpointed_layers
 
 MIB = 1024**2
@@ -158,6 +159,10 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     op: each layer keeps its matmul and attention outputs (:func:`op_kept_bytes_per_token`), one
     layer at a time rebuilds the rest. With one layer every policy holds what 'none' holds.
     """
+    if not isinstance(model, ModelSpec):  # other families: through their operations
+        from . import opcost
+
+        return opcost.activations(model, seq_len, mb, precision, attention, checkpointing)
     e = workload.act_bytes(precision)
     tokens = np.asarray(mb, dtype=float) * seq_len
     per_layer = layer_activation_bytes_per_token(model, seq_len, e, attention)
@@ -182,6 +187,10 @@ def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: 
     (:meth:`simulator.stacks.Stack.loss_bytes_per_logit`: e + 8 for an eager fp32-upcast loss,
     2e for a fused or compiled one), plus, with eager final-logit soft-capping (Gemma 2), the
     tanh output (e)."""
+    if not isinstance(model, ModelSpec):  # other families: through their operations
+        from . import opcost
+
+        return opcost.logits_bytes(model, seq_len, mb, precision, compiled, stack)
     e = workload.act_bytes(precision)
     n = workload.logits_elements(model, np.asarray(mb, dtype=float), seq_len)
     cap = e if (getattr(model, "logit_softcap", None) and not compiled) else 0

@@ -369,8 +369,8 @@ def _load_presets() -> tuple[dict[str, ModelSpec], dict[str, str]]:
         entry = dict(entry)
         extra_aliases = entry.pop("aliases", []) or []
         try:
-            spec = ModelSpec(**entry)
-        except ValidationError as exc:  # a broken data file is a bug, not user input
+            spec = _spec_from_dict(entry)
+        except (ValidationError, ValueError) as exc:  # a broken data file is a bug, not user input
             raise RuntimeError(f"invalid model preset {entry.get('name')!r}: {exc}") from exc
         key = _normalize(spec.name)
         if key in presets:
@@ -387,6 +387,13 @@ def _load_presets() -> tuple[dict[str, ModelSpec], dict[str, str]]:
                 raise RuntimeError(f"alias {alias!r} names two presets")
             aliases[a] = key
     return presets, aliases
+
+
+def _spec_from_dict(data: dict[str, Any]) -> ModelSpec:
+    """A spec of the family ``data['family']`` names (``simulator/families``: transformer, mamba, convnext)."""
+    from simulator.families import spec_from_dict
+
+    return spec_from_dict(data)
 
 
 def list_models() -> list[str]:
@@ -455,8 +462,10 @@ def resolve_model(arg: str | os.PathLike[str]) -> ModelSpec:
 def model_from_dict(data: dict[str, Any]) -> ModelSpec:
     """Build a spec from a plain mapping, turning validation errors into one-line UsageErrors."""
     try:
-        return ModelSpec(**data)
-    except ValidationError as exc:
+        return _spec_from_dict(data)
+    except ValueError as exc:
+        if not isinstance(exc, ValidationError):
+            raise UsageError(f"invalid model description: {exc}") from None
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"]) or "model"
         raise UsageError(f"invalid model description: {loc}: {first['msg']}") from None

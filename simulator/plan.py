@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 GIB = 1024**3
@@ -30,7 +31,8 @@ class Plan:
     mfu_6nd: float = float("nan")  # 6 N + 12 L h s convention (llm-foundry / PaLM)
     interval_days: tuple[float, float] | None = None
     interval_source: str | None = None
-    suggestions: list[str] = field(default_factory=list)
+    suggestions: list[str] = field(default_factory=list)  # the ``text`` of each of ``fixes``
+    fixes: list[dict] = field(default_factory=list)  # verified changes that fit (api.suggest_fixes)
     notes: list[str] = field(default_factory=list)
     n_strategies: int = 1
     search_ms: float | None = None
@@ -42,12 +44,41 @@ class Plan:
                         "backward recompute, eager attention's masked half)")
 
     def to_dict(self) -> dict:
-        """JSON-ready dict (the documented --json object)."""
+        """JSON-ready dict (the documented --json object); strict JSON: a figure that does not
+        exist (MFU of a precision the GPU lacks in an infeasible plan) is null, never NaN."""
         d = dict(self.__dict__)
         d["interval_days"] = list(self.interval_days) if self.interval_days else None
-        return d
+        return _strict(d)
+
+    def check_finite(self) -> None:
+        """Raise UsageError if a headline figure (days, step time, throughput, interval, cost)
+        is not a finite number: the inputs were beyond what the model can represent."""
+        from .errors import UsageError
+
+        if not self.feasible:  # reference figures of a plan that does not fit are nulled in JSON
+            return
+        figures = {"days": self.days, "step time": self.step_time_s, "tokens/s": self.tokens_per_s,
+                   "floor": self.days_at_peak, **{f"cost {k}": v for k, v in (self.cost or {}).items()}}
+        for i, v in enumerate(self.interval_days or ()):
+            figures[("interval low", "interval high")[i]] = v
+        for name, v in figures.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                raise UsageError(f"the inputs give a {name} of {v} for {self.model['name']} on "
+                                 f"{self.hardware['description']}: a count, price or profile value is "
+                                 "beyond what the simulator can represent; check them")
 
     def strategy_line(self) -> str:
         from .strategy import Strategy
 
         return Strategy(**self.strategy).describe()
+
+
+def _strict(x):
+    """Replace non-finite floats by None, recursively (json.dumps then never writes NaN)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _strict(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_strict(v) for v in x]
+    return x

@@ -29,10 +29,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     @model_validator(mode="after")
-    def _finite(self):  # reject NaN / inf anywhere in numeric fields
+    def _finite(self):  # reject NaN / inf anywhere in numeric fields, lists and maps included
         for name, value in self:
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(f"{name} must be finite, got {value}")
+            items = (value.values() if isinstance(value, dict) else value
+                     if isinstance(value, (list, tuple)) else [value])
+            for v in items:
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise ValueError(f"{name} must be finite, got {v}")
         return self
 
 
@@ -286,11 +289,10 @@ def _first_error(exc: ValidationError) -> str:
 
 def load_profile(path: str | os.PathLike) -> Profile:
     """Read and validate a profile file; raise UsageError naming the file and the field."""
+    from .userfiles import read_text
+
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise UsageError(f"cannot read profile {str(p)!r}: {exc.strerror or exc}") from None
+    text = read_text(p, "profile")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

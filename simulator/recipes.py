@@ -62,6 +62,12 @@ class Recipe(BaseModel):
 
 
 # ---------------------------------------------------------------------- counts
+#: Largest training run the simulator accepts, in tokens (steps x global batch x sequence length).
+#: An assumption chosen to keep every product of counts exact in 64-bit arithmetic: about a
+#: hundred thousand times the largest published pre-training runs (~1e13 tokens).
+MAX_TOKENS = 10**18
+
+
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12, "P": 10**15}
 _COUNT_RE = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtTpP]?)$")
 
@@ -75,6 +81,10 @@ def parse_count(text: str | int | float, flag: str = "count") -> int:
     if isinstance(text, bool):
         raise UsageError(f"{flag}: expected a count, got {text!r}")
     if isinstance(text, int):
+        if abs(text) > MAX_TOKENS:
+            raise UsageError(f"{flag} (a {int(abs(text).bit_length() * 0.30103) + 1}-digit number) is beyond "
+                             f"what this simulator models (at most "
+                             f"{MAX_TOKENS:.0e} for any count)")
         return text
     if isinstance(text, float):
         if not math.isfinite(text) or text != int(text):
@@ -90,8 +100,12 @@ def parse_count(text: str | int | float, flag: str = "count") -> int:
         )
     try:
         value = Decimal(m.group(1)) * _SUFFIX[m.group(2).upper()]
-    except InvalidOperation:  # pragma: no cover - the regex admits only valid decimals
-        raise UsageError(f"{flag}: cannot read {text!r} as a count") from None
+    except (InvalidOperation, ArithmeticError):  # e.g. an exponent beyond Decimal's range
+        raise UsageError(f"{flag} {text} is beyond what this simulator models (at most "
+                         f"{MAX_TOKENS:.0e} for any count)") from None
+    if value.copy_abs() > MAX_TOKENS:
+        raise UsageError(f"{flag} {text} is beyond what this simulator models (at most "
+                         f"{MAX_TOKENS:.0e} for any count)")
     if value != value.to_integral_value():
         raise UsageError(f"{flag}: {text!r} is not a whole number")
     return int(value)
@@ -166,6 +180,9 @@ def _positive(value: Any, flag: str) -> int:
     n = parse_count(value, flag)
     if n <= 0:
         raise UsageError(f"{flag} must be a positive integer, got {value}")
+    if n > MAX_TOKENS:
+        raise UsageError(f"{flag} {value} is beyond what this simulator models (at most "
+                         f"{MAX_TOKENS:.0e} for any count)")
     return n
 
 
@@ -213,7 +230,11 @@ def make_recipe(
             f"--seq-len {sl} does not fit {model.display_name}: its sequence is fixed at "
             f"{model.seq_len_default} tokens ({model.n_patches} patches + CLS)"
         )
-    if model.pos_embedding == "learned" and sl > model.max_positions:
+    fixed = getattr(model, "fixed_seq_len", None)  # e.g. ConvNeXt: a sample is one image
+    if fixed is not None and sl != fixed:
+        raise UsageError(f"--seq-len {sl} does not fit {model.display_name}: its samples are fixed at "
+                         f"seq_len {fixed} ({model.sample_unit})")
+    if getattr(model, "pos_embedding", None) == "learned" and sl > model.max_positions:
         raise UsageError(
             f"--seq-len {sl} exceeds {model.display_name}'s {model.max_positions} learned "
             f"position embeddings"
@@ -221,7 +242,7 @@ def make_recipe(
 
     changes: list[str] = []
     if n_tokens is not None:
-        n_steps = math.ceil(n_tokens / (gb * sl))
+        n_steps = -(-n_tokens // (gb * sl))
         changes.append(f"tokens {format_count(n_tokens)}")
     elif n_steps is not None:
         changes.append(f"steps {n_steps:,}")
@@ -238,6 +259,10 @@ def make_recipe(
         changes.append(f"optimizer {opt}")
     if prec != base.precision:
         changes.append(f"precision {prec}")
+    if n_steps * gb * sl > MAX_TOKENS:
+        raise UsageError(f"{n_steps:,} steps x {gb:,} sequences x {sl:,} tokens is {n_steps * gb * sl:.1e} "
+                         f"tokens, beyond what this simulator models (at most {MAX_TOKENS:.0e}); lower "
+                         "--tokens, --steps or --global-batch")
     source = base.source + (f" (overridden: {', '.join(changes)})" if changes else "")
     return Recipe(
         seq_len=sl,

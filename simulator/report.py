@@ -13,7 +13,7 @@ def _fmt_days(d: float) -> str:
 
 
 def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> None:
-    """Print the summary of DESIGN.md's 'What a good answer looks like'."""
+    """Print the summary of one-screen summary (README, *What you get*)."""
     m, r, hw = plan.model, plan.recipe, plan.hardware
     console.print(f"[bold]{m['name']}[/] · {m['params'] / 1e9:.2f} B parameters · {r['description']}")
     console.print(f"{hw['description']} · profile: {plan.profile['name']} ({plan.profile['method']}, {plan.profile['date']})"

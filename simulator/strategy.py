@@ -35,7 +35,7 @@ class Strategy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     precision: Literal["fp32", "tf32", "bf16", "fp16"]
-    attention: Literal["eager", "sdpa"]
+    attention: Literal["eager", "sdpa", "n/a"]  # n/a: the model has no attention (Mamba, ConvNeXt)
     compile: bool
     checkpointing: str  # one of CHECKPOINTING_POLICIES, every:K with K >= 1
     sharding: Literal["ddp", "zero1", "zero2", "zero3", "fsdp-grad-op", "fsdp-full"]
@@ -52,7 +52,7 @@ class Strategy(BaseModel):
         """One line, e.g. 'bf16 · SDPA · compiled · ZeRO-1 · no checkpointing · micro-batch 4 × 32'."""
         parts = [
             self.precision,
-            "SDPA" if self.attention == "sdpa" else "eager attention",
+            {"sdpa": "SDPA", "eager": "eager attention", "n/a": "no attention"}[self.attention],
             "compiled" if self.compile else "not compiled",
             {"ddp": "DDP", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3",
              "fsdp-grad-op": "FSDP shard-grad-op", "fsdp-full": "FSDP full-shard"}[self.sharding],

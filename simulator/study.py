@@ -1,7 +1,7 @@
 """`simulate study-grid`: the study's central table ("$100K or 100 Days", Khandelwal et al. 2024)
 reproduced with our model.
 
-Every model the study benchmarked that the simulator supports x RTX 3090 / A6000 / A100 / H100
+Every model the study benchmarked (all nine) x RTX 3090 / A6000 / A100 / H100
 x {1, 2, 4, 8} GPUs: our days (fastest feasible strategy), the study's naive baseline (eager
 attention, no compile, no TF32, plain DDP, no checkpointing/offload, the recipe's precision and
 the largest power-of-two micro-batch that fits), the floor at 100% of dense peak, dollars (the
@@ -27,7 +27,7 @@ from .errors import UsageError
 from .plan import SECONDS_PER_DAY
 
 MODELS = ("pythia-160m", "pythia-410m", "pythia-1b", "pythia-2.8b", "pythia-6.9b", "roberta-large",
-          "vit-large-16-in21k")
+          "mamba-2.8b", "convnext-xlarge-22k", "vit-large-16-in21k")
 GPUS = ("rtx3090", "rtx-a6000", "a100-80gb-sxm", "h100-sxm")
 COUNTS = (1, 2, 4, 8)
 NAIVE_PINS = {"attention": "eager", "compile": False, "checkpointing": "none", "sharding": "ddp", "offload": "none"}
@@ -133,7 +133,7 @@ def _d(x: float | None) -> str:
 
 
 #: Above this fraction of dense peak a published end-to-end time is implausible: real large-model
-#: training reaches roughly 35-65% MFU on A100/H100 (DESIGN.md "Known traps"; the llm-foundry H100
+#: training reaches roughly 35-65% MFU on A100/H100 (docs/architecture.md, known traps; the llm-foundry H100
 #: table in data/validation_dev.csv tops out at 46%).
 PLAUSIBLE_MFU = 0.65
 

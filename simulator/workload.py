@@ -3,7 +3,7 @@
 Pure functions of the model, sequence length, micro-batch size (numpy array, vectorized) and
 the execution knobs. Units: elements for shapes, FLOPs, bytes. No timing here (see compute).
 
-Conventions (DESIGN.md "Physics" 1): a GEMM (m x k) @ (k x n) costs 2*m*n*k FLOPs; its
+Conventions (docs/architecture.md, physics 1): a GEMM (m x k) @ (k x n) costs 2*m*n*k FLOPs; its
 backward is two GEMMs of the same cost (input gradient and weight gradient). Attention scores
 and values cost 2*b*s^2*h each forward; fused causal kernels skip about half; FlashAttention's
 backward executes 2.5x its forward (it recomputes the scores).
@@ -153,6 +153,12 @@ def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[Me
             MemOps((3.0 + cap) * elems * e, (2.0 + kcap) * model.n_layers))
 
 
+#: torch.autocast runs layer_norm in fp32 under eager mixed precision: a norm writes 4-byte
+#: outputs (+2 bytes) that the next linear casts back to half (read 4 + write 2): +8 bytes per
+#: normalized element, and one cast kernel per norm.
+FP32_NORM_EXTRA_BYTES = 8.0
+
+
 def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
                       fp32_norm: bool | None = None) -> tuple[MemOps, MemOps]:
     """Norms, residual adds, activation, rotary and layout copies of all layers (fwd, bwd).
@@ -186,9 +192,7 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     L = model.n_layers
     nbytes = tokens * per_tok * e * L
     if fp32_norm:
-        # torch.autocast runs layer_norm in fp32: each of the 2 norms writes 4-byte outputs
-        # (+2 bytes) that the next linear casts back to half (read 4 + write 2): +8 bytes/element.
-        nbytes = nbytes + tokens * 2 * h * 8.0 * L
+        nbytes = nbytes + tokens * 2 * h * FP32_NORM_EXTRA_BYTES * L
         kernels += 2
     bwd_bytes, bwd_kernels = 2.0 * nbytes, float(2 * kernels * L)
     if model.linear_bias:
@@ -210,10 +214,21 @@ def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
     per logit and 3 kernels each way; compiled, it fuses into the loss."""
     n = logits_elements(model, mb, seq_len)
     if compiled or fused:
-        return MemOps(n * 2 * e, 1.0), MemOps(n * 2 * e, 1.0)
+        return cross_entropy_bytes(n, e, True)
     cap = 6.0 * e if getattr(model, "logit_softcap", None) else 0.0
-    kcap = 3.0 if cap else 0.0
-    return MemOps(n * (e + 12 + cap), 3.0 + kcap), MemOps(n * (16 + e + cap), 4.0 + kcap)
+    return cross_entropy_bytes(n, e, False, cap, 3.0 if cap else 0.0)
+
+
+def cross_entropy_bytes(n_logits, e: int, fused: bool, extra: float = 0.0,
+                        extra_kernels: float = 0.0) -> tuple[MemOps, MemOps]:
+    """Cross-entropy over ``n_logits`` logit elements (fwd, bwd), any family: one fused (or
+    compiled) kernel reads and writes the logits about twice each way (2e, 1 kernel); eager
+    upcasts to fp32 and runs log-softmax and NLL, (e + 12) and (16 + e) bytes per logit in 3 and
+    4 kernels, plus ``extra`` bytes per logit and ``extra_kernels`` each way (soft-capping)."""
+    if fused:
+        return MemOps(n_logits * 2 * e, 1.0), MemOps(n_logits * 2 * e, 1.0)
+    return (MemOps(n_logits * (e + 12 + extra), 3.0 + extra_kernels),
+            MemOps(n_logits * (16 + e + extra), 4.0 + extra_kernels))
 
 
 def embedding_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[MemOps, MemOps]:

@@ -6,7 +6,9 @@ slow part, ~80 searches per model) is switched off except in the tests about it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import statistics
 import time
 from pathlib import Path
@@ -27,6 +29,19 @@ def _app(sweep: bool = False) -> AppTest:
     return at.run()
 
 
+def _app_module():
+    """app.py as a module (it is not part of the installed package)."""
+    import importlib.util
+    import sys
+
+    if "app" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("app", APP)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["app"] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules["app"]
+
+
 def _clean(at: AppTest) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
@@ -39,7 +54,7 @@ def _metric(at: AppTest, label: str) -> str:
 
 
 def _days(at: AppTest) -> float:
-    return float(_metric(at, "Days").replace(",", ""))
+    return float(_metric(at, "Days, estimate").replace(",", ""))
 
 
 def _errors(at: AppTest) -> str:
@@ -143,7 +158,7 @@ def test_training_length_moves_days():
     assert _days(at) == pytest.approx(2 * short, rel=0.02)
     at.text_input(key="tokens").input("lots").run()
     _clean(at)
-    assert "--tokens" in _errors(at)
+    assert "Tokens" in _errors(at) and "--tokens" not in _errors(at)
 
 
 def test_usage_error_is_one_line_message():
@@ -163,7 +178,7 @@ BAD_UPLOADS = [
     ("config.json", b"[1, 2, 3]", "JSON object"),
     ("config.json", json.dumps({"hidden_size": 10}).encode(), "model_type"),
     ("config.json", json.dumps({"model_type": "gpt_neox"}).encode(), "gpt_neox"),
-    ("big.json", b" " * 1_000_001 + b"{}", "limit"),
+    ("big.json", b" " * (1024 * 1024 + 1) + b"{}", "limit"),
 ]
 
 
@@ -214,7 +229,7 @@ def test_catalog_sweep_pareto_and_budget():
     _clean(at)
     assert not at.error, _errors(at)
     cap = " ".join(c.value for c in at.caption)
-    assert "Pareto frontier" in cap and "Current choice: red diamond" in cap
+    assert "Pareto frontier" in cap and "Current choice: red ring" in cap
     md = at.download_button(key="dl_md")
     assert not md.proto.disabled
     # warm rerender after a widget change (sweep cached): report the median
@@ -247,4 +262,164 @@ def test_profile_upload_used_and_checked_against_gpu():
     assert plan["days"] > builtin  # half the GEMM efficiency: slower
     at.selectbox(key="gpu").set_value("a100-80gb-sxm").run()  # profile measured a 3090
     _clean(at)
-    assert "does not match" in _errors(at)
+    assert "not the GPU chosen" in _errors(at)
+
+
+# ------------------------------------------------------------------ issue 13: an explorer to trust
+def _texts(at: AppTest) -> str:
+    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [e.value for e in at.error]
+    parts += [w.value for w in at.warning] + [i.value for i in at.info] + [s.value for s in at.success]
+    parts += [str(m.proto.help) for m in at.metric]
+    return "\n".join(parts)
+
+
+def test_interval_is_as_prominent_as_the_estimate_and_explained():
+    at = _app()
+    labels = [m.label for m in at.metric]
+    assert labels[:2] == ["Days, likely range", "Days, estimate"]  # the range first, same size
+    lo, hi = (float(x.replace(",", "")) for x in _metric(at, "Days, likely range").split("–"))
+    assert lo <= _days(at) < hi
+    info = " ".join(i.value for i in at.info)
+    assert "real training runs" in info and "slower" in info
+    assert not any(tok in info for tok in (".csv", "@", "README"))
+
+
+def test_intra_node_link_label_follows_the_gpu():
+    at = _app()
+    cap = " ".join(c.value for c in at.caption)
+    assert "usual link for RTX 3090" in cap and "PCIe" in cap
+    at.selectbox(key="gpu").set_value("h100-sxm").run()
+    cap = " ".join(c.value for c in at.caption)
+    assert "usual link for H100" in cap and ("NVSwitch" in cap or "NVLink" in cap)
+    assert "PCIe 4.0" not in cap
+
+
+def test_no_command_line_wording_in_the_app():
+    at = _app()
+    at.selectbox(key="model").set_value("llama-2-13b")
+    at.number_input(key="gpus_per_node").set_value(1).run()  # needs more host RAM or GPUs
+    _clean(at)
+    assert at.session_state["last_plan"]["feasible"] is False
+    text = _texts(at)
+    assert "Host RAM per node" in text
+    assert not re.search(r"(?<![\w-])--[a-z]", text), text
+    assert not at.metric  # an infeasible plan shows no full-size numbers
+
+
+def test_custom_dimensions_keep_the_presets_recipe():
+    at = _app()
+    tokens = at.session_state["last_plan"]["recipe"]["tokens"]
+    at.radio(key="model_source").set_value("Custom dimensions").run()
+    _clean(at)
+    r = at.session_state["last_plan"]["recipe"]
+    assert r["tokens"] == tokens and r["global_batch"] == 1024 and r["seq_len"] == 2049
+
+
+def test_upload_prompt_is_not_an_error_and_the_upload_survives_switching():
+    at = _app()
+    at.radio(key="model_source").set_value("Upload config.json").run()
+    _clean(at)
+    assert not at.error and "Upload" in " ".join(i.value for i in at.info)
+    data = (FIXTURES / "gpt2.json").read_bytes()
+    at.file_uploader(key="model_upload").set_value(("config.json", data, "application/json")).run()
+    params = at.session_state["last_plan"]["model"]["params"]
+    at.radio(key="model_source").set_value("Preset").run()
+    assert at.session_state["last_plan"]["model"]["params"] != params
+    at.radio(key="model_source").set_value("Upload config.json").run()
+    _clean(at)
+    assert not at.error, _errors(at)
+    assert at.session_state["last_plan"]["model"]["params"] == params
+
+
+def test_upload_limit_text_matches_the_widget():
+    app = _app_module()
+
+    at = _app()
+    at.radio(key="model_source").set_value("Upload config.json").run()
+    up = at.file_uploader(key="model_upload")
+    assert f"{app.MAX_UPLOAD_MB} MB" in up.label
+    assert app.MAX_UPLOAD_BYTES == app.MAX_UPLOAD_MB * 1024 * 1024
+
+
+def test_micro_batch_label_states_the_last_partial_micro_batch():
+    at = _app()
+    st_ = at.session_state["last_plan"]["strategy"]
+    per_gpu = 1024 // 8
+    assert per_gpu % st_["micro_batch"]  # 128 per GPU in micro-batches of 6: the last one is smaller
+    md = " ".join(m.value for m in at.markdown)
+    last = per_gpu - (st_["grad_accum"] - 1) * st_["micro_batch"]
+    assert f"the last one {last}" in md and f"{per_gpu} per GPU" in md
+
+
+def test_top_strategies_collapse_micro_batch_variants():
+    at = _app()
+    rows = at.dataframe[0].value["strategy"].tolist()
+    base = [re.sub(r"\d+ micro-batch.*", "", r) for r in rows]
+    assert len(base) == len(set(base)) > 3
+
+
+def test_how_to_read_and_plain_tooltips():
+    at = _app()
+    assert any("How to read" in e.label for e in at.expander)
+    helps = " ".join(str(m.proto.help) for m in at.metric)
+    assert not re.search(r"\.py|\.csv|\.yaml|@[0-9a-f]{7}|commit", helps), helps
+
+
+def test_chart_has_a_colour_and_marker_per_gpu_and_fitted_axes():
+    import pandas as pd
+
+    app = _app_module()
+
+    df = pd.DataFrame([{"gpus": f"1x{g.id}", "gpu": g.short_name, "n_gpus": 1, "days": 10.0 * (i + 1),
+                        "cost_usd": 1000.0 * (i + 1), "mfu": 0.5, "strategy": "s", "pareto": False}
+                       for i, g in enumerate(simulator_gpus())])
+    spec = app.pareto_chart(df, "1xrtx3090", "x")
+    enc = spec["layer"][0]["encoding"]
+    colours, shapes = enc["color"]["scale"]["range"], enc["shape"]["scale"]["range"]
+    assert len(set(colours[:len(df)])) == len(df)  # 13 GPUs, 13 colours
+    assert len(set(zip(colours, shapes, strict=True))) == len(colours)
+    lo, hi = enc["x"]["scale"]["domain"]
+    assert lo < df["cost_usd"].min() and hi > df["cost_usd"].max() and hi / lo < 20 * 1.25 ** 2
+
+
+def simulator_gpus():
+    from simulator import hardware
+
+    return hardware.list_gpus()
+
+
+def test_left_out_lists_configurations_without_a_price():
+    app = _app_module()
+    from simulator import compare
+
+    opts = compare.sweep("pythia-160m", ["3090"], counts=(1,))
+    no_price = [dataclasses.replace(o, cost={**o.cost, "hardware_usd": None}) for o in opts]
+    df = app.left_out(no_price, "buy")
+    assert len(df) == 1 and "purchase price" in df["why"][0] and "--" not in df["why"][0]
+
+
+def test_budget_report_from_the_app_reports_the_plan_on_screen():
+    at = _app(sweep=True)
+    _clean(at)
+    assert not at.download_button(key="dl_md").proto.disabled
+    report = _budget_text(at)
+    assert "configuration on screen" in report and "8 × RTX 3090" in report
+    assert "simulate budget" not in report and "in the CSV" not in report  # what the app does not offer
+    assert "slow end" in report  # planned against the pessimistic end of the interval too
+
+
+def _budget_text(at: AppTest) -> str:
+    """The Markdown the budget button serves (rebuilt through the app's own function)."""
+    app = _app_module()
+    from simulator import api
+
+    st_ = at.session_state
+    prices = {"mode": st_["price_mode"], "kwh_price": st_["kwh_price"] or None, "price_per_gpu": None,
+              "rent_per_gpu_hour": None, "pue": st_["pue"], "lifetime_years": st_["lifetime_years"]}
+    plan_d = st_["last_plan"]
+    plan = api.simulate("pythia-1b", "8x3090")
+    pj = json.dumps(prices, sort_keys=True)
+    return app.budget_markdown("preset:pythia-1b", json.dumps({}, sort_keys=True), pj,
+                               json.dumps({"budget_usd": 60000.0, "deadline_days": 60.0}, sort_keys=True),
+                               f"{plan_d['model']['name']}, {plan_d['recipe']['description']}",
+                               json.dumps(app.current_for_budget(plan, pj)))

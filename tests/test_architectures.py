@@ -329,8 +329,10 @@ def test_modern_models_physics_holds(model, gpus, attention, compiled, seq) -> N
 
 
 def test_every_family_has_a_display_name() -> None:
+    from simulator.families import registered
     from simulator.models import FAMILIES, list_models
 
-    specs = [get_model(n) for n in list_models()]
-    for spec in (s for s in specs if isinstance(s, ModelSpec)):  # other families: their own specs
-        assert spec.family in FAMILIES and spec.family_display
+    families = registered()
+    for spec in (get_model(n) for n in list_models()):
+        assert spec.family in families and spec.family_display
+    assert set(FAMILIES) <= set(families)  # every transformer type is a transformer-family spec

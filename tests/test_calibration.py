@@ -183,6 +183,26 @@ def test_force_keeps_backup(tmp_path, capsys):
     assert out.exists() and measurements_path(out).exists()
 
 
+def test_killed_force_run_leaves_the_old_profile_in_place(tmp_path, capsys, monkeypatch):
+    """A --force run interrupted before it finishes must not lose the previous profile."""
+    import calibration.benches as benches
+
+    out = tmp_path / "p.json"
+    assert _run(["--tiny", "--out", str(out), "--only", "launch/eager/add"], capsys)[0] == 0
+    old = out.read_bytes()
+    real_plan = benches.plan
+
+    def boom(ctx):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(benches, "plan", lambda ctx, groups=None: [
+        *real_plan(ctx)[:1], Bench("zz/interrupt", "zz", {}, boom, 0.1)])
+    rc, _, err = _run(["--tiny", "--out", str(out), "--only", "launch,zz", "--force"], capsys)
+    assert rc == 130
+    assert out.read_bytes() == old  # still there, unchanged
+    assert [p.read_bytes() for p in tmp_path.glob("p.2*.bak.json")] == [old]
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--budget", "-1"], "--budget"),
     (["--quick", "--thorough"], "not allowed"),

@@ -21,11 +21,8 @@ from simulator.models import (
 from simulator.recipes import Recipe, default_recipe, make_recipe, parse_count
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
-_VALIDATION_CANDIDATES = (
-    Path(__file__).resolve().parents[1] / "data" / "validation_dev.csv",
-    Path("/work/shared/data/validation_dev.csv"),
-)
-VALIDATION_DEV = next((p for p in _VALIDATION_CANDIDATES if p.exists()), _VALIDATION_CANDIDATES[0])
+#: the packaged copy of the llm-foundry table (with its source column), so the test always runs
+VALIDATION_DEV = Path(__file__).resolve().parents[1] / "simulator" / "data" / "validation_dev.csv"
 
 # Exact `sum(p.numel() for p in model.parameters())` of the Hugging Face classes
 # (checked against transformers 4.57 on the meta device; the newer families against 5.24).
@@ -116,7 +113,6 @@ def _mpt_rows() -> list[dict[str, str]]:
         return [r for r in csv.DictReader(fh)]
 
 
-@pytest.mark.skipif(not VALIDATION_DEV.exists(), reason="shared validation data not present")
 def test_mpt_llm_foundry_counts_reproduce_validation_table() -> None:
     # llm-foundry's pretrain yamls keep MPTConfig defaults (biases, learned positions of length
     # max_seq_len = the run's seq_len), hence num_params grows by seq_len * d_model.
@@ -198,7 +194,7 @@ def test_required_presets_present() -> None:
     for n in names:
         m = get_model(n)
         assert m.source, n
-        assert m.hf_id or m.family == "mpt", n
+        assert m.hf_id or m.family == "mpt" or getattr(m, "kernel", None) == "slow", n  # slow: a run variant
 
 
 @pytest.mark.parametrize("alias", ["pythia-1b", "Pythia-1B", "EleutherAI/pythia-1b", " PYTHIA-1B "])
@@ -376,7 +372,7 @@ def test_generic_recipe() -> None:
     for name in list_models():
         model = get_model(name)
         rec = default_recipe(model)
-        assert rec.seq_len <= model.max_positions or model.pos_embedding != "learned"
+        assert getattr(model, "pos_embedding", None) != "learned" or rec.seq_len <= model.max_positions
 
 
 def test_recipe_overrides() -> None:

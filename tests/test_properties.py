@@ -153,3 +153,69 @@ def test_regression_deeper_model_is_not_faster(gpus, vocab, sharding, layers, hi
     shallow = simulate(ModelSpec(n_layers=layers, **base), gpus, **kw)
     deep = simulate(ModelSpec(n_layers=layers + 4, **base), gpus, **kw)
     assert deep.step_time_s >= shallow.step_time_s
+
+
+# ---------------------------------------------------------------- every family (simulator/families)
+@st.composite
+def family_models(draw):
+    """Random Mamba and ConvNeXt specs, with the knobs that apply to each (their family's)."""
+    from simulator.families import spec_from_dict
+
+    if draw(st.booleans()):
+        spec = spec_from_dict(dict(
+            name="random-mamba", family="mamba", n_layers=draw(st.integers(1, 24)),
+            hidden=draw(st.sampled_from([256, 512, 1024])), state_size=draw(st.sampled_from([8, 16])),
+            expand=2, vocab_size=draw(st.sampled_from([1000, 50280])), kernel=draw(st.sampled_from(["fused", "slow"]))))
+        ck = draw(st.sampled_from(["none", "full"]))
+        seq = {"seq_len": draw(st.sampled_from([128, 512, 1024]))}
+    else:
+        w = draw(st.sampled_from([32, 64, 96]))
+        spec = spec_from_dict(dict(
+            name="random-convnext", family="convnext", depths=[draw(st.integers(1, 3)) for _ in range(4)],
+            widths=[w, 2 * w, 4 * w, 8 * w], num_classes=draw(st.sampled_from([10, 1000])),
+            image_size=draw(st.sampled_from([64, 128]))))
+        ck, seq = "none", {}
+    k = {"precision": draw(st.sampled_from(["fp32", "tf32", "bf16", "fp16"])), "checkpointing": ck,
+         "sharding": draw(st.sampled_from(list(SHARDINGS)))}
+    return spec, k, seq
+
+
+def _deeper(spec):
+    if spec.family == "mamba":
+        return spec.model_copy(update={"n_layers": spec.n_layers + 4})
+    return spec.model_copy(update={"depths": (*spec.depths[:2], spec.depths[2] + 3, spec.depths[3])})
+
+
+@SETTINGS
+@given(case=family_models(), gpus=st.sampled_from(CLUSTERS), mb=st.integers(1, 8))
+def test_families_never_above_peak_and_more_work_takes_longer(case, gpus, mb):
+    model, k, seq = case
+    kw = dict(steps=10, micro_batch=mb, offload="none", **k, **seq)
+    plan = simulate(model, gpus, global_batch=128, **kw)
+    res = run_search(model, gpus, global_batch=128, **kw)
+    peak = res.setup.problem.device.gemm_peak(k["precision"])
+    s = seq.get("seq_len", 1)
+    assert plan.hfu <= 1.0 and plan.mfu <= plan.hfu + 1e-9
+    assert plan.tokens_per_s * model_flops_per_token(model, s) <= plan.hardware["n_gpus"] * peak
+    assert plan.days >= plan.days_at_peak and plan.step_time_s > 0 and np.isfinite(plan.step_time_s)
+    assert simulate(model, gpus, global_batch=256, **kw).step_time_s >= plan.step_time_s
+    assert simulate(_deeper(model), gpus, global_batch=128, **kw).step_time_s >= plan.step_time_s
+    three = simulate(model, gpus, global_batch=128, **{**kw, "steps": 30})
+    assert abs(three.days - 3 * plan.days) <= 1e-9 * three.days
+
+
+@SETTINGS
+@given(case=family_models(), gpus=st.sampled_from(CLUSTERS), mb=st.integers(1, 32))
+def test_families_memory_and_feasibility(case, gpus, mb):
+    model, k, seq = case
+    k = {key: v for key, v in k.items() if key != "sharding"}
+    kw = dict(global_batch=512, steps=10, micro_batch=mb, offload="none", **k, **seq)
+    totals = [simulate(model, gpus, sharding=s, **kw).memory_gib["total"] for s in ("ddp", "zero1", "zero2", "zero3")]
+    assert all(a >= b - 1e-9 for a, b in zip(totals, totals[1:], strict=False))
+    p = simulate(model, gpus, **kw)
+    assert p.feasible == (p.memory_gib["total"] <= p.memory_gib["capacity"])
+    if not p.feasible:
+        assert p.reasons and "GiB" in p.reasons[0]
+    if k["checkpointing"] == "none" and model.family == "mamba" and model.n_layers >= 2:  # 1 layer: no gain
+        full = simulate(model, gpus, sharding="ddp", **{**kw, "checkpointing": "full"})
+        assert full.memory_gib["activations"] <= simulate(model, gpus, sharding="ddp", **kw).memory_gib["activations"]

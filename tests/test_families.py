@@ -1,0 +1,282 @@
+"""The operation layer (simulator/families, simulator/opcost): exact parameter counts, FLOPs,
+bytes and activation memory of Mamba and ConvNeXt by hand, and the transformer's operations
+reproducing the original transformer path exactly."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator import compute, estimate, memory, opcost
+from simulator.api import run_search, simulate
+from simulator.device import device_from_spec
+from simulator.errors import UsageError
+from simulator.families import family_of, registered, spec_from_dict
+from simulator.families.mamba import SCAN_CHUNK, MambaSpec
+from simulator.hardware import default_profile, get_gpu
+from simulator.models import get_model, resolve_model
+from simulator.stacks import get_stack, list_stacks
+
+DATA = Path(__file__).parent / "data"
+FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+COUNTS = json.loads((DATA / "family_param_counts.json").read_text())
+
+
+def _device(gpu="a100-80gb-sxm"):
+    """A catalog device; ``NAME+shape``: its profile with attention efficiency by head size and
+    sequence and host time per layer switched on (whatever the stored profile holds)."""
+    name, _, shape = gpu.partition("+")
+    g = get_gpu(name)
+    prof = default_profile(g)
+    if shape:
+        att = prof.attention.model_copy(update={"head_dim_half": 24.0, "seq_half": 400.0})
+        prof = prof.model_copy(update={"attention": att, "layer_overhead_us": 40.0})
+    return device_from_spec(g, prof)
+
+
+# ------------------------------------------------------------------ exact parameter counts
+def _reference_counts() -> dict[str, int]:
+    """From transformers when installed (meta device), else the committed fixture."""
+    try:
+        import torch
+        from transformers import (
+            ConvNextConfig,
+            ConvNextForImageClassification,
+            MambaConfig,
+            MambaForCausalLM,
+        )
+    except ImportError:
+        return {k: v["params"] for k, v in COUNTS["counts"].items()}
+
+    def count(cls, cfg):
+        with torch.device("meta"):
+            return sum(p.numel() for p in cls(cfg).parameters())
+
+    mc = MambaConfig(vocab_size=50280, hidden_size=2560, state_size=16, num_hidden_layers=64, expand=2,
+                     conv_kernel=4, time_step_rank=160, use_bias=False, use_conv_bias=True, tie_word_embeddings=True)
+    cx = dict(depths=[3, 3, 27, 3], hidden_sizes=[256, 512, 1024, 2048])
+    return {"mamba-2.8b": count(MambaForCausalLM, mc),
+            "convnext-xlarge-22k": count(ConvNextForImageClassification, ConvNextConfig(num_labels=21841, **cx)),
+            "convnext-xlarge-1k-head": count(ConvNextForImageClassification, ConvNextConfig(num_labels=1000, **cx))}
+
+
+def test_exact_parameter_counts():
+    ref = _reference_counts()
+    assert get_model("mamba-2.8b").n_params() == ref["mamba-2.8b"] == 2_768_345_600
+    cx = get_model("convnext-xlarge-22k")
+    assert cx.n_params() == ref["convnext-xlarge-22k"] == 392_900_177
+    assert cx.model_copy(update={"num_classes": 1000}).n_params() == ref["convnext-xlarge-1k-head"] == 350_196_968
+    # the fixture is what transformers gave when it was written
+    assert COUNTS["transformers_version"] and all(ref[k] == v["params"] for k, v in COUNTS["counts"].items())
+
+
+@pytest.mark.parametrize("name", ["mamba-2.8b", "mamba-2.8b-slow", "convnext-xlarge-22k", "pythia-1b",
+                                  "roberta-large", "vit-large-16-in21k"])
+def test_operations_own_every_parameter_once(name):
+    """Sum of op params over the graph = the exact count (transformer: its layers)."""
+    m = get_model(name)
+    g = opcost.graph(m, 1, np.array([1.0]), "bf16", family_of(m).attentions[-1], False)
+    owned = sum(b.repeat * sum(op.params for op in b.ops) for b in g.blocks)
+    if family_of(m).name == "transformer":
+        b = m.param_breakdown()
+        assert owned == b["attention"] + b["mlp"] + b["norms"]
+        # the GEMMs own the projections (weights and biases), the norms op the norms
+        norms = next(op for op in g.blocks[0].ops if op.name == "norms_residual_activation")
+        assert norms.params == b["norms_per_layer"]
+    else:
+        assert owned + sum(op.params for op in g.outside) == m.n_params()
+
+
+def test_hf_config_import():
+    mamba = resolve_model(FIXTURES / "mamba-2.8b-hf.json")
+    assert mamba.family == "mamba" and mamba.n_params() == get_model("mamba-2.8b").n_params()
+    cx = resolve_model(FIXTURES / "convnext-xlarge-224-22k.json")
+    assert cx.family == "convnext" and cx.n_params() == 392_900_177
+    assert cx.hf_id == "facebook/convnext-xlarge-224-22k"
+
+
+def test_spec_from_dict_discriminates_by_family():
+    assert isinstance(spec_from_dict(dict(name="m", family="mamba", n_layers=2, hidden=64, vocab_size=100)), MambaSpec)
+    with pytest.raises(ValueError, match="unknown model family"):
+        spec_from_dict({"name": "x", "family": "rwkv"})
+    assert {"mamba", "convnext", "gpt_neox", "vit"} <= set(registered())
+
+
+# ------------------------------------------------------------------ FLOPs by hand
+def test_mamba_flops_by_hand():
+    m = get_model("mamba-2.8b")
+    d, E, N, R, K, V, L = 2560, 5120, 16, 160, 4, 50280, 64
+    gemm = 2 * (d * 2 * E + E * (R + 2 * N) + R * E + E * d)  # per token per layer
+    other = 2 * K * E + 9 * E * N  # conv, scan
+    per_token = 3 * (L * (gemm + other) + 2 * d * V)
+    assert opcost.model_flops_per_token(m, 4096) == pytest.approx(per_token, rel=1e-12)
+    # training FLOPs ~ 6 N per token (Kaplan et al.): GEMMs dominate, scan and conv ~1%
+    assert per_token / (6 * m.n_params()) == pytest.approx(1.0, abs=0.03)
+    assert estimate.palm_flops_per_token(m, 4096) == 6 * m.n_params()
+
+
+def test_convnext_forward_macs_match_the_paper():
+    """ConvNeXt-XL at 224: 60.9 G FLOPs (multiply-adds) with the 1k head (Liu et al. 2022, table 1)."""
+    cx = get_model("convnext-xlarge-22k").model_copy(update={"num_classes": 1000})
+    macs = opcost.model_flops_per_token(cx, 1) / 3 / 2
+    assert macs == pytest.approx(60.9e9, rel=0.01)
+    # by hand: stem, blocks (49 C depthwise + 8 C^2 pointwise per pixel), downsampling, head
+    widths, depths, grids = (256, 512, 1024, 2048), (3, 3, 27, 3), (56, 28, 14, 7)
+    hand = 56**2 * 256 * 48 + sum(dep * g * g * (49 * c + 8 * c * c) for dep, c, g in zip(depths, widths, grids, strict=True))
+    hand += sum(grids[i] ** 2 * 4 * widths[i - 1] * widths[i] for i in (1, 2, 3)) + 2048 * 1000
+    assert macs == pytest.approx(hand, rel=1e-12)
+    assert estimate.palm_flops_per_token(cx, 1) == opcost.model_flops_per_token(cx, 1)  # 6N means nothing here
+
+
+# ------------------------------------------------------------------ bytes and activations by hand
+def test_mamba_fused_scan_bytes_and_activations_by_hand():
+    m = get_model("mamba-2.8b")
+    d, E, N, R, L, s, e = 2560, 5120, 16, 160, 64, 4096, 2
+    g = opcost.graph(m, s, np.array([1.0]), "bf16", "n/a", False)
+    scan = next(op for op in g.blocks[0].ops if op.name == "selective_scan")
+    assert float(scan.bytes_fwd[0]) == s * e * (4 * E + 2 * N)  # u, delta, z, B, C in; gated output out
+    # saved per token per layer: fp32 norm (3 x 4d), in_proj input + xz, x_dbl, out, scan chunk states
+    per_layer = s * (12 * d + e * (d + 2 * E) + e * (R + 2 * N) + e * E) + 2 * N * E * 4 * (s // SCAN_CHUNK)
+    outside = s * 4 * d * 2 + s * e * d  # embedding output, final norm input (fp32) ; head input
+    act = memory.activations(m, s, np.array([1.0]), "bf16", "n/a", "none")
+    assert float(act[0]) == pytest.approx(L * per_layer + outside, rel=1e-12)
+    # full: every layer keeps its fp32 residual input; the layer rebuilt during backward holds its
+    # working set less that input (fidelity-mem's rule)
+    full = memory.activations(m, s, np.array([1.0]), "bf16", "n/a", "full")
+    assert float(full[0]) == pytest.approx(L * s * 4 * d + (per_layer - s * 4 * d) + outside, rel=1e-12)
+    # every:4: a quarter of the layers keep their input only
+    ev4 = memory.activations(m, s, np.array([1.0]), "bf16", "n/a", "every:4")
+    assert float(ev4[0]) == pytest.approx(48 * per_layer + 16 * s * 4 * d + (per_layer - s * 4 * d) + outside,
+                                          rel=1e-12)
+    # logits: bf16 logits + fp32 log-probabilities and gradient (e + 8 per logit), eager upcast
+    # loss (hf-trainer); a fused loss kernel (llm-foundry) keeps 2e
+    assert float(memory.logits_bytes(m, s, np.array([2.0]), "bf16", False, get_stack(None))[0]) \
+        == 2 * s * 50280 * (e + 8)
+    assert float(memory.logits_bytes(m, s, np.array([2.0]), "bf16", False, get_stack("llm-foundry"))[0]) \
+        == 2 * s * 50280 * 2 * e
+
+
+def test_mamba_slow_path_materializes_fp32_states():
+    fused, slow = get_model("mamba-2.8b"), get_model("mamba-2.8b-slow")
+    one = np.array([1.0])
+    a_f = float(memory.activations(fused, 4096, one, "bf16", "n/a", "none")[0])
+    a_s = float(memory.activations(slow, 4096, one, "bf16", "n/a", "none")[0])
+    # the slow path keeps discretized A and B*dt (fp32) and each step's state: > 12 bytes per
+    # (token, inner channel, state) and layer
+    assert a_s > 64 * 4096 * 12 * 5120 * 16 > 10 * a_f
+    dev = _device()
+    t_f = compute.micro_batch_time(fused, 4096, np.array([4.0]), "bf16", "n/a", False, "full", dev).total
+    t_s = compute.micro_batch_time(slow, 4096, np.array([4.0]), "bf16", "n/a", False, "full", dev).total
+    assert t_s[0] > 2 * t_f[0]
+
+
+def test_convnext_bytes_and_activations_by_hand():
+    cx = get_model("convnext-xlarge-22k")
+    e = 4
+    g = opcost.graph(cx, 1, np.array([1.0]), "fp32", "n/a", False)
+    stage2 = next(b for b in g.blocks if b.name == "stage2")
+    dw = next(op for op in stage2.ops if op.name == "dwconv7x7")
+    assert float(dw.bytes_fwd[0]) == 14 * 14 * 1024 * 2 * e  # read + write one feature map
+    assert float(dw.fwd_flops()[0]) == 14 * 14 * 1024 * 2 * 49
+    # saved per image: every block 12 C per pixel (dw input, LN in, pw1 in, GELU in 4C, pw2 in 4C,
+    # scale in); downsampling 2 C_in per input pixel; stem image + conv out + norm in; head
+    widths, depths, grids = (256, 512, 1024, 2048), (3, 3, 27, 3), (56, 28, 14, 7)
+    blocks = sum(dep * g * g * 12 * c for dep, c, g in zip(depths, widths, grids, strict=True))
+    down = sum(2 * (2 * grids[i]) ** 2 * widths[i - 1] for i in (1, 2, 3))
+    stem = 3 * 224 * 224 + 56 * 56 * 256
+    head = 2 * 2048
+    act = float(memory.activations(cx, 1, np.array([1.0]), "fp32", "n/a", "none")[0])
+    assert act == pytest.approx(e * (blocks + down + stem + head), rel=1e-12)
+
+
+# ------------------------------------------------------------------ the transformer through operations
+CASES = [("pythia-1b", 2048), ("mistral-7b", 1024), ("roberta-large", 512), ("vit-large-16-in21k", 197),
+         ("gpt2", 1024), ("gemma-2-2b", 1024), ("qwen3-0.6b", 2048)]
+KNOBS = [("bf16", "sdpa", True, "none"), ("bf16", "eager", False, "selective"), ("fp32", "eager", True, "full"),
+         ("tf32", "sdpa", False, "selective"), ("fp16", "sdpa", False, "full"), ("bf16", "sdpa", False, "op"),
+         ("bf16", "eager", False, "op"), ("bf16", "sdpa", False, "every:3"), ("fp16", "eager", True, "every:2")]
+#: a stored profile, and one whose attention efficiency depends on head size and sequence and
+#: which charges host time per layer
+PROFILES = ["a100-80gb-sxm", "h100-sxm+shape"]
+
+
+@pytest.mark.parametrize("name, seq", CASES)
+@pytest.mark.parametrize("precision, attention, compiled, ckpt", KNOBS)
+@pytest.mark.parametrize("gpu", PROFILES)
+def test_transformer_operations_reproduce_the_transformer_path(name, seq, precision, attention, compiled, ckpt, gpu):
+    """Same seconds, FLOPs, activation and logit bytes as compute/memory/estimate today, under
+    every stack, so moving the transformer onto operations changes no result."""
+    m, dev = get_model(name), _device(gpu)
+    mb = np.array([1.0, 3.0, 8.0])
+    for stack in map(get_stack, list_stacks()):
+        ref = compute.micro_batch_time(m, seq, mb, precision, attention, compiled, ckpt, dev, stack=stack)
+        ops = opcost.micro_batch_time(m, seq, mb, precision, attention, compiled, ckpt, dev, stack=stack)
+        for f in ("fwd", "bwd", "recompute", "hw_flops"):
+            np.testing.assert_allclose(getattr(ops, f), getattr(ref, f), rtol=1e-12, err_msg=f"{f} {stack.name}")
+        np.testing.assert_allclose(opcost.logits_bytes(m, seq, mb, precision, compiled, stack),
+                                   memory.logits_bytes(m, seq, mb, precision, compiled, stack), rtol=1e-12)
+    np.testing.assert_allclose(opcost.activations(m, seq, mb, precision, attention, ckpt),
+                               memory.activations(m, seq, mb, precision, attention, ckpt), rtol=1e-12)
+    assert opcost.model_flops_per_token(m, seq) == pytest.approx(estimate.model_flops_per_token(m, seq), rel=1e-12)
+
+
+def test_equality_cases_exercise_the_new_physics():
+    """One profile above makes attention efficiency depend on shape and charges host time per
+    layer (else the equality would not test those paths)."""
+    prof = _device(PROFILES[-1]).profile
+    assert prof.attention.head_dim_half > 0 and prof.attention.seq_half > 0 and prof.layer_overhead_us > 0
+
+
+# ------------------------------------------------------------------ end to end
+@pytest.mark.parametrize("name", ["mamba-2.8b", "convnext-xlarge-22k"])
+def test_simulate_answers_like_any_model(name):
+    p = simulate(name, "4xa100")
+    assert p.feasible and 1 < p.days < 1000 and p.days >= p.days_at_peak
+    assert p.strategy["attention"] == "n/a" and any("attention knob does not apply" in n for n in p.notes)
+    assert 0 < p.mfu <= p.hfu <= 1 and p.cost
+    assert p.memory_gib["total"] <= p.memory_gib["capacity"]
+
+
+def test_knobs_that_do_not_apply():
+    # attention pinned (the study's naive baseline pins it for every model): ignored, with a note
+    p = simulate("mamba-2.8b", "4xa100", attention="eager", checkpointing="full")
+    assert p.strategy["attention"] == "n/a" and any("--attention eager ignored" in n for n in p.notes)
+    assert p.strategy["compile"] is False
+    res = run_search("mamba-2.8b", "4xa100")
+    assert set(res.table.a["pack"]) and all(pk[1] == "n/a" and pk[2] is False for pk in res.table.packs)
+    env = {"PYTHONPATH": str(Path(__file__).parents[1])}
+    for args in (["--model", "mamba-2.8b", "--compile"], ["--model", "convnext-xlarge-22k", "--checkpointing", "full"],
+                 ["--model", "convnext-xlarge-22k", "--seq-len", "4"]):
+        r = subprocess.run([sys.executable, "-m", "simulator.cli", "--gpus", "4xa100", *args], capture_output=True,
+                           text=True, env=env)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_mamba_checkpointing_is_per_layer():
+    """Mamba offers none, every:K and full (layer-granular); selective and op do not apply. Each
+    step towards full checkpointing trades memory for recomputation time."""
+    m, dev, mb = get_model("mamba-2.8b"), _device(), np.array([2.0])
+    policies = ["none", "every:4", "every:2", "full"]
+    act = [float(memory.activations(m, 4096, mb, "bf16", "n/a", ck)[0]) for ck in policies]
+    rec = [float(compute.micro_batch_time(m, 4096, mb, "bf16", "n/a", False, ck, dev).recompute[0]) for ck in policies]
+    assert act == sorted(act, reverse=True) and len(set(act)) == 4
+    assert rec == sorted(rec) and len(set(rec)) == 4
+    p = simulate("mamba-2.8b", "4xa100", checkpointing="every:4")
+    assert p.feasible and p.strategy["checkpointing"] == "every:4"
+    for bad in ("op", "selective"):
+        with pytest.raises(UsageError, match="valid here: none, every:K, full"):
+            simulate("mamba-2.8b", "4xa100", checkpointing=bad)
+
+
+def test_slow_mamba_needs_checkpointing_on_a100():
+    """The slow path's fp32 [batch, inner, sequence, state] tensors do not fit one 4096-token
+    sequence on an 80 GB card without checkpointing; full checkpointing makes it fit."""
+    p = simulate("mamba-2.8b-slow", "4xa100", checkpointing="none")
+    assert not p.feasible and "GiB" in p.reasons[0]
+    q = simulate("mamba-2.8b-slow", "4xa100")
+    assert q.feasible and q.strategy["checkpointing"] == "full"
+    assert q.days > simulate("mamba-2.8b", "4xa100").days

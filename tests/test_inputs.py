@@ -1,0 +1,243 @@
+"""Issue 13's hostile inputs and lost files: every bad input is one line and exit 2 (a
+ValueError in the API), nothing non-finite is printed, files keep their modes, and the
+"what would fit" suggestions hold when applied."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+
+import pytest
+
+import simulator
+from simulator import compare
+from simulator.atomic import write_text_atomic
+from simulator.cli import main
+from simulator.errors import UsageError
+
+
+def run(args, capsys):
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line_usage(code, err, needle):
+    assert code == 2, err
+    assert "Traceback" not in err and "internal error" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert needle in err, err
+
+
+LONG = "a" * 300
+
+
+@pytest.fixture
+def bad_configs(tmp_path):
+    base = {"model_type": "gpt_neox", "hidden_size": 512, "num_attention_heads": 8,
+            "intermediate_size": 2048, "vocab_size": 50000, "max_position_embeddings": 2048}
+    text = json.dumps({**base, "num_hidden_layers": 4})
+    (tmp_path / "inf.json").write_text(text.replace('"num_hidden_layers": 4', '"num_hidden_layers": Infinity'))
+    (tmp_path / "big.json").write_text(text.replace('"num_hidden_layers": 4', '"num_hidden_layers": 1e400'))
+    return tmp_path
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--tokens", "1e400"], "--tokens"),
+    (["--steps", "1e400"], "--steps"),
+    (["--global-batch", "1e20"], "--global-batch"),
+    (["--tokens", "1e308"], "--tokens"),
+    (["--tokens", "1e99999999999"], "--tokens"),
+    (["--gpus", "2x2x2x3090"], "more than two counts"),
+    (["--gpus", "2x8xlocal"], "Nxlocal"),
+    (["--model", "/dev/null"], "not a regular file"),
+    (["--model", "/"], "without a config.json"),
+    (["--overhead", "-10%"], "-10%"),
+    (["--profile", "/dev/zero"], "not a regular file"),
+    (["--profile", f"/tmp/{LONG}.json"], "too long"),
+    (["--prices", f"/tmp/{LONG}.yaml"], "too long"),
+    (["--model", f"/tmp/{LONG}.json"], "too long"),
+    (["--pue", "0.5"], "at least 1"),
+])
+def test_bad_input_is_one_line_exit_2(extra, needle, capsys):
+    args = {"--model": "pythia-1b", "--gpus": "8x3090"}
+    rest = []
+    i = 0
+    while i < len(extra):
+        if extra[i] in args:
+            args[extra[i]] = extra[i + 1]
+        else:
+            rest += extra[i:i + 2]
+        i += 2
+    code, _, err = run([x for kv in args.items() for x in kv] + rest, capsys)
+    _one_line_usage(code, err, needle)
+
+
+@pytest.mark.parametrize("name", ["inf.json", "big.json"])
+def test_config_with_infinite_layers_is_usage_error(bad_configs, name, capsys):
+    code, _, err = run(["--model", str(bad_configs / name), "--gpus", "1x3090"], capsys)
+    _one_line_usage(code, err, "num_hidden_layers")
+
+
+def test_prices_file_pue_below_one(tmp_path, capsys):
+    f = tmp_path / "p.yaml"
+    f.write_text("pue: 0.3\n")
+    code, _, err = run(["--model", "pythia-1b", "--gpus", "8x3090", "--prices", str(f)], capsys)
+    _one_line_usage(code, err, "PUE")
+
+
+def test_huge_prices_are_rejected_not_printed_as_infinity(capsys):
+    code, out, err = run(["--model", "pythia-1b", "--gpus", "8x3090", "--json", "--price-per-gpu", "1e308"], capsys)
+    _one_line_usage(code, err, "not a finite number")
+    assert "Infinity" not in out
+
+
+def test_nan_residuals_in_a_profile_are_rejected(tmp_path, capsys):
+    from simulator.hardware import default_profile
+
+    d = default_profile("rtx3090").model_dump(mode="json")
+    d["validation"]["log_ratio_residuals"][0] = float("nan")
+    f = tmp_path / "nan.json"
+    f.write_text(json.dumps(d))
+    code, out, err = run(["--model", "pythia-1b", "--gpus", "8x3090", "--json", "--profile", str(f)], capsys)
+    _one_line_usage(code, err, "log_ratio_residuals")
+    assert "NaN" not in out
+
+
+def test_json_of_an_infeasible_plan_is_strict(capsys):
+    # fp16 pinned on a V100 fits nothing for a 13B model: every figure printed must be strict JSON
+    code, out, _ = run(["--model", "llama-2-13b", "--gpus", "1x3090", "--sharding", "ddp", "--json"], capsys)
+    assert code == 1
+    json.loads(out, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"tokens": 10**400}, "tokens"),
+    ({"profile": 123}, "profile"),
+    ({"steps": float("inf")}, "steps"),
+])
+def test_api_bad_input_is_a_value_error(kw, needle):
+    with pytest.raises(ValueError, match=needle) as ei:
+        simulator.simulate("pythia-1b", "8x3090", **kw)
+    assert isinstance(ei.value, UsageError)
+
+
+@pytest.mark.parametrize("top", [-1, 0, "5", 2.5, True])
+def test_search_top_must_be_positive_int(top):
+    with pytest.raises(UsageError, match="top"):
+        simulator.search("pythia-1b", "8x3090", top=top)
+
+
+def test_search_top_none_and_positive():
+    assert len(simulator.search("pythia-160m", "2x3090", top=3)) == 3
+    assert len(simulator.search("pythia-160m", "2x3090", top=None)) > 3
+
+
+def test_api_model_of_wrong_type():
+    with pytest.raises(UsageError, match="model"):
+        simulator.simulate(42, "8x3090")
+
+
+# ------------------------------------------------------------------ profile drives its own device
+def test_cpu_profile_is_refused_for_a_catalog_gpu(capsys):
+    prof = os.path.join(os.path.dirname(__file__), "..", "calibration", "profiles", "cpu-amd-epyc.json")
+    code, _, err = run(["--model", "pythia-1b", "--gpus", "8x3090", "--profile", prof], capsys)
+    _one_line_usage(code, err, "--profile-any-gpu")
+    assert "AMD EPYC" in err and "Nxlocal" in err
+    code, out, err = run(["--model", "pythia-14m", "--gpus", "1x3090", "--profile", prof, "--profile-any-gpu",
+                          "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["profile"]["name"].startswith("cpu-amd-epyc")
+
+
+def test_another_catalog_gpus_profile_is_refused():
+    from simulator.hardware import default_profile
+
+    with pytest.raises(UsageError, match="h100-sxm"):
+        simulator.simulate("pythia-1b", "8x3090", profile=default_profile("h100-sxm"))
+    p = simulator.simulate("pythia-1b", "8x3090", profile=default_profile("h100-sxm"), profile_any_gpu=True)
+    assert p.feasible
+
+
+# ------------------------------------------------------------------ suggestions hold when applied
+@pytest.mark.parametrize("model, gpus, pins", [
+    ("llama-2-7b", "1x3090", {"sharding": "ddp", "offload": "none"}),
+    ("llama-2-13b", "1x3090", {"sharding": "ddp"}),
+    ("llama-2-7b", "2x3090", {"offload": "none", "checkpointing": "none"}),
+    ("llama-2-13b", "1x3090", {}),
+    ("mpt-70b", "1xh100", {}),  # a GPU id with an 'x' in it
+])
+def test_every_suggestion_fits_when_applied(model, gpus, pins):
+    plan = simulator.simulate(model, gpus, **pins)
+    assert not plan.feasible and plan.fixes
+    assert plan.suggestions == [f["text"] for f in plan.fixes]
+    for f in plan.fixes:
+        kept = {k: v for k, v in pins.items() if k not in f["unpin"]}
+        again = simulator.simulate(model, f["gpus"], **kept, **f["knobs"])
+        assert again.feasible, f["text"]
+        assert again.strategy_line() == f["strategy"]
+        # a fix that releases pins says so; one that keeps them must fit with every pin
+        assert bool(f["unpin"]) == ("unpin" in f["text"])
+        for k, v in kept.items():
+            assert again.strategy[k] == v
+
+
+def test_pinned_suggestions_prefer_keeping_the_pins():
+    # DDP with no offload fits a 7B model on one H200: the larger card is found with the pins kept
+    plan = simulator.simulate("llama-2-7b", "1x3090", sharding="ddp", offload="none")
+    card = [f for f in plan.fixes if f["kind"] == "larger_card"]
+    assert card and not card[0]["unpin"]
+
+
+# ------------------------------------------------------------------ compare/budget counts
+def test_compare_counts_beyond_one_node_are_multi_node(capsys):
+    code, out, err = run(["compare", "--model", "pythia-160m", "--gpu", "3090", "--counts", "16", "--json"], capsys)
+    assert code == 0, err
+    rows = json.loads(out)["options"]
+    assert [(r["nodes"], r["gpus_per_node"]) for r in rows] == [(2, 8)]
+    assert compare.split_nodes(12, 8) == (2, 6) and compare.split_nodes(4, 8) == (1, 4)
+
+
+def test_budget_counts_beyond_one_node(tmp_path, capsys):
+    code, out, err = run(["budget", "--model", "pythia-160m", "--gpu", "3090", "--counts", "16", "--budget",
+                          "1M", "--deadline", "1y", "--out", str(tmp_path)], capsys)
+    assert code == 0, err
+    assert "2 × 8 × RTX 3090" in out
+
+
+# ------------------------------------------------------------------ files keep the user's modes
+def test_atomic_write_keeps_umask_and_existing_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        p = write_text_atomic(tmp_path / "new.csv", "x\n")
+        assert stat.S_IMODE(p.stat().st_mode) == 0o644
+        os.umask(0o077)
+        q = tmp_path / "existing.md"
+        q.write_text("old")
+        os.chmod(q, 0o664)
+        write_text_atomic(q, "new")
+        assert stat.S_IMODE(q.stat().st_mode) == 0o664 and q.read_text() == "new"
+    finally:
+        os.umask(old)
+
+
+def test_validate_update_profile_checks_writability_first(tmp_path, monkeypatch, capsys):
+    from calibration import validate
+    from simulator.hardware import default_profile
+    from simulator.profile import save_profile
+
+    prof = tmp_path / "p.json"
+    save_profile(default_profile("rtx3090"), prof)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if mode == os.W_OK else real_access(p, mode))
+    monkeypatch.setattr(validate, "measure", lambda *a, **k: pytest.fail("the suite ran before the check"))
+    code = validate.main(["--profile", str(prof), "--update-profile"])
+    err = capsys.readouterr().err
+    _one_line_usage(code, err, "not writable")
+
+
+def test_no_result_is_non_finite():
+    p = simulator.simulate("pythia-1b", "8x3090", tokens="1e17")
+    assert all(math.isfinite(v) for v in (p.days, p.step_time_s, *p.interval_days))

@@ -107,13 +107,17 @@ class _RunModel:
     setup: object  # simulator.api.Setup
     space: object  # simulator.estimate.Space, every knob pinned
     measured_s: float  # step time
+    layout: object = None  # simulator.parallel.Parallelism when tp or pp > 1 (pinned), else None
 
     def step_time(self, prof: Profile) -> float:
         from simulator.estimate import evaluate
+        from simulator.parallel_search import evaluate_layout
 
         pb = self.setup.problem
         pb = replace(pb, device=device_from_spec(self.gpu, prof), fabric=replace(pb.fabric, **comm_params(prof)))
-        return float(evaluate(pb, self.space).a["step_time"][0])
+        if self.layout is None:
+            return float(evaluate(pb, self.space).a["step_time"][0])
+        return float(evaluate_layout(pb, self.space, self.layout, [self.layout.vp])[0]["step_time"][0])
 
 
 def _resolve(run: pd.Series, prof: Profile) -> _RunModel:
@@ -126,8 +130,13 @@ def _resolve(run: pd.Series, prof: Profile) -> _RunModel:
             "checkpointing": run["checkpointing"], "sharding": run["sharding"], "offload": "none",
             "micro_batch": int(run["micro_batch"])}
     space, _ = api._space(st, pins)
+    tp, pp = int(run["tp"] or 1), int(run["pp"] or 1)
+    layout = None
+    if tp > 1 or pp > 1:  # tensor/pipeline parallel: the run's one layout, as the layout search evaluates it
+        (layout,) = api.layout_space(st, {"tp": tp, "pp": pp, "vp": 1,
+                                          "sequence_parallel": bool(run["sequence_parallel"])}, space)
     measured = int(run["global_batch"]) * int(run["seq_len"]) / float(run["measured_tok_s"])
-    return _RunModel(run, hardware.parse_cluster(run["gpus"]).gpu, st, space, measured)
+    return _RunModel(run, hardware.parse_cluster(run["gpus"]).gpu, st, space, measured, layout)
 
 
 @dataclass

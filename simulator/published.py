@@ -37,14 +37,16 @@ def stack_preset(name) -> str:
 
 
 def simulate_run(run, profile=None):
-    """Simulate one normalized run (a row of :func:`simulator.runs.load_runs`) with its exact strategy."""
+    """Simulate one normalized run (a row of :func:`simulator.runs.load_runs`) with its exact strategy
+    (its tensor/pipeline layout pinned, 1F1B without interleaving: runs record no virtual stages)."""
     from .api import simulate
 
     return simulate(run["spec"], run["gpus"], profile=profile, global_batch=int(run["global_batch"]),
                     seq_len=int(run["seq_len"]), steps=1, optimizer="adamw", precision=run["precision"],
                     sharding=run["sharding"], attention=run["attention"], compile=bool(run["compile"]),
                     checkpointing=run["checkpointing"], offload="none", micro_batch=int(run["micro_batch"]),
-                    stack=stack_preset(run["stack"]), tp=int(run["tp"] or 1), pp=int(run["pp"] or 1))
+                    stack=stack_preset(run["stack"]), tp=int(run["tp"] or 1), pp=int(run["pp"] or 1), vp=1,
+                    sequence_parallel=bool(run["sequence_parallel"]))
 
 
 def predict_row(run) -> dict:

@@ -290,8 +290,9 @@ def report(fitter: Fitter, f: Fit) -> str:
                  + (f", leave-one-source-out {mape_of(f.loso):.1f}%" if f.loso is not None else ""))
     if f.loo is not None:
         lines.append(f"80% interval coverage of held-out runs (LOO): {fitter.heldout_coverage(f.loo):.0%}")
-    for s in np.unique(fitter.sources):
-        m = fitter.sources == s
+    group = np.array(fitter.run_group)
+    for s, m in [(s, fitter.sources == s) for s in np.unique(fitter.sources)] + \
+            [(f"GPU group {g}", group == g) for g in fitter.groups]:
         row = f"  {s:28s} n={m.sum():3d}  in-sample {mape_of(f.residuals[m]):5.1f}%"
         if f.loo is not None:
             row += f"  LOO {mape_of(f.loo[m]):5.1f}%  LOSO {mape_of(f.loso[m]):5.1f}%"

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = _P(prog="simulate validate-published",
             description="Predict published runs with their exact strategy (default: the bundled dev runs, "
-                        "data/validation_dev.csv and data/published_runs_more.csv).")
+                        "data/validation_dev.csv, data/published_runs_more.csv and data/korthikanti2022.csv).")
     ap.add_argument("file", nargs="?", default=None,
                     help="CSV of runs (layouts: docs/calibrate_from_runs.md; default: the bundled dev runs)")
     ap.add_argument("--json", action="store_true")

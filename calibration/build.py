@@ -18,10 +18,21 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from simulator.profile import SCHEMA_VERSION, Profile, parse_profile
+from simulator import kernels
+from simulator.errors import UsageError
+from simulator.fresh_memory import fresh_time, logits_fresh_bytes
+from simulator.profile import (
+    SCHEMA_VERSION,
+    AttentionEfficiency,
+    FreshMemory,
+    Profile,
+    parse_profile,
+)
 
 from . import fit as F
 from .benches.attention import BWD_FLOPS_FACTOR, attention_precision
+from .benches.bandwidth import OPS
+from .benches.optimizer import layer_shapes
 from .collectives import bus_bytes
 from .device import BYTES_PER_EL, DeviceContext, catalog_peaks, provenance_fields
 
@@ -130,7 +141,8 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         if prec in cat_peaks:
             peaks[prec], peak_src[prec] = cat_peaks[prec], cat_src or "catalog"
             continue
-        rates = [r["flops"] / r["time_s"] for _, r in _ok(results, f"gemm/{prec}/")]
+        rates = [r["flops"] / min([r["time_s"], *r.get("layouts_min_s", {}).values()])
+                 for _, r in _ok(results, f"gemm/{prec}/")]
         rates += [r["flops"] / r["time_s"] for k, r in _ok(results, "attention/")
                   if k.split("/")[3] == prec and k.split("/")[1] != "math"]
         if rates:
@@ -140,19 +152,30 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         peaks["fp32"], peak_src["fp32"] = 0.1, PLACEHOLDER
         warn.append("no fp32 GEMM measured; fp32 peak is a placeholder")
 
-    # 4. GEMM efficiency per precision.
+    # 4. GEMM efficiency per precision, forward and backward layouts.
     gemm: dict[str, dict] = {}
+    gemm_bwd: dict[str, dict] = {}
     for prec in dev.precisions:
         pts = _ok(results, f"gemm/{prec}/")
         if not pts or prec not in peaks:
             continue
-        f_g = F.fit_gemm([r_p(k, "m") for k, _ in pts], [r_p(k, "n") for k, _ in pts],
-                         [r_p(k, "k") for k, _ in pts], [r["time_s"] for _, r in pts],
-                         peaks[prec] * 1e12, BYTES_PER_EL[prec], bw_gbs * 1e9, bw_eff, launch_s)
+        shp = [[r_p(k, d) for k, _ in pts] for d in "mnk"]
+        split = all("layouts_min_s" in r for _, r in pts)
+        fwd_t = [r["layouts_min_s"]["linear_nt"] if split else r["time_s"] for _, r in pts]
+        f_g = F.fit_gemm(*shp, fwd_t, peaks[prec] * 1e12, BYTES_PER_EL[prec], bw_gbs * 1e9, bw_eff, launch_s)
         fits[f"gemm/{prec}"] = f_g.as_dict()
+        what = "forward layout F.linear (x @ W^T)" if split else "mean of the three layouts"
         gemm[prec] = {"e_max": f_g.params["e_max"], "x_half": f_g.params["x_half"],
-                      "source": (f"{tag}: {f_g.n} GEMMs fitted to gemm_time, rms log err "
+                      "source": (f"{tag}: {f_g.n} GEMMs ({what}) fitted to gemm_time, rms log err "
                                  f"{f_g.rms_log:.2f}; peak {peaks[prec]:.4g} TFLOPS = {peak_src[prec]}")}
+        if split:  # backward layouts: input gradient g @ W (NN) and weight gradient g^T @ x (TN)
+            bwd_t = [0.5 * (r["layouts_min_s"]["mm_nn"] + r["layouts_min_s"]["mm_tn"]) for _, r in pts]
+            f_gb = F.fit_gemm(*shp, bwd_t, peaks[prec] * 1e12, BYTES_PER_EL[prec], bw_gbs * 1e9, bw_eff,
+                              launch_s)
+            fits[f"gemm_bwd/{prec}"] = f_gb.as_dict()
+            gemm_bwd[prec] = {"e_max": f_gb.params["e_max"], "x_half": f_gb.params["x_half"],
+                              "source": (f"{tag}: {f_gb.n} GEMMs, mean of torch.mm NN and TN layouts "
+                                         f"(backward), rms log err {f_gb.rms_log:.2f}")}
     if "fp32" not in gemm:
         gemm["fp32"] = {"e_max": 0.5, "x_half": 100.0, "source": f"gemm fp32: {PLACEHOLDER}"}
 
@@ -162,30 +185,40 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     attn: dict[str, float] = {}
     attn_notes: list[str] = []
 
-    def _attn(backend: str, prec: str, field_: str) -> None:
+    shape_fields = {"head_dim_half", "seq_half"} <= set(AttentionEfficiency.model_fields)
+    halves: tuple[float, float] | None = None
+
+    def _attn(backend: str, prec: str, field_: str, shape: bool = False) -> None:
+        nonlocal halves
         peak = peaks.get(prec)
         if peak is None:
             return
-        fwd = {k.split("/")[-1]: r for k, r in _ok(results, f"attention/{backend}/fwd/{prec}/")}
-        both = {k.split("/")[-1]: r for k, r in _ok(results, f"attention/{backend}/fwdbwd/{prec}/")}
-        if fwd:
-            f_f = F.fit_compute_eff([r["flops"] for r in fwd.values()],
-                                    [r["time_s"] for r in fwd.values()], peak * 1e12, launch_s)
-            attn[f"{field_}_fwd"] = f_f.params["eff"]
-            fits[f"attention/{field_}_fwd"] = {**f_f.as_dict(), "backend": backend, "precision": prec}
-            attn_notes.append(f"{field_} fwd: {backend} {prec}, {f_f.n} pts, rms {f_f.rms_log:.2f}"
-                              f"{_raw(f_f, 'eff')}")
-        pairs = [(fwd[s], both[s]) for s in both if s in fwd and both[s]["time_s"] > fwd[s]["time_s"]]
-        if pairs:
-            f_b = F.fit_compute_eff([BWD_FLOPS_FACTOR * b["flops_fwd"] for _, b in pairs],
-                                    [b["time_s"] - f["time_s"] for f, b in pairs], peak * 1e12, launch_s)
-            attn[f"{field_}_bwd"] = f_b.params["eff"]
-            fits[f"attention/{field_}_bwd"] = {**f_b.as_dict(), "backend": backend, "precision": prec}
-            attn_notes.append(f"{field_} bwd: {backend} {prec}, {f_b.n} pts, rms {f_b.rms_log:.2f}"
-                              f"{_raw(f_b, 'eff')}")
+        recs = [(k.split("/")[2], r) for k, r in _ok(results, f"attention/{backend}/")
+                if k.split("/")[3] == prec]
+        if not recs:
+            return
+        p = [r["params"] if "params" in r else {} for _, r in recs]
+        f_a = F.fit_attention_shape([r.get("flops_fwd", r["flops"]) for _, r in recs],
+                                    [q.get("head_dim", 64) for q in p], [q.get("seq", 512) for q in p],
+                                    [r["time_s"] for _, r in recs], [d == "fwdbwd" for d, _ in recs],
+                                    peak * 1e12, launch_s, BWD_FLOPS_FACTOR,
+                                    shape=shape and shape_fields, fixed=None if shape else halves)
+        if shape and shape_fields:
+            halves = (f_a.params["head_dim_half"], f_a.params["seq_half"])
+        fits[f"attention/{field_}"] = {**f_a.as_dict(), "backend": backend, "precision": prec}
+        attn[f"{field_}_fwd"] = min(1.0, f_a.params["fwd"])
+        if any(d == "fwdbwd" for d, _ in recs):
+            attn[f"{field_}_bwd"] = min(1.0, f_a.params["bwd"])
+        attn_notes.append(f"{field_}: {backend} {prec}, {f_a.n} pts, rms {f_a.rms_log:.2f}"
+                          + (" (shape fit)" if shape and shape_fields else ""))
 
-    _attn("flash", aprec, "flash")
-    _attn("efficient", "fp32", "mem_efficient")
+    main_backend, main_prec = ("flash", "fp32") if dev.kind == "cpu" else ("flash", aprec)
+    main_field = "mem_efficient" if main_prec == "fp32" else "flash"
+    _attn(main_backend, main_prec, main_field, shape=True)
+    if main_field != "flash":
+        _attn("flash", aprec, "flash")
+    if main_field != "mem_efficient":
+        _attn("efficient", "fp32", "mem_efficient")
     if "mem_efficient_fwd" not in attn and "mem_efficient_bwd" not in attn:
         _attn("flash", "fp32", "mem_efficient")  # CPU: SDPA runs fp32 on the flash kernel
         if "mem_efficient_fwd" in attn:
@@ -205,36 +238,111 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             attn[m] = min(1.0, fallback)
         attn_notes.append(f"{', '.join(missing)}: {PLACEHOLDER} (GEMM efficiency at thickness 21)")
         warn.append(f"attention not measured for {', '.join(missing)}; using GEMM-derived value")
+    if halves is not None:
+        attn["head_dim_half"], attn["seq_half"] = halves
+        attn_notes.append(f"efficiency x d/(d+{halves[0]:.3g}) x s/(s+{halves[1]:.3g})")
     attn_src = (f"{tag}: SDPA causal; FLOPs fwd 4*b*heads*s^2*d/2, bwd {BWD_FLOPS_FACTOR}x fwd "
-                "(bwd time = fwd+bwd minus fwd); flash vs the mixed-precision peak, mem_efficient "
+                "(joint fit of fwd and fwd+bwd calls); flash vs the mixed-precision peak, mem_efficient "
                 "vs the fp32 peak; " + "; ".join(attn_notes))
 
-    # 6. optimizer.
+    # 6. op classes around the layers: fresh host pages, elementwise, softmax, loss, embedding, casts.
+    fresh = None
+    fr = [r for _, r in _ok(results, "fresh/")]
+    if fr:
+        mmap = FreshMemory.model_fields["mmap_bytes"].default
+        f_fr = F.fit_fresh([r["tensor_bytes"] for r in fr], [r["bytes"] for r in fr],
+                           [r["time_s"] for r in fr], [r["reuse_s"] for r in fr], mmap)
+        if f_fr is not None:
+            fits["fresh_memory"] = f_fr.as_dict()
+            fresh = {"gbs": f_fr.params["gbs"], "keep_bytes": f_fr.params["keep_bytes"], "mmap_bytes": mmap,
+                     "source": (f"{tag}: {f_fr.n} calls allocating, writing and freeing tensors of one size "
+                                f"minus writing a kept buffer of the same total, rms rel err {f_fr.rms_log:.2f}")}
+    fresh_prof = FreshMemory(**fresh) if fresh else None
+
+    def fresh_s(size, total) -> float:
+        if fresh_prof is None:
+            return 0.0
+        return float(fresh_time([(size, total)], _FreshOnly(fresh_prof)))
+
+    ops_eff: dict[str, float] = {}
+    ops_notes: list[str] = []
+
+    def _ops(cls: str, pts: list[dict], nbytes, known, kernels) -> None:
+        if not pts:
+            return
+        f_c = F.fit_bw_with_known(nbytes, [r["time_s"] for r in pts], known, bw_gbs * 1e9, launch_s, kernels)
+        ops_eff[cls] = f_c.params["bw_eff"]
+        fits[f"bw_eff_ops/{cls}"] = f_c.as_dict()
+        ops_notes.append(f"{cls} {_fmt(ops_eff[cls])} ({f_c.n} pts, rms {f_c.rms_log:.2f}{_raw(f_c, 'bw_eff')})")
+
+    for cls, ops in (("elementwise", ("add", "gelu", "layer_norm", "rms_norm")), ("softmax", ("softmax",))):
+        pts = [(k, r) for k, r in _ok(results, "bandwidth/") if k.split("/")[1] in ops]
+        out = [r["bytes"] / OPS[k.split("/")[1]][0] for k, r in pts]  # one new output tensor per call
+        _ops(cls, [r for _, r in pts], [r["bytes"] for _, r in pts], [fresh_s(o, o) for o in out],
+             [r.get("kernels", 1) for _, r in pts])
+    lm = [(k, r) for k, r in _ok(results, "lmhead/") if k.split("/")[1] in gemm]
+    if lm:  # known: the logits GEMM forward and its two backward GEMMs, and fresh logits buffers
+        known, nbytes = [], []
+        for k, r in lm:
+            prec = k.split("/")[1]
+            T, V, h = r["tokens"], r["vocab"], r["hidden"]
+            e = BYTES_PER_EL[prec]
+            gf, gb = gemm[prec], gemm_bwd.get(prec, gemm[prec])
+            args = (peaks[prec] * 1e12,)
+            tg = (kernels.gemm_time(T, V, h, *args, gf["e_max"], gf["x_half"], e, bw_gbs * 1e9, bw_eff, launch_s)
+                  + kernels.gemm_time(T, h, V, *args, gb["e_max"], gb["x_half"], e, bw_gbs * 1e9, bw_eff, launch_s)
+                  + kernels.gemm_time(V, h, T, *args, gb["e_max"], gb["x_half"], e, bw_gbs * 1e9, bw_eff, launch_s))
+            ff, fb = logits_fresh_bytes(T * V, e)
+            known.append(float(tg) + fresh_s(4.0 * T * V, ff + fb))
+            nbytes.append(T * V * ((e + 12) + (16 + e)))  # simulator.workload.loss_bytes, eager
+        _ops("loss", [r for _, r in lm], nbytes, known, 7)
+    em = [r for _, r in _ok(results, "embedding/")]
+    _ops("embedding", em, [r["bytes"] for r in em],
+         [fresh_s(r["grad_bytes"], r["grad_bytes"]) + fresh_s(4.0 * r["tokens"] * r["hidden"],
+                                                               4.0 * r["tokens"] * r["hidden"]) for r in em], 3)
+    ca = [r for _, r in _ok(results, "cast/")]
+    _ops("cast", ca, [r["bytes"] for r in ca], [fresh_s(r["out_bytes"], r["out_bytes"]) for r in ca], 1)
+
+    # 7. optimizer: bandwidth plus a host cost per parameter tensor, over tensor-size mixes.
     opt_eff: dict[str, float] = {}
+    opt_tensor_us = None
     notes = []
+    temps = {"foreach": 1, "for_loop": 2, "fused": 0}  # fresh fp32 temporaries per tensor per step
     for impl in ("fused", "foreach", "for_loop"):
-        pts = [r for _, r in _ok(results, f"optimizer/{impl}/")]
+        pts = [(k, r) for k, r in list(_ok(results, f"optimizer/{impl}/")) + list(_ok(results, f"optmix/{impl}/"))]
         if pts:
-            f_o = F.fit_bandwidth([r["bytes"] for r in pts], [r["time_s"] for r in pts],
-                                  bw_gbs * 1e9, launch_s, [r.get("tensors", 0) for r in pts])
+            sizes = [r.get("tensor_bytes") or _layer_tensor_bytes(k) for k, r in pts]
+            known = [temps[impl] * sum(fresh_s(b, b) for b in sz) for sz in sizes]
+            items = [len(sz) for sz in sizes]
+            ratio = [n / r["bytes"] for n, (_, r) in zip(items, pts, strict=True)]
+            if max(ratio) > 2 * min(ratio):  # tensor-size mixes separate per-tensor and per-byte costs
+                f_o = F.fit_optimizer_mix([r["bytes"] for _, r in pts], [r["time_s"] for _, r in pts], known,
+                                          items, bw_gbs * 1e9)
+            else:  # one mix only: one eager launch per tensor, as before
+                f_o = F.fit_bw_with_known([r["bytes"] for _, r in pts], [r["time_s"] for _, r in pts], known,
+                                          bw_gbs * 1e9, launch_s, items)
+                f_o.params["item_s"] = launch_s
             opt_eff[impl] = f_o.params["bw_eff"]
             fits[f"optimizer/{impl}"] = f_o.as_dict()
-            notes.append(f"{impl} {f_o.n} pts rms {f_o.rms_log:.2f}{_raw(f_o, 'bw_eff')}")
+            if impl == "foreach":
+                opt_tensor_us = f_o.params["item_s"] * 1e6
+            notes.append(f"{impl} {f_o.n} pts rms {f_o.rms_log:.2f}{_raw(f_o, 'bw_eff')}, "
+                         f"{f_o.params['item_s'] * 1e6:.1f} us/tensor")
         else:
             why = next((r.get("reason", "") for k, r in results.items()
                         if k.startswith(f"optimizer/{impl}/") and r.get("status") == "unsupported"), "")
             if why:
                 notes.append(f"{impl} unsupported ({why[:80]})")
     if opt_eff:
-        opt_src = (f"{tag}: torch.optim.AdamW fp32 on transformer-layer tensors, fitted to "
-                   f"memory_bound_time with 28 B/param (read p,g,m,v; write p,m,v) at {bw_gbs:.1f} GB/s "
-                   "and one eager launch per parameter tensor; " + "; ".join(notes))
+        opt_src = (f"{tag}: torch.optim.AdamW fp32 over layer tensors and one embedding-sized tensor, "
+                   f"fitted to a cost per tensor + 28 B/param (read p,g,m,v; write p,m,v) at {bw_gbs:.1f} GB/s "
+                   "+ fresh temporaries; " + "; ".join(notes))
     else:
         opt_eff = {"foreach": 0.5}
         opt_src = f"optimizer: {PLACEHOLDER}"
         warn.append("optimizer not measured; foreach = 0.5")
 
-    # 7. host <-> device copies.
+    # 8. host <-> device copies.
     def _host(kind: str) -> F.Fit | None:
         pts = [r for _, r in _ok(results, f"host/{kind}/")]
         if not pts:
@@ -259,7 +367,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         h2d, host_src = 10.0, f"host: {PLACEHOLDER}"
         warn.append("host copies not measured; 10 GB/s")
 
-    # 8. CPU Adam throughput (offload).
+    # 9. CPU Adam throughput (offload).
     cpu_prefix = "optimizer/" if dev.kind == "cpu" else "cpu_adam/"
     rates = [(r["params"] / r["time_s"], k) for k, r in _ok(results, cpu_prefix)]
     if rates:
@@ -270,7 +378,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         cpu_adam, cpu_adam_src = 0.1, f"cpu adam: {PLACEHOLDER}"
         warn.append("CPU Adam not measured; 0.1 Gparams/s")
 
-    # 9. collectives.
+    # 10. collectives.
     collectives = {}
     for key, rec in _ok(results, "collectives/"):
         f_c = fit_collectives(rec)
@@ -303,11 +411,95 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         "host_to_device_gbs": h2d, "host_to_device_pageable_gbs": pageable, "host_source": host_src,
         "cpu_adam_gparams_per_s": cpu_adam, "cpu_adam_source": cpu_adam_src,
         "collectives": collectives,
+        "gemm_bwd": gemm_bwd, "bw_eff_ops": ops_eff,
+        "bw_eff_ops_source": (f"{tag}: " + "; ".join(ops_notes)) if ops_notes else None,
+        "fresh_memory": fresh, "optimizer_tensor_us": opt_tensor_us,
     }
     for key, val in list(data.items()):
         if isinstance(val, float) and not math.isfinite(val):
             raise ValueError(f"non-finite fitted value for {key}")
     return Built(parse_profile(data, origin="calibration"), fits, warn)
+
+
+SPREAD_REPLICATES = 8
+
+
+@dataclass
+class _FreshOnly:
+    """Stands in for a profile in :func:`simulator.fresh_memory.fresh_time` during fitting."""
+
+    fresh_memory: FreshMemory
+
+
+def _resample(results: dict[str, dict], rng) -> dict[str, dict]:
+    """``results`` with each ok record's time replaced by the fastest of a bootstrap resample of
+    its timed samples (GEMMs: per layout), so refitting shows how measurement noise moves the fit."""
+    out = {}
+    for key, rec in results.items():
+        if rec.get("status") != "ok":
+            out[key] = rec
+            continue
+        new = dict(rec)
+        lt = rec.get("layouts_times")
+        if lt and all(lt.values()):
+            mins = {n: float(min(rng.choice(ts, len(ts)))) for n, ts in lt.items()}
+            new["layouts_min_s"], new["time_s"] = mins, sum(mins.values()) / len(mins)
+        else:
+            ts = (rec.get("timing") or {}).get("times") or []
+            if len(ts) >= 2 and min(ts) > 0:
+                new["time_s"] = rec["time_s"] * float(min(rng.choice(ts, len(ts)))) / min(ts)
+        out[key] = new
+    return out
+
+
+def _flat(profile: Profile) -> dict[str, float]:
+    """The fitted scalars of a profile, by dotted name."""
+    d = profile.model_dump()
+    out: dict[str, float] = {}
+    for sec in ("gemm", "gemm_bwd"):
+        for prec, g in d[sec].items():
+            out.update({f"{sec}.{prec}.e_max": g["e_max"], f"{sec}.{prec}.x_half": g["x_half"]})
+    out.update({f"attention.{k}": v for k, v in d["attention"].items() if isinstance(v, float)})
+    out.update({f"bw_eff_ops.{k}": v for k, v in d["bw_eff_ops"].items()})
+    out.update({f"optimizer_bw_eff.{k}": v for k, v in d["optimizer_bw_eff"].items()})
+    if d["fresh_memory"]:
+        out.update({"fresh_memory.gbs": d["fresh_memory"]["gbs"],
+                    "fresh_memory.keep_bytes": d["fresh_memory"]["keep_bytes"]})
+    for k in ("memory_bw_eff", "launch_overhead_us", "optimizer_tensor_us"):
+        if d[k] is not None:
+            out[k] = d[k]
+    return out
+
+
+def fit_spread(dev: DeviceContext, results: dict[str, dict], command: str, base: Profile,
+               replicates: int = SPREAD_REPLICATES, seed: int = 0) -> dict[str, float]:
+    """Relative interquartile range (IQR / median) of every fitted scalar over ``replicates``
+    refits on bootstrap-resampled timings. It measures the noise within this run; differences
+    between runs on a machine whose state changes (other load, frequency) come on top."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    vals: dict[str, list[float]] = {k: [] for k in _flat(base)}
+    for _ in range(replicates):
+        try:
+            prof = build_profile(dev, _resample(results, rng), command).profile
+        except (ValueError, UsageError):
+            continue
+        for k, v in _flat(prof).items():
+            if k in vals:
+                vals[k].append(v)
+    out = {}
+    for k, v in vals.items():
+        if len(v) >= 4 and statistics.median(v) != 0:
+            q = statistics.quantiles(v, n=4)
+            out[k] = round(abs(q[2] - q[0]) / abs(statistics.median(v)), 4)
+    return out
+
+
+def _layer_tensor_bytes(key: str) -> list[float]:
+    """fp32 bytes of each tensor of an 'optimizer/<impl>/h<h>x<layers>' bench."""
+    h, layers = (int(v) for v in key.rsplit("/", 1)[1][1:].split("x"))
+    return [4.0 * math.prod(shape) for shape in layer_shapes(h)] * layers
 
 
 def r_p(key: str, dim: str) -> int:

@@ -22,7 +22,7 @@ from simulator.errors import UsageError, run_cli
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 MODES = {  # budget per point (s), per-call cap (s), min timed calls, torch.compile
     "tiny": (0.01, 0.25, 2, False),
-    "quick": (0.08, 0.35, 2, True),
+    "quick": (0.08, 0.35, 3, True),
     "thorough": (0.5, 10.0, 3, True),
 }
 
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         "host copies and collectives with torch, and fit a simulator profile."))
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true",
-                      help="small grid (about 1 min on a quiet 2-core CPU, under 3 min)")
+                      help="small grid with repeats (about 3 min on a quiet 2-core CPU)")
     mode.add_argument("--thorough", action="store_true", help="full grid (default)")
     mode.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests only
     p.add_argument("--out", type=Path, help="profile JSON to write "
@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run collectives on CPU too (gloo, --nproc default 2)")
     p.add_argument("--budget", type=float, help="timing budget per benchmark point, seconds")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile benchmarks")
+    p.add_argument("--for-model", metavar="MODEL", help="also measure this model's shapes (preset "
+                   "name, e.g. pythia-1b): its layer and LM-head GEMMs, head size and sequence, "
+                   "vocabulary and parameter tensors")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--only", help=argparse.SUPPRESS)  # comma-separated groups or key globs
     runs = p.add_argument_group("fit to end-to-end runs instead of measuring (docs/calibrate_from_runs.md)")
@@ -208,8 +211,13 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     budget, cap, min_runs, compile_ = MODES[mode]
     if dev.kind == "cpu" and mode == "thorough":
         cap = 2.0  # a CPU would spend hours on GPU-sized shapes
+    model = None
+    if a.for_model:
+        from simulator.models import get_model
+
+        model = get_model(a.for_model)  # UsageError naming the valid presets
     settings = Settings(mode, a.budget or budget, cap if not a.budget else max(cap, 4 * a.budget),
-                        compile_ and not a.no_compile, min_runs)
+                        compile_ and not a.no_compile, min_runs, model)
     out = a.out or PROFILE_DIR / f"{dev.slug}.json"
     if out.suffix != ".json":
         raise UsageError(f"--out must end in .json, got {str(out)!r}")
@@ -248,6 +256,10 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     if a.refit:
         measured_by += f" (refitted by {command})"
     built = build_profile(dev, store.results, measured_by, extra_sources=notes)
+    from .build import fit_spread
+
+    spread = fit_spread(dev, store.results, measured_by, built.profile)
+    built.profile = built.profile.model_copy(update={"spread": spread})
     from simulator.profile import save_profile
 
     save_profile(built.profile, out)
@@ -275,6 +287,20 @@ def _report(built, summary, out: Path, meas: Path, wall: float) -> None:
     opt = ", ".join(f"{k} {v:.3f}" for k, v in p.optimizer_bw_eff.items())
     print(f"  optimizer_bw_eff: {opt}; host->device {p.host_to_device_gbs:.1f} GB/s; "
           f"CPU Adam {p.cpu_adam_gparams_per_s:.3f} Gparams/s")
+    if p.gemm_bwd:
+        print("  gemm backward layouts: " + ", ".join(
+            f"{k} e_max {g.e_max:.3f} x_half {g.x_half:.1f}" for k, g in p.gemm_bwd.items()))
+    if p.bw_eff_ops:
+        print("  bandwidth per op class: " + ", ".join(f"{k} {v:.3f}" for k, v in p.bw_eff_ops.items()))
+    if p.fresh_memory:
+        print(f"  fresh host pages: {p.fresh_memory.gbs:.2f} GB/s; heap keeps "
+              f"{p.fresh_memory.keep_bytes / 2**20:.1f} MiB per step")
+    if p.optimizer_tensor_us is not None:
+        print(f"  optimizer: {p.optimizer_tensor_us:.1f} us per parameter tensor (foreach)")
+    if p.spread:
+        worst = sorted(p.spread.items(), key=lambda kv: -kv[1])[:4]
+        print("  spread (relative IQR over resampled timings), largest: "
+              + ", ".join(f"{k} {v:.1%}" for k, v in worst))
     for link, c in p.collectives.items():
         print(f"  collectives[{link}]: alpha {c.alpha_us:.1f} us, busbw {c.busbw_gbs:.2f} GB/s")
     for w in built.warnings:

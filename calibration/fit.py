@@ -156,3 +156,143 @@ def fit_alpha_beta(nbytes, times) -> Fit:
     if alpha <= 1.001e-12:
         alpha = 0.0
     return Fit({"alpha_s": alpha, "bw": bw}, int(t.size), _rms(resid(x)))
+
+
+def attention_shape_eff(head_dim, seq, e_max: float, d_half: float, s_half: float):
+    """Attention efficiency e_max * d/(d + d_half) * s/(s + s_half) (head size d, sequence s in
+    elements); the form of ``simulator.kernels.attention_efficiency``."""
+    d, s = _arr(head_dim), _arr(seq)
+    return e_max * d / (d + d_half) * s / (s + s_half)
+
+
+def fit_attention_shape(flops_fwd, head_dim, seq, times, is_fwdbwd, peak_flops: float, launch_s: float,
+                        bwd_factor: float, shape: bool = True,
+                        fixed: tuple[float, float] | None = None) -> Fit:
+    """Joint fit of forward and backward attention efficiencies over a head-size x sequence sweep.
+
+    Forward points: t = launch + F / (peak * e_f(d, s)); forward+backward points: t = 2 launch +
+    F / (peak * e_f) + bwd_factor * F / (peak * e_b), with e_x(d, s) = e_x_max * d/(d + d_half) *
+    s/(s + s_half) and d_half, s_half shared (0 when ``shape`` is False or there are too few
+    distinct shapes; ``fixed`` holds them at given values). Parameters: ``fwd``, ``bwd`` (asymptotic efficiencies), ``head_dim_half``,
+    ``seq_half``; efficiencies are fitted up to MAX_RAW and capped at 1 by the caller.
+    """
+    f, d, s, t = _arr(flops_fwd), _arr(head_dim), _arr(seq), _arr(times)
+    both = np.asarray(is_fwdbwd, dtype=bool)
+    logt = np.log(t)
+    fit_d = shape and fixed is None and np.unique(d).size >= 2
+    fit_s = shape and fixed is None and np.unique(s).size >= 2
+    dh0, sh0 = fixed if fixed is not None else (0.0, 0.0)
+    has_b = bool(both.any())
+
+    def unpack(p):
+        i = 1
+        e_f = math.exp(p[0])
+        e_b = e_f
+        if has_b:
+            e_b, i = math.exp(p[1]), 2
+        dh = math.exp(p[i]) if fit_d else dh0
+        sh = math.exp(p[i + int(fit_d)]) if fit_s else sh0
+        return e_f, e_b, dh, sh
+
+    def model(p):
+        e_f, e_b, dh, sh = unpack(p)
+        ef = attention_shape_eff(d, s, e_f, dh, sh)
+        eb = attention_shape_eff(d, s, e_b, dh, sh)
+        tt = launch_s + f / (peak_flops * ef)
+        return np.where(both, tt + launch_s + bwd_factor * f / (peak_flops * eb), tt)
+
+    # with a shape dependence the limits are bounded by 1 (else e_max and the halves trade off
+    # without bound); halves up to 1e3 elements of head size and 1e5 tokens
+    e_hi = math.log(1.0) if (fit_d or fit_s) else math.log(MAX_RAW)
+    ne = 2 if has_b else 1
+    x0 = [math.log(0.5)] * ne + [math.log(16.0)] * int(fit_d) + [math.log(128.0)] * int(fit_s)
+    lo = [math.log(1e-7)] * ne + [math.log(1e-2)] * int(fit_d) + [math.log(1e-1)] * int(fit_s)
+    hi = [e_hi] * ne + [math.log(1e3)] * int(fit_d) + [math.log(1e5)] * int(fit_s)
+    x = _solve(lambda p: np.log(model(p)) - logt, x0, lo, hi)
+    e_f, e_b, dh, sh = unpack(x)
+    dh = 0.0 if fit_d and dh < 0.0101 else dh  # at the lower bound: no dependence
+    sh = 0.0 if fit_s and sh < 0.101 else sh
+    params = {"fwd": e_f, "bwd": e_b, "head_dim_half": dh, "seq_half": sh}
+    return Fit(params, int(t.size), _rms(np.log(model(x)) - logt),
+               [k for k in ("fwd", "bwd") if params[k] > 1.0])
+
+
+def fit_bw_with_known(nbytes, times, known, bw: float, launch_s: float, kernels_per_call=1,
+                      items=None) -> Fit:
+    """Fit ``bw_eff`` (and, with ``items``, a cost per item ``item_s`` >= 0) of
+    t = known + kernels * launch + items * item_s + bytes / (bw * bw_eff).
+
+    ``known`` are seconds already explained by other fitted terms (GEMMs, fresh pages) of the
+    same measured call; used for the LM head + loss, the embedding, casts and the optimizer over
+    a tensor-size mix (items = tensors). ``bw_eff`` is fitted up to MAX_RAW (raw value kept)."""
+    b, t, kn = _arr(nbytes), _arr(times), _arr(known)
+    nk = np.broadcast_to(_arr(kernels_per_call), b.shape)
+    it = None if items is None else _arr(items)
+    logt = np.log(t)
+
+    def model(p):
+        out = kn + nk * launch_s + b / (bw * math.exp(p[0]))
+        return out + (it * math.exp(p[1]) if it is not None else 0.0)
+
+    rest = np.maximum(t - kn - nk * launch_s, 0.05 * t)
+    e0 = float(np.clip(np.median(b / (bw * rest)), 1e-4, 1.0))
+    x0, lo, hi = [math.log(e0)], [math.log(1e-6)], [math.log(MAX_RAW)]
+    if it is not None:
+        x0, lo, hi = x0 + [math.log(1e-6)], lo + [math.log(1e-10)], hi + [math.log(1.0)]
+    x = _solve(lambda p: np.log(model(p)) - logt, x0, lo, hi)
+    eff = math.exp(x[0])
+    params = {"bw_eff": min(eff, 1.0)}
+    if eff > 1.0:
+        params["raw_bw_eff"] = eff
+    if it is not None:
+        params["item_s"] = math.exp(x[1]) if x[1] > math.log(1e-10) + 1e-6 else 0.0
+    x_c = np.array([math.log(min(eff, 1.0))] + list(x[1:]))
+    return Fit(params, int(t.size), _rms(np.log(model(x_c)) - logt), ["bw_eff"] if eff > 0.999 else [])
+
+
+def fit_fresh(tensor_bytes, total_bytes, fresh_times, reuse_times, mmap_bytes: float) -> Fit | None:
+    """Fit ``gbs`` (1e9 bytes/s) and ``keep_bytes`` of :func:`simulator.fresh_memory.fresh_bytes`
+    to fresh minus reuse times of calls that allocate ``total_bytes`` in tensors of
+    ``tensor_bytes`` each (``mmap_bytes`` held at the allocator's constant).
+
+    Residuals are relative to the fresh time, so noise in a near-zero difference does not
+    dominate. Returns None when no point costs 10% more than its reuse time (GPU caching
+    allocators: nothing to model)."""
+    from types import SimpleNamespace
+
+    from simulator.fresh_memory import fresh_bytes
+
+    s, tot, tf, tr = _arr(tensor_bytes), _arr(total_bytes), _arr(fresh_times), _arr(reuse_times)
+    extra = tf - tr
+    if not np.any(extra > 0.1 * tr):
+        return None
+
+    def model(p):
+        fm = SimpleNamespace(mmap_bytes=mmap_bytes, keep_bytes=math.exp(p[1]))
+        return fresh_bytes([(s, tot)], fm) / math.exp(p[0])
+
+    i = int(np.argmax(extra))
+    rate0 = float(tot[i] / max(extra[i], 1e-9))
+    x = _solve(lambda p: (model(p) - extra) / tf, [math.log(rate0), math.log(float(np.median(tot)))],
+               [math.log(1e6), math.log(2.0**20)], [math.log(1e13), math.log(2.0**32)])
+    return Fit({"gbs": math.exp(x[0]) / 1e9, "keep_bytes": math.exp(x[1])}, int(s.size),
+               _rms((model(x) - extra) / tf))
+
+
+def fit_optimizer_mix(nbytes, times, known, items, bw: float) -> Fit:
+    """Optimizer step over tensor-size mixes: t = known + items * item_s + bytes / (bw * bw_eff).
+
+    Two stages, because small tensors stay in the caches and large ones do not: ``bw_eff`` from
+    the mix with the most bytes per tensor (the embedding-sized tensors that dominate a real
+    model's traffic), then ``item_s`` (host cost per tensor, >= 0) as the median over the other
+    mixes of what that bandwidth leaves unexplained per tensor."""
+    b, t, kn, it = _arr(nbytes), _arr(times), _arr(known), _arr(items)
+    i = int(np.argmin(it / b))
+    eff = float(b[i] / (bw * max(t[i] - kn[i], 1e-12)))
+    rest = [(t[j] - kn[j] - b[j] / (bw * eff)) / it[j] for j in range(b.size) if j != i]
+    item_s = max(0.0, float(np.median(rest))) if rest else 0.0
+    params = {"bw_eff": min(eff, 1.0), "item_s": item_s}
+    if eff > 1.0:
+        params["raw_bw_eff"] = eff
+    model = kn + it * item_s + b / (bw * min(eff, 1.0))
+    return Fit(params, int(t.size), _rms(np.log(model) - np.log(t)), ["bw_eff"] if eff > 0.999 else [])

@@ -25,9 +25,12 @@ class Timing:
     min_s: float  # fastest per-call seconds observed
     samples: int  # number of timed samples (blocks or single calls)
     calls: int  # total timed calls
+    times: tuple[float, ...] = ()  # per-call seconds of each timed sample (spread, resampling)
 
-    def as_dict(self) -> dict[str, float | int]:
-        return asdict(self)
+    def as_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["times"] = list(self.times)
+        return d
 
 
 def synchronizer(device: torch.device | str) -> Callable[[], None]:
@@ -78,10 +81,10 @@ def measure(fn: Callable[[], object], budget_s: float, device: torch.device | st
             fn()
             single.append(timer() - t0)
         return Timing(statistics.median(single), _iqr(single), min(single), len(single),
-                      len(single))
+                      len(single), tuple(single))
     t = benchmark.Timer(stmt="fn()", globals={"fn": fn}, timer=timer,
                         num_threads=torch.get_num_threads())
     m = t.blocked_autorange(min_run_time=budget_s)
     per_call = list(m.times)
     return Timing(float(m.median), _iqr(per_call), float(min(per_call)), len(per_call),
-                  int(len(per_call) * m.number_per_run))
+                  int(len(per_call) * m.number_per_run), tuple(float(x) for x in per_call))

@@ -9,11 +9,15 @@ The GEMMs are laid out as the simulator's workload counts them (:mod:`simulator.
 fused QKV projection, one output projection, one MLP up projection (``2 * ffn_hidden`` wide when
 gated: gate and up in one matrix) and one down projection per layer, plus the logits GEMM.
 Shapes: tokens are ``(batch, seq)`` int64; hidden states ``(batch, seq, hidden)``.
+
+Checkpointing: 'full' re-runs every block in backward, 'selective' only the attention core
+(softmax(q k^T) v, Korthikanti et al. 2022); :class:`RecomputeClock` times those re-runs.
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 import torch.nn.functional as F
@@ -22,8 +26,38 @@ from torch.utils.checkpoint import checkpoint
 
 from simulator.errors import UsageError
 from simulator.models import ModelSpec
+from simulator.strategy import CHECKPOINTINGS as CHECKPOINTING
 
 ATTENTION_BACKENDS = ("eager", "sdpa")
+
+
+class RecomputeClock:
+    """Seconds spent re-running checkpointed code during backward (validation's 'recompute').
+
+    ``in_backward`` is set by the training loop around ``loss.backward()``; checkpointed
+    functions wrapped by :meth:`timed` add their wall time to ``seconds`` only then (the device
+    is synchronised around each re-run, so the time is what it executed)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.in_backward = False
+
+    def timed(self, fn):
+        def run(*args):
+            if not self.in_backward:
+                return fn(*args)
+            dev = next(a for a in args if isinstance(a, torch.Tensor)).device
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            t0 = time.perf_counter()
+            try:  # checkpoint stops a re-run early (by raising) once it has what backward needs
+                return fn(*args)
+            finally:
+                if dev.type == "cuda":
+                    torch.cuda.synchronize(dev)
+                self.seconds += time.perf_counter() - t0
+
+        return run
 
 
 def _norm(spec: ModelSpec) -> nn.Module:
@@ -61,10 +95,11 @@ def _alibi_slopes(n_heads: int) -> torch.Tensor:
 class Attention(nn.Module):
     """Causal self-attention: fused QKV, GQA, rotary/ALiBi, eager or SDPA core."""
 
-    def __init__(self, spec: ModelSpec, backend: str):
+    def __init__(self, spec: ModelSpec, backend: str, clock: RecomputeClock | None = None):
         super().__init__()
         self.n_heads, self.kv_heads, self.head_dim = spec.n_heads, spec.kv_heads, spec.head_dim
         self.backend = backend
+        self.clock = clock  # set: checkpoint the attention core (selective checkpointing)
         self.qkv = nn.Linear(spec.hidden, spec.hidden + 2 * spec.kv_dim, bias=spec.linear_bias)
         self.out = nn.Linear(spec.hidden, spec.hidden, bias=spec.linear_bias)
         rot = int(spec.head_dim * spec.rotary_pct) if spec.pos_embedding == "rotary" else 0
@@ -95,6 +130,16 @@ class Attention(nn.Module):
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
         bias = self._alibi_bias(s, x.device, q.dtype) if self.alibi else None
+        if self.clock is not None and self.training and torch.is_grad_enabled():
+            y = checkpoint(self.clock.timed(self._core), q, k, v, bias, use_reentrant=False)
+        else:
+            y = self._core(q, k, v, bias)
+        return self.out(y.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
+
+    def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              bias: torch.Tensor | None) -> torch.Tensor:
+        """softmax(q k^T / sqrt(d) + mask) v, (batch, heads, seq, head_dim)."""
+        s = q.shape[2]
         if self.backend == "sdpa":
             if bias is None:
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -103,12 +148,12 @@ class Attention(nn.Module):
         else:  # eager / "math": materialised s x s scores
             scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
             if bias is None:
-                causal = torch.ones(s, s, device=x.device, dtype=torch.bool).triu(1)
+                causal = torch.ones(s, s, device=q.device, dtype=torch.bool).triu(1)
                 scores = scores.masked_fill(causal, float("-inf"))
             else:
                 scores = scores + bias
             y = torch.softmax(scores, dim=-1).to(v.dtype) @ v
-        return self.out(y.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
+        return y
 
 
 class MLP(nn.Module):
@@ -133,10 +178,10 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """One pre-norm transformer layer, sequential or parallel residual."""
 
-    def __init__(self, spec: ModelSpec, backend: str):
+    def __init__(self, spec: ModelSpec, backend: str, clock: RecomputeClock | None = None):
         super().__init__()
         self.ln1, self.ln2 = _norm(spec), _norm(spec)
-        self.attn, self.mlp = Attention(spec, backend), MLP(spec)
+        self.attn, self.mlp = Attention(spec, backend, clock), MLP(spec)
         self.parallel = spec.parallel_residual
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor | None = None,
@@ -157,12 +202,14 @@ class DecoderLM(nn.Module):
             raise UsageError(f"validation builds decoder LMs only; {spec.name!r} is a {spec.family} {spec.kind}")
         if attention not in ATTENTION_BACKENDS:
             raise UsageError(f"attention must be one of {', '.join(ATTENTION_BACKENDS)}, got {attention!r}")
-        if checkpointing not in ("none", "full"):
-            raise UsageError(f"checkpointing must be 'none' or 'full', got {checkpointing!r}")
+        if checkpointing not in CHECKPOINTING:
+            raise UsageError(f"checkpointing must be one of {', '.join(CHECKPOINTING)}, got {checkpointing!r}")
         self.spec, self.checkpointing = spec, checkpointing
+        self.clock = RecomputeClock()
         self.embed = nn.Embedding(spec.vocab_size, spec.hidden)
         self.pos = nn.Embedding(spec.max_positions, spec.hidden) if spec.pos_embedding == "learned" else None
-        self.blocks = nn.ModuleList(Block(spec, attention) for _ in range(spec.n_layers))
+        core_clock = self.clock if checkpointing == "selective" else None
+        self.blocks = nn.ModuleList(Block(spec, attention, core_clock) for _ in range(spec.n_layers))
         self.final_norm = _norm(spec) if spec.final_norm else None
         self.lm_head = None if spec.tied_embeddings else nn.Linear(spec.hidden, spec.vocab_size, bias=False)
         rot = int(spec.head_dim * spec.rotary_pct) if spec.pos_embedding == "rotary" else 0
@@ -179,7 +226,7 @@ class DecoderLM(nn.Module):
             cos, sin = _rotary_tables(s, self.rot_dim, tokens.device)
         for blk in self.blocks:
             if self.checkpointing == "full" and self.training and torch.is_grad_enabled():
-                x = checkpoint(blk, x, cos, sin, use_reentrant=False)
+                x = checkpoint(self.clock.timed(blk), x, cos, sin, use_reentrant=False)
             else:
                 x = blk(x, cos, sin)
         if self.final_norm is not None:

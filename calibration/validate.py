@@ -2,9 +2,10 @@
 
 For every configuration of a suite (``calibration/suites/*.yaml``) it builds the model
 (:mod:`calibration.torch_model`), runs warm-up steps and then timed optimizer steps (forward,
-backward, AdamW; gradient accumulation; bf16 autocast; eager or SDPA attention; full activation
-checkpointing; ``torch.compile``), takes the median of the timed steps, and compares it with
-``simulator.api.simulate(..., "Nxlocal", profile=...)``. Times are in seconds.
+backward, gradient clipping at 1.0 and AdamW; gradient accumulation; bf16 autocast; eager or SDPA; full or selective
+activation checkpointing; ``torch.compile``), takes the median of the timed steps, and compares it
+with ``simulator.api.simulate(..., "Nxlocal", profile=...)`` per pass (forward, backward,
+recomputation timed inside backward, optimizer) and per step. Times are in seconds.
 
 Under ``torchrun --nproc-per-node N`` (or ``--nproc N``, which launches torchrun) the model is
 wrapped in DDP (gloo on CPU, NCCL on CUDA), accumulation skips gradient sync until the last
@@ -37,17 +38,21 @@ import yaml
 
 from simulator.errors import UsageError, run_cli
 from simulator.models import ModelSpec, get_model
+from simulator.strategy import CHECKPOINTINGS as CHECKPOINTING
 
 SUITE_DIR = Path(__file__).resolve().parent / "suites"
 DEFAULT_SUITE = SUITE_DIR / "cpu_default.yaml"
 GPU_DEFAULT_SUITE = SUITE_DIR / "gpu_default.yaml"
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+#: per-pass columns: name -> (measured, predicted) fields, all micro-batches of a step
+COMPONENTS = {"fwd": ("measured_fwd_s", "predicted_fwd_s"), "bwd": ("measured_bwd_s", "predicted_bwd_s"),
+              "rec": ("measured_rec_s", "predicted_rec_s"), "opt": ("measured_opt_s", "predicted_opt_s")}
 CSV_FIELDS = (
     "id", "model", "params", "n_layers", "hidden", "seq_len", "micro_batch", "grad_accum", "world",
     "precision", "attention", "checkpointing", "compile", "status", "reason",
     "measured_step_s", "predicted_step_s", "error_pct", "log_ratio", "measured_min_s", "spread",
     "measured_fwd_s", "predicted_fwd_s", "measured_bwd_s", "predicted_bwd_s",
-    "measured_opt_s", "predicted_opt_s", "compile_s", "steps", "warmup",
+    "measured_rec_s", "predicted_rec_s", "measured_opt_s", "predicted_opt_s", "compile_s", "steps", "warmup",
     "device", "profile", "suite", "date", "torch", "loadavg_1min",
 )
 
@@ -148,9 +153,9 @@ def load_suite(path: str | os.PathLike) -> Suite:
         ckpt, comp = str(c.get("checkpointing", "none")), bool(c.get("compile", False))
         if min(seq, mb, ga) < 1:
             raise UsageError(f"suite {str(p)!r}: config #{i + 1}: sizes must be positive")
-        if prec not in PRECISIONS or attn not in ("eager", "sdpa") or ckpt not in ("none", "full"):
+        if prec not in PRECISIONS or attn not in ("eager", "sdpa") or ckpt not in CHECKPOINTING:
             raise UsageError(f"suite {str(p)!r}: config #{i + 1}: precision in {PRECISIONS}, attention "
-                             "eager|sdpa, checkpointing none|full")
+                             f"eager|sdpa, checkpointing {'|'.join(CHECKPOINTING)}")
         if spec.pos_embedding == "learned" and seq > spec.max_positions:
             raise UsageError(f"suite {str(p)!r}: config #{i + 1}: seq_len {seq} > max_positions "
                              f"{spec.max_positions} of {name!r}")
@@ -214,14 +219,16 @@ def _sync(device) -> None:
 # ---------------------------------------------------------------------------- measuring
 @dataclass
 class Measured:
-    """Medians over timed steps (s): whole step, forward (all micro-batches), backward, optimizer;
-    ``min_s`` the fastest timed step, ``spread`` slowest / fastest step (noise indicator)."""
+    """Medians over timed steps (s): whole step, forward (all micro-batches), backward (without
+    recomputation), recomputation of checkpointed code during backward, optimizer; ``min_s`` the
+    fastest timed step, ``spread`` slowest / fastest step (noise indicator)."""
 
     status: str = "ok"
     reason: str = ""
     step_s: float | None = None
     fwd_s: float | None = None
     bwd_s: float | None = None
+    rec_s: float | None = None
     opt_s: float | None = None
     compile_s: float | None = None
     min_s: float | None = None
@@ -268,8 +275,9 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
              torch.randint(0, v, (cfg.micro_batch, cfg.seq_len), generator=gen).to(dev))
             for _ in range(cfg.grad_accum)]
 
-    def one_step() -> tuple[float, float, float, float]:
+    def one_step() -> tuple[float, float, float, float, float]:
         t_f = t_b = 0.0
+        r0 = model.clock.seconds
         _sync(dev)
         t0 = time.perf_counter()
         for i, (x, y) in enumerate(data):
@@ -282,11 +290,19 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
                     loss = runner(x, y) / cfg.grad_accum
                 _sync(dev)
                 b = time.perf_counter()
-                (scaler.scale(loss) if scaler else loss).backward()
-                _sync(dev)
+                model.clock.in_backward = True
+                try:
+                    (scaler.scale(loss) if scaler else loss).backward()
+                    _sync(dev)
+                finally:
+                    model.clock.in_backward = False
                 c = time.perf_counter()
             t_f, t_b = t_f + (b - a), t_b + (c - b)
         a = time.perf_counter()
+        if scaler:
+            scaler.unscale_(opt)
+        # gradient-norm clipping at 1.0, as the simulated stack (Hugging Face Trainer) does
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         if scaler:
             scaler.step(opt)
             scaler.update()
@@ -295,7 +311,8 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
         opt.zero_grad(set_to_none=True)
         _sync(dev)
         end = time.perf_counter()
-        return end - t0, t_f, t_b, end - a
+        rec = model.clock.seconds - r0
+        return end - t0, t_f, t_b - rec, end - a, rec
 
     out = Measured()
     try:
@@ -314,7 +331,7 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
         if dist.initialized:
             tdist.barrier()
         samples.append(one_step())
-    med = [statistics.median(s[j] for s in samples) for j in range(4)]
+    med = [statistics.median(s[j] for s in samples) for j in range(5)]
     if dist.initialized:
         t = torch.tensor(med, dtype=torch.float64)
         tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
@@ -324,7 +341,7 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
         t = torch.tensor([lo, hi], dtype=torch.float64)
         tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
         lo, hi = t.tolist()
-    out.step_s, out.fwd_s, out.bwd_s, out.opt_s = med
+    out.step_s, out.fwd_s, out.bwd_s, out.opt_s, out.rec_s = med
     out.min_s, out.spread = lo, hi / lo
     out.samples = [s[0] for s in samples]
     return out
@@ -342,7 +359,7 @@ class _null:
 def predict(cfg: Config, profile, world: int = 1) -> dict[str, Any]:
     """The simulator's step time (s) and breakdown for ``cfg`` on ``world`` local devices.
 
-    Returns keys ``step``, ``fwd``, ``bwd`` (backward + recomputation), ``opt`` and ``note``
+    Returns keys ``step``, ``fwd``, ``bwd``, ``rec`` (recomputation), ``opt`` and ``note``
     (why there is no prediction, else empty).
     """
     from simulator.api import simulate
@@ -361,7 +378,7 @@ def predict(cfg: Config, profile, world: int = 1) -> dict[str, Any]:
     b = plan.breakdown_s
     if plan.strategy.get("grad_accum") != cfg.grad_accum:
         return {"step": None, "note": f"simulate chose grad_accum {plan.strategy.get('grad_accum')}"}
-    return {"step": plan.step_time_s, "fwd": b["forward"], "bwd": b["backward"] + b["recompute"],
+    return {"step": plan.step_time_s, "fwd": b["forward"], "bwd": b["backward"], "rec": b["recompute"],
             "opt": b["optimizer"], "note": "" if plan.feasible else "predicted infeasible: "
             + "; ".join(plan.reasons)}
 
@@ -381,6 +398,7 @@ def make_row(cfg: Config, m: Measured, pred: dict[str, Any], world: int, meta: d
         "measured_min_s": m.min_s, "spread": m.spread,
         "measured_fwd_s": m.fwd_s, "predicted_fwd_s": pred.get("fwd"),
         "measured_bwd_s": m.bwd_s, "predicted_bwd_s": pred.get("bwd"),
+        "measured_rec_s": m.rec_s, "predicted_rec_s": pred.get("rec"),
         "measured_opt_s": m.opt_s, "predicted_opt_s": pred.get("opt"), "compile_s": m.compile_s,
         **meta,
     }
@@ -391,13 +409,25 @@ def make_row(cfg: Config, m: Measured, pred: dict[str, Any], world: int, meta: d
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """n, MAPE (percent, of the median step) and log(measured/predicted) residuals over rows with
-    both times; ``mape_min_pct`` is the same against the fastest timed step (a noise check)."""
+    """n, MAPE (percent, of the median step), worst absolute error and log(measured/predicted)
+    residuals over rows with both times; ``mape_min_pct`` is the same against the fastest timed
+    step (a noise check); ``components`` the MAPE per pass (forward, backward, recomputation,
+    optimizer) over rows where that pass takes measurable time."""
     done = [r for r in rows if r.get("error_pct") is not None]
     mape = statistics.fmean(abs(r["error_pct"]) for r in done) if done else None
+    comps = {}
+    for name, (mk, pk) in COMPONENTS.items():
+        errs = [100.0 * abs(r[pk] - r[mk]) / r[mk] for r in done
+                if r.get(mk) and r.get(pk) is not None and r[mk] > 0.01 * r["measured_step_s"]]
+        if errs:
+            comps[name] = {"n": len(errs), "mape_pct": statistics.fmean(errs),
+                           "signed_pct": statistics.fmean(
+                               100.0 * (r[pk] - r[mk]) / r[mk] for r in done
+                               if r.get(mk) and r.get(pk) is not None and r[mk] > 0.01 * r["measured_step_s"])}
     mins = [100.0 * abs(r["predicted_step_s"] - r["measured_min_s"]) / r["measured_min_s"]
             for r in done if r.get("measured_min_s")]
     return {"n": len(done), "mape_pct": mape, "mape_min_pct": statistics.fmean(mins) if mins else None,
+            "worst_pct": max((abs(r["error_pct"]) for r in done), default=None), "components": comps,
             "log_ratio_residuals": [r["log_ratio"] for r in done]}
 
 
@@ -409,19 +439,24 @@ def format_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     """Plain-text table of predicted vs measured step time (ms) and the MAPE."""
     w = max([len(r["id"]) for r in rows] + [6])
     lines = [f"{'config':<{w}}  {'pred ms':>9}  {'meas ms':>9}  {'err %':>7}   "
-             f"{'fwd p/m':>15}  {'bwd p/m':>15}  {'opt p/m':>13}  {'spread':>6}"]
+             f"{'fwd p/m':>15}  {'bwd p/m':>15}  {'rec p/m':>15}  {'opt p/m':>13}  {'spread':>6}"]
     for r in rows:
         err = "—" if r["error_pct"] is None else f"{r['error_pct']:+.1f}"
         lines.append(
             f"{r['id']:<{w}}  {_fmt(r['predicted_step_s']):>9}  {_fmt(r['measured_step_s']):>9}  {err:>7}   "
             f"{_fmt(r['predicted_fwd_s']):>7}/{_fmt(r['measured_fwd_s']):<7}  "
             f"{_fmt(r['predicted_bwd_s']):>7}/{_fmt(r['measured_bwd_s']):<7}  "
+            f"{_fmt(r['predicted_rec_s']):>7}/{_fmt(r['measured_rec_s']):<7}  "
             f"{_fmt(r['predicted_opt_s']):>6}/{_fmt(r['measured_opt_s']):<6}  {_fmt(r['spread'], 1, 2):>6}"
             + (f"  [{r['status']}: {r['reason']}]" if r["reason"] else ""))
     if summary["mape_pct"] is not None:
         lines.append(f"\nmean absolute percentage error over {summary['n']} configurations: "
                      f"{summary['mape_pct']:.1f}% (median step; against the fastest step: "
-                     f"{summary['mape_min_pct']:.1f}%)")
+                     f"{summary['mape_min_pct']:.1f}%); worst {summary['worst_pct']:.1f}%")
+        names = {"fwd": "forward", "bwd": "backward", "rec": "recompute", "opt": "optimizer"}
+        for name, c in summary.get("components", {}).items():
+            lines.append(f"  {names[name]:<10} MAPE {c['mape_pct']:5.1f}%  mean signed error "
+                         f"{c['signed_pct']:+6.1f}%  ({c['n']} configurations)")
     else:
         lines.append("\nno configuration has both a prediction and a measurement")
     return "\n".join(lines)
@@ -560,6 +595,10 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
                   f"this is {dev_name!r}", file=sys.stderr)
         meta = {"steps": steps, "warmup": warmup, "device": dev_name, "profile": profile.name,
                 "suite": suite.name, "date": date, "torch": torch.__version__}
+        if dist.device.type == "cpu":
+            from .benches.stepops import prime_host_allocator
+
+            prime_host_allocator()  # the allocator state calibration's fresh-page fit assumed
         rows = []
         for i, cfg in enumerate(configs):
             load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import kernels, workload
+from . import fresh_memory, kernels, workload
 from .device import Device
 from .models import ModelSpec
 from .stacks import Stack, get_stack
@@ -54,14 +54,15 @@ class _Part:
     k_bwd: float
 
 
-def _peak_eff(dev: Device, precision: str):
-    g = dev.profile.gemm_for(precision)
+def _peak_eff(dev: Device, precision: str, backward: bool = False):
+    g = dev.profile.gemm_bwd_for(precision) if backward else dev.profile.gemm_for(precision)
     return dev.gemm_peak(precision), g.e_max, g.x_half
 
 
 def _gemm_part(dev: Device, precision: str, gemms: list[Gemm], B: int) -> _Part:
     """All GEMMs of ``gemms`` at once: forward (m,n,k); backward (m,k,n) and (k,n,m)."""
     peak, e_max, x_half = _peak_eff(dev, precision)
+    _, eb_max, xb_half = _peak_eff(dev, precision, backward=True)
     e = workload.act_bytes(precision)
     bw, bw_eff = dev.mem_bw, dev.profile.memory_bw_eff
     m = np.stack([np.broadcast_to(np.asarray(g.m, float), (B,)) for g in gemms])  # (G, B)
@@ -70,20 +71,20 @@ def _gemm_part(dev: Device, precision: str, gemms: list[Gemm], B: int) -> _Part:
     w = np.stack([np.broadcast_to(np.asarray(g.batch, float), (B,)) for g in gemms]) \
         * np.array([float(g.count) for g in gemms])[:, None]  # repetitions per micro-batch
 
-    def t(mm, nn, kk):
-        return (w * kernels.gemm_time(mm, nn, kk, peak, e_max, x_half, e, bw, bw_eff, 0.0)).sum(0)
+    def t(mm, nn, kk, em=e_max, xh=x_half):
+        return (w * kernels.gemm_time(mm, nn, kk, peak, em, xh, e, bw, bw_eff, 0.0)).sum(0)
 
     kk_full = np.broadcast_to(k, m.shape)
     nn_full = np.broadcast_to(n, m.shape)
     fl = (w * 2.0 * m * n * k).sum(0)
     t_f = t(m, nn_full, kk_full)
-    t_b = t(m, kk_full, nn_full) + t(kk_full, nn_full, m)
+    t_b = t(m, kk_full, nn_full, eb_max, xb_half) + t(kk_full, nn_full, m, eb_max, xb_half)
     count = float(sum(g.count for g in gemms))
     return _Part(t_f, t_b, fl, 2.0 * fl, count, 2.0 * count)
 
 
-def _mem_part(dev: Device, fwd: MemOps, bwd: MemOps) -> _Part:
-    eff_bw = dev.mem_bw * dev.profile.memory_bw_eff
+def _mem_part(dev: Device, fwd: MemOps, bwd: MemOps, op: str = "elementwise") -> _Part:
+    eff_bw = dev.mem_bw * dev.profile.bw_eff(op)
     z = np.zeros_like(np.asarray(fwd.nbytes, float))
     return _Part(fwd.nbytes / eff_bw, bwd.nbytes / eff_bw, z, z, float(fwd.kernels), float(bwd.kernels))
 
@@ -111,7 +112,7 @@ def _attention_part(model, seq_len: int, mb: np.ndarray, precision: str, attenti
                      float(model.n_layers), float(model.n_layers))
     g = _gemm_part(dev, precision, workload.eager_attention_gemms(model, mb, seq_len), mb.size)
     sf, sb = workload.eager_softmax_bytes(model, mb, seq_len, workload.act_bytes(precision))
-    return _sum(g, _mem_part(dev, sf, sb))
+    return _sum(g, _mem_part(dev, sf, sb, "softmax"))
 
 
 def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
@@ -158,7 +159,7 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
     def outside():
         lsf, lsb = workload.loss_bytes(model, mb, seq_len, e, compiled, fused_loss)
         emf, emb = workload.embedding_bytes(model, mb, seq_len, e)
-        return _sum(_mem_part(dev, lsf, lsb), _mem_part(dev, emf, emb))
+        return _sum(_mem_part(dev, lsf, lsb, "loss"), _mem_part(dev, emf, emb, "embedding"))
 
     elem = cached(("elem", precision, compiled, fp32_norm), elementwise)
     out = cached(("outside", precision, compiled, fused_loss), outside)
@@ -194,6 +195,10 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
         rec, rec_fl = 0.0 * mb, 0.0 * mb
     fwd = pass_time([layers, attn, elem, head, out], "fwd") + host
     bwd = pass_time([layers, attn, elem, head, out], "bwd") + host
+    if prof.fresh_memory is not None:  # first touches of fresh host pages (CPU devices)
+        fr_f, fr_b = cached(("fresh", precision, attention, checkpointing), lambda: fresh_memory.micro_batch_fresh(
+            model, seq_len, mb, precision, attention, checkpointing, prof))
+        fwd, bwd = fwd + fr_f, bwd + fr_b
     hw = layers.fl_fwd + layers.fl_bwd + attn.fl_fwd + attn.fl_bwd + head.fl_fwd + head.fl_bwd + rec_fl
     z = np.zeros_like(mb)
     return MicroBatchTime(fwd + z, bwd + z, rec + z, hw + z)

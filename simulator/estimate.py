@@ -16,7 +16,7 @@ from itertools import product
 import numpy as np
 
 from . import communication as comm
-from . import memory, workload
+from . import fresh_memory, memory, workload
 from .compute import micro_batch_time
 from .device import Device
 from .models import ModelSpec
@@ -184,13 +184,15 @@ def evaluate(pb: Problem, space: Space) -> Table:
         logit[i] = memory.logits_bytes(model, seq, mb_eval, p, c, pb.stack)
         # autocast weight casts once per micro-batch, only where the weights stay fp32 (DDP)
         cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / (
-            dev.mem_bw * dev.profile.memory_bw_eff)
+            dev.mem_bw * dev.profile.bw_eff("cast"))
+
+    grad_fresh, opt_fresh = fresh_memory.step_fresh(model, dev.profile)  # fresh pages (CPU), per step
 
     def step_sum(x):  # (K,B) per-micro-batch quantity -> (K,M) per optimizer step
         return (ga - 1) * x[:, mi] + x[:, li]
 
     tmb = fwd + bwd + rec
-    compute = step_sum(tmb)  # (K,M)
+    compute = step_sum(tmb) + grad_fresh  # (K,M); gradients are allocated once per step
     hw_step = step_sum(hw)
 
     Z, NO = len(space.shardings), len(space.offloads)
@@ -281,7 +283,10 @@ def evaluate(pb: Problem, space: Space) -> Table:
     # launches: PyTorch's foreach Adam(W) issues about a dozen multi-tensor kernels (moment updates,
     # bias corrections, sqrt, division, parameter update, weight decay) per group of tensors; one
     # group per layer is assumed here (the bandwidth term dominates for any model worth simulating)
-    gpu_opt = local * opt_bytes / (dev.mem_bw * opt_eff) + OPT_KERNELS_PER_LAYER * L * 1e-6 * prof.launch_overhead_us
+    share = local / P  # (1, Z, 1) fraction of the parameters each rank updates
+    loop = fresh_memory.optimizer_loop_time(model, prof)  # per-tensor host loop, where calibrated
+    gpu_opt = local * opt_bytes / (dev.mem_bw * opt_eff) + share * opt_fresh + (
+        OPT_KERNELS_PER_LAYER * L * 1e-6 * prof.launch_overhead_us if loop is None else share * loop)
     offl = np.array(space.offloads)[None, None, :]
     cpu_rate = prof.cpu_adam_gparams_per_s * 1e9 / fab.gpus_per_node  # node's CPU shared by its GPUs
     off_step = np.where(offl != "none",
@@ -324,7 +329,7 @@ def evaluate(pb: Problem, space: Space) -> Table:
         "micro_batch": bc(mbs[None, :, None, None]), "grad_accum": bc(ga[None, :, None, None]),
         "step_time": bc(step), "compute": bc(comp4), "exposed_comm": bc(exposed_comm[..., None]),
         "optimizer": bc(optimizer_t[:, None]), "offload_time": bc(offload_t),
-        "forward": bc(step_sum(fwd)[:, :, None, None]), "backward": bc(step_sum(bwd)[:, :, None, None]),
+        "forward": bc(step_sum(fwd)[:, :, None, None]), "backward": bc((step_sum(bwd) + grad_fresh)[:, :, None, None]),
         "recompute": bc(step_sum(rec)[:, :, None, None]),
         "hw_flops": bc(hw_step[:, :, None, None]),
         "mem_weights": bc(mem_w), "mem_gradients": bc(mem_g), "mem_optimizer": bc(mem_o),

@@ -69,6 +69,31 @@ class AttentionEfficiency(_Strict):
     source: str
 
 
+class FreshMemory(_Strict):
+    """First touch of freshly mapped host memory (page faults + zeroing), CPU devices.
+
+    The C allocator (glibc malloc) maps every tensor of at least ``mmap_bytes`` anew and unmaps
+    it when freed; smaller tensors come from a heap whose free top is returned to the OS once it
+    exceeds a trim threshold. A step that allocates T bytes in small tensors therefore re-faults
+    about T * T^2 / (T^2 + keep_bytes^2) of them, and all of its large tensors, each byte at
+    ``gbs`` (1e9 bytes/s) on top of the work done with it. Fitted by ``calibrate`` (``fresh``
+    benches); GPU caching allocators reuse their blocks (no such term).
+    """
+
+    gbs: float = Field(gt=0, description="bytes/s (1e9) at which fresh pages are faulted in")
+    keep_bytes: float = Field(ge=0, description="small-tensor bytes per step the heap keeps mapped")
+    mmap_bytes: float = Field(default=32 * 2**20, gt=0, description=(
+        "tensors at least this large are always fresh; glibc DEFAULT_MMAP_THRESHOLD_MAX "
+        "(4 * 1024 * 1024 * sizeof(long) = 32 MiB on 64-bit, mallopt(3))"))
+    source: str
+
+
+#: Op classes with their own bandwidth efficiency (``Profile.bw_eff_ops``): norms/activations/
+#: residual adds, eager softmax, cross-entropy over the logits, embedding gather and its gradient,
+#: autocast weight casts.
+BW_OP_CLASSES = ("elementwise", "softmax", "loss", "embedding", "cast")
+
+
 class CollectiveFit(_Strict):
     """alpha-beta model of one collective over one link: t = alpha + bytes_bus / busbw."""
 
@@ -184,6 +209,32 @@ class Profile(_Strict):
     end_to_end_source: str | None = None  # where the four values above come from
     fit: RunsFit | None = None  # provenance of a `calibrate --from-runs` fit
     validation: ValidationSummary | None = None
+    # Optional refinements fitted by `calibrate` (absent: the single figures above apply, so
+    # catalog profiles predict exactly as before).
+    gemm_bwd: dict[str, GemmEfficiency] = {}  # backward GEMM layouts (g @ W, g^T @ x) per precision
+    bw_eff_ops: dict[str, float] = {}  # per op class (BW_OP_CLASSES) -> fraction of mem bw
+    bw_eff_ops_source: str | None = None
+    fresh_memory: FreshMemory | None = None  # host page-fault cost of fresh tensors (CPU)
+    optimizer_tensor_us: float | None = Field(default=None, ge=0)  # host time per parameter tensor per step
+    spread: dict[str, float] = {}  # relative IQR of each fitted parameter over measurement resamples
+
+    @field_validator("bw_eff_ops")
+    @classmethod
+    def _bw_ops(cls, v: dict[str, float]) -> dict[str, float]:
+        for key, val in v.items():
+            if key not in BW_OP_CLASSES:
+                raise ValueError(f"bw_eff_ops: unknown op class {key!r}; valid: {', '.join(BW_OP_CLASSES)}")
+            if not (math.isfinite(val) and 0 < val <= 1):
+                raise ValueError(f"bw_eff_ops[{key}] must be in (0, 1]")
+        return v
+
+    def bw_eff(self, op: str) -> float:
+        """Bandwidth efficiency of op class ``op`` (``memory_bw_eff`` unless calibrated apart)."""
+        return self.bw_eff_ops.get(op, self.memory_bw_eff)
+
+    def gemm_bwd_for(self, precision: str) -> GemmEfficiency:
+        """GEMM efficiency of the backward layouts (the forward's unless calibrated apart)."""
+        return self.gemm_bwd.get(precision) or self.gemm_for(precision)
 
     @field_validator("schema_version")
     @classmethod

@@ -31,6 +31,7 @@ class Settings:
     max_call_s: float  # skip points predicted to take longer than this per call, seconds
     compile: bool = True  # try torch.compile benchmarks
     min_runs: int = 3  # timed calls when one call is long compared with the budget
+    model: object | None = None  # ModelSpec whose shapes to add (``calibrate --for-model``)
 
 
 @dataclass
@@ -102,13 +103,14 @@ def unsupported(reason: str) -> dict:
 
 def plan(ctx: RunContext, groups: list[str] | None = None) -> list[Bench]:
     """All benchmarks for this device and mode, in execution order."""
-    from . import attention, bandwidth, gemm, host, optimizer
+    from . import attention, bandwidth, gemm, host, optimizer, stepops
 
     benches: list[Bench] = []
     benches += bandwidth.plan(ctx)  # launch overhead + bandwidth first: the fits need them
     benches += gemm.plan(ctx)
     benches += attention.plan(ctx)
     benches += optimizer.plan(ctx)
+    benches += stepops.plan(ctx)
     benches += host.plan(ctx)
     # torch.compile last: compilation leaves worker processes and threads behind that
     # should not share the machine with the eager measurements

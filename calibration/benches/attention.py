@@ -29,13 +29,17 @@ from . import Bench, RunContext, ok, unsupported
 BACKENDS = ("flash", "efficient", "math")
 BWD_FLOPS_FACTOR = 2.5  # backward FLOPs / forward FLOPs (fused attention)
 
-GRIDS: dict[str, dict[str, list[int]]] = {
-    "tiny": {"seq": [128], "head_dim": [64], "batch": [1], "heads": [2]},
-    "quick": {"seq": [256, 512, 1024], "head_dim": [64], "batch": [1], "heads": [8]},
-    "thorough": {"seq": [256, 512, 1024, 2048, 4096, 8192], "head_dim": [64, 128],
-                 "batch": [1, 4], "heads": [16]},
+# (batch, heads, seq, head_dim) points: head size x sequence x batch*heads, chosen so that the
+# efficiency's dependence on head size (head_dim_half) and on sequence (seq_half) is identifiable
+POINTS: dict[str, list[tuple[int, int, int, int]]] = {
+    "tiny": [(1, 2, 128, 64), (1, 2, 256, 32)],
+    "quick": [(1, 8, 128, 64), (1, 8, 512, 64), (1, 8, 1024, 64), (1, 8, 512, 32),
+              (1, 8, 512, 128), (4, 4, 256, 32)],
+    "thorough": [(b, h, s, d) for b, h in ((1, 16), (4, 16)) for s in (256, 512, 1024, 2048, 4096, 8192)
+                 for d in (32, 64, 128)],
 }
-CUDA_QUICK = {"seq": [512, 1024, 2048, 4096], "head_dim": [64, 128], "batch": [4], "heads": [16]}
+CUDA_QUICK = [(4, 16, s, d) for s in (512, 1024, 2048, 4096) for d in (64, 128)] + [(8, 16, 1024, 32)]
+SECONDARY = 3  # points of the sweep kept for the backends/precisions not used for the shape fit
 
 
 def attention_precision(precisions: list[str]) -> str:
@@ -59,7 +63,8 @@ def _backend(name: str):
             "math": SDPBackend.MATH}[name]
 
 
-def _bench(backend: str, direction: str, precision: str, b: int, h: int, s: int, d: int):
+def _bench(backend: str, direction: str, precision: str, b: int, h: int, s: int, d: int,
+           guard: bool = True):
     def run(ctx: RunContext) -> dict:
         from torch.nn.attention import sdpa_kernel
 
@@ -69,7 +74,8 @@ def _bench(backend: str, direction: str, precision: str, b: int, h: int, s: int,
             need = b * h * s * s * 4 * (4 if direction == "fwdbwd" else 2)
             if need > 0.25 * ctx.dev.usable_memory_gib * 2**30:
                 return unsupported(f"math backend needs ~{need / 2**30:.1f} GiB for scores")
-        ctx.check_time(f"attention/{backend}/{direction}/{precision}/", flops)
+        if guard:  # the shape-fit sweep is sized in advance; one slow early point must not cut it
+            ctx.check_time(f"attention/{backend}/{direction}/{precision}/", flops)
         dtype = DTYPES[precision]
         grad = direction == "fwdbwd"
         q, k, v = (torch.randn(b, h, s, d, device=ctx.device, dtype=dtype, requires_grad=grad)
@@ -108,22 +114,36 @@ def combos(ctx: RunContext) -> list[tuple[str, str]]:
     return pairs
 
 
+def shape_fit_combo(ctx: RunContext) -> tuple[str, str]:
+    """(backend, precision) whose sweep fits ``head_dim_half`` and ``seq_half``: the fused kernel
+    in fp32 on a CPU (where bf16 kernels are emulated), in the mixed-precision dtype on a GPU."""
+    if ctx.dev.kind == "cpu":
+        return ("flash", "fp32")
+    return ("flash", attention_precision(ctx.dev.precisions))
+
+
 def plan(ctx: RunContext) -> list[Bench]:
     """Benches for every (backend, precision) pair x direction x shape."""
     mode = ctx.settings.mode
-    grid = CUDA_QUICK if (mode == "quick" and ctx.dev.kind == "cuda") else GRIDS[mode]
-    pts = [(b, h, s, d) for b in grid["batch"] for h in grid["heads"]
-           for s in grid["seq"] for d in grid["head_dim"]]
-    pts.sort(key=lambda p: (p[0] * p[1] * p[2] * p[2] * p[3], p))
+    pts = list(CUDA_QUICK if (mode == "quick" and ctx.dev.kind == "cuda") else POINTS[mode])
+    model = ctx.settings.model
+    if model is not None:  # the asked-about model's head size and sequence (capped on a CPU)
+        seq = min(model.default_seq_len, 1024 if ctx.dev.kind == "cpu" else 8192)
+        pts.append((1, min(model.n_heads, 16), seq, model.head_dim))
+    pts = sorted(set(pts), key=lambda p: (p[0] * p[1] * p[2] * p[2] * p[3], p))
+    main = shape_fit_combo(ctx)
     benches = []
     for backend, precision in combos(ctx):
+        # the full sweep where the shape dependence is fitted; a few points elsewhere (quick)
+        use = pts if (backend, precision) == main or mode == "thorough" else pts[:SECONDARY]
         for direction in ("fwd", "fwdbwd"):
-            for b, h, s, d in pts:
+            for b, h, s, d in use:
                 key = f"attention/{backend}/{direction}/{precision}/b{b}h{h}s{s}d{d}"
                 params = {"backend": backend, "direction": direction, "precision": precision,
                           "batch": b, "heads": h, "seq": s, "head_dim": d, "causal": True}
                 benches.append(Bench(key, "attention", params,
-                                     _bench(backend, direction, precision, b, h, s, d),
+                                     _bench(backend, direction, precision, b, h, s, d,
+                                            guard=(backend, precision) != main or mode == "thorough"),
                                      ctx.est(4.5 * attention_flops(b, h, s, d), "flops",
                                              4.0 * b * h * s * d * 4)))
     return benches

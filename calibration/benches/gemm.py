@@ -21,17 +21,44 @@ from . import Bench, RunContext, ok
 GRIDS: dict[str, dict[str, list[int]]] = {
     "tiny": {"square": [64, 128, 256], "thin_m": [], "hidden": [], "tokens": []},
     "quick": {"square": [128, 256, 512, 1024, 2048], "thin_m": [16, 64],
-              "hidden": [768, 2048], "tokens": [512, 2048]},
+              "hidden": [256, 768], "tokens": [512, 2048]},
     "thorough": {"square": [128, 256, 512, 1024, 2048, 4096, 8192],
                  "thin_m": [1, 8, 16, 32, 64, 128, 256],
                  "hidden": [768, 1024, 2048, 4096], "tokens": [512, 1024, 2048, 4096, 8192]},
 }
 
 
-def shapes(mode: str) -> list[tuple[int, int, int]]:
-    """(m, n, k) shapes for ``mode``, ascending in FLOPs, without duplicates."""
+#: LM-head shapes (tokens, vocabulary, hidden): a wide n over a thin k, as small models have
+HEAD_SHAPES = {"tiny": [], "quick": [(256, 8192, 128), (512, 4096, 256)],
+               "thorough": [(256, 8192, 128), (512, 4096, 256), (1024, 32768, 256), (2048, 50304, 512)]}
+
+
+def model_tokens(n: int, k: int, flop_cap: float, most: int = 512) -> int:
+    """Largest power-of-two token count (16..``most``) whose (tokens, n, k) GEMM stays under
+    ``flop_cap`` FLOPs, so a big model's shapes fit a quick calibration of a small device."""
+    t = most
+    while t > 16 and 2.0 * t * n * k > flop_cap:
+        t //= 2
+    return t
+
+
+def model_shapes(model, flop_cap: float = 4e9) -> set[tuple[int, int, int]]:
+    """Forward GEMMs of one layer of ``model`` and its LM head (tokens per :func:`model_tokens`)."""
+    from simulator import workload
+
+    h, f = model.hidden, model.ffn_hidden
+    up = 2 * f if model.gated_mlp else f
+    nk = [(h + 2 * workload.kv_dim(model), h), (h, h), (up, h), (h, f), (model.vocab_size, h)]
+    return {(model_tokens(n, k, flop_cap), n, k) for n, k in nk}
+
+
+def shapes(mode: str, model=None, flop_cap: float = 4e9) -> list[tuple[int, int, int]]:
+    """(m, n, k) shapes for ``mode`` (plus ``model``'s), ascending in FLOPs, without duplicates."""
     g = GRIDS[mode]
     out: set[tuple[int, int, int]] = {(s, s, s) for s in g["square"]}
+    out |= set(HEAD_SHAPES[mode])
+    if model is not None:
+        out |= model_shapes(model, flop_cap)
     thin_nk = 1024 if mode == "quick" else 4096
     out |= {(m, thin_nk, thin_nk) for m in g["thin_m"]}
     for h in g["hidden"]:
@@ -85,6 +112,7 @@ def _bench(precision: str, m: int, n: int, k: int):
                       calls=sum(t.calls for t in times))
         rec = ok(mean, flops=flops)
         rec["layouts_min_s"] = {name: t.min_s for name, t in zip(layouts, times, strict=True)}
+        rec["layouts_times"] = {name: list(t.times) for name, t in zip(layouts, times, strict=True)}
         return rec
 
     return run
@@ -94,7 +122,8 @@ def plan(ctx: RunContext) -> list[Bench]:
     """One bench per (precision, shape)."""
     benches = []
     for precision in ctx.dev.precisions:
-        for m, n, k in shapes(ctx.settings.mode):
+        cap = 4e9 if ctx.dev.kind == "cpu" else 4e12  # FLOPs of one model-shaped GEMM call
+        for m, n, k in shapes(ctx.settings.mode, ctx.settings.model, cap):
             benches.append(Bench(f"gemm/{precision}/{m}x{n}x{k}", "gemm",
                                  {"precision": precision, "m": m, "n": n, "k": k},
                                  _bench(precision, m, n, k),

@@ -22,7 +22,7 @@ IMPLS = ("for_loop", "foreach", "fused")
 
 SIZES: dict[str, tuple[int, list[int]]] = {  # hidden size, layer counts
     "tiny": (128, [1]),
-    "quick": (512, [1, 4]),
+    "quick": (512, [1]),
     "thorough": (1024, [1, 2, 4, 8]),
 }
 

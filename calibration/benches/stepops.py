@@ -1,0 +1,211 @@
+"""Benchmarks of the regimes that dominate real training steps outside the layer GEMMs.
+
+* ``fresh/<size>x<count>``: allocate ``count`` tensors of ``size`` bytes, write them all, free
+  them (what a forward does with the activations it stores), against writing one preallocated
+  buffer of the same total. The difference is the cost of fresh pages
+  (:class:`simulator.profile.FreshMemory`); on a GPU's caching allocator it is ~0.
+* ``lmhead/<prec>/t<T>v<V>h<h>``: logits ``F.linear(x, W)``, fp32 cross-entropy, backward to x
+  and W (the LM head against vocabulary size; ``simulator.workload.loss_bytes``).
+* ``embedding/t<T>v<V>h<h>``: ``F.embedding`` forward and its dense weight gradient.
+* ``cast/<n>``: an fp32 weight cast to bf16/fp16 (what ``torch.autocast`` does per micro-batch).
+* ``optmix/<impl>/<mix>``: gradient-norm clipping and AdamW over a model's tensor-size mix: one
+  huge embedding-like tensor, or many layer tensors (``foreach`` on a CPU loops over tensors;
+  fresh temporaries per tensor); 28 + 12 bytes per parameter, as ``simulator.estimate`` counts.
+
+Records carry the work the simulator counts for them (bytes, FLOPs, tensors) so that fitting
+(:mod:`calibration.build`) never re-derives it. Times are seconds per call.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..device import DTYPES
+from . import Bench, RunContext, ok, unsupported
+from .gemm import model_tokens, precision_mode
+from .optimizer import ADAM_BYTES_PER_PARAM, _adamw, layer_shapes
+
+MIB = 1 << 20
+CLIP_BYTES_PER_PARAM = 12  # gradient-norm clipping: read for the norm, read + write to scale (fp32)
+FRESH = {  # (tensor bytes, total bytes per call): small tensors over growing totals, and large ones
+    "tiny": [(MIB, 8 * MIB), (MIB, 48 * MIB), (48 * MIB, 48 * MIB)],
+    "quick": [(MIB, 16 * MIB), (MIB, 48 * MIB), (MIB, 128 * MIB), (8 * MIB, 128 * MIB), (64 * MIB, 64 * MIB)],
+    "thorough": [(s, t * MIB) for s in (256 << 10, MIB, 4 * MIB) for t in (16, 32, 64, 128, 256)]
+    + [(48 * MIB, 96 * MIB), (64 * MIB, 64 * MIB), (256 * MIB, 256 * MIB)],
+}
+LMHEAD = {  # (tokens, vocab, hidden)
+    "tiny": [(128, 2048, 64)],
+    "quick": [(256, 2048, 128), (256, 8192, 128), (256, 32768, 128), (512, 8192, 256)],
+    "thorough": [(256, 2048, 128), (256, 8192, 128), (256, 32768, 128), (256, 131072, 64),
+                 (1024, 8192, 256), (1024, 50304, 256), (2048, 32768, 512)],
+}
+EMBED = {  # (tokens, vocab, hidden)
+    "tiny": [(128, 2048, 64)],
+    "quick": [(512, 2048, 256), (512, 50304, 128), (2048, 16384, 512)],
+    "thorough": [(512, 2048, 256), (512, 50304, 128), (2048, 16384, 512), (4096, 50304, 768),
+                 (1024, 131072, 256)],
+}
+CAST = {"tiny": [1 << 18], "quick": [1 << 20, 1 << 23], "thorough": [1 << 18, 1 << 20, 1 << 22, 1 << 24]}
+OPT_MIX = {  # name -> list of tensor shapes
+    "tiny": {"embed": [(4096, 64)]},
+    "quick": {"embed": [(50304, 128)], "layers": layer_shapes(128) * 8},
+    "thorough": {"embed": [(50304, 256)], "embed-s": [(8192, 256)], "layers": layer_shapes(256) * 16,
+                 "layers-l": layer_shapes(1024) * 2},
+}
+
+
+PRIME_BYTES = 31 << 20  # just under glibc's 32 MiB mmap-threshold ceiling
+
+
+def prime_host_allocator() -> None:
+    """Put the C allocator in the state a training process reaches after its first steps:
+    freeing a mapped block raises glibc's mmap threshold to that block's size (and the heap's
+    trim threshold to twice it), so later blocks up to ~31 MiB come from the heap. Calibration
+    and validation both start from this state, whatever ran before."""
+    x = torch.empty(PRIME_BYTES // 4)
+    x.fill_(0.0)
+    del x
+
+
+def _fresh(size: int, count: int):
+    def run(ctx: RunContext) -> dict:
+        prime_host_allocator()
+        n_el = max(1, size // 4)
+        total = float(count * n_el * 4)
+        buf = torch.empty(count * n_el, device=ctx.device)
+
+        def fresh() -> None:
+            ts = [torch.empty(n_el, device=ctx.device) for _ in range(count)]
+            for t in ts:
+                t.fill_(1.0)
+            del ts
+
+        reuse = ctx.time(lambda: buf.fill_(1.0))
+        t = ctx.time(fresh)
+        rec = ok(t, bytes=total, tensor_bytes=float(n_el * 4), tensors=count)
+        rec["reuse_s"] = reuse.min_s
+        return rec
+
+    return run
+
+
+def _lmhead(precision: str, T: int, V: int, h: int):
+    def run(ctx: RunContext) -> dict:
+        flops = 3 * 2.0 * T * V * h
+        dt = DTYPES[precision]
+        x = torch.randn(T, h, device=ctx.device, dtype=dt, requires_grad=True)
+        w = (torch.randn(V, h, device=ctx.device, dtype=dt) * 0.02).requires_grad_(True)
+        y = torch.randint(0, V, (T,), device=ctx.device)
+
+        def step() -> object:
+            loss = F.cross_entropy(F.linear(x, w).float(), y)
+            return torch.autograd.grad(loss, (x, w))
+
+        with precision_mode(precision, ctx.device):
+            t = ctx.time(step)
+        return ok(t, flops=flops, tokens=T, vocab=V, hidden=h, logits=float(T * V))
+
+    return run
+
+
+def _embedding(T: int, V: int, h: int):
+    def run(ctx: RunContext) -> dict:
+        w = (torch.randn(V, h, device=ctx.device) * 0.02).requires_grad_(True)
+        idx = torch.randint(0, V, (T,), device=ctx.device)
+        go = torch.randn(T, h, device=ctx.device)
+
+        def step() -> object:
+            return torch.autograd.grad(F.embedding(idx, w), (w,), go)
+
+        t = ctx.time(step)
+        # gather: read + write T*h; gradient: zero V*h, read T*h grads, scatter-add T*h rows
+        nbytes = 4.0 * (2 * T * h + V * h + 2 * T * h)
+        return ok(t, bytes=nbytes, tokens=T, vocab=V, hidden=h, grad_bytes=4.0 * V * h)
+
+    return run
+
+
+def _cast(n: int, precision: str):
+    def run(ctx: RunContext) -> dict:
+        w = torch.randn(n, device=ctx.device)
+        dt = DTYPES[precision]
+        t = ctx.time(lambda: w.to(dt))
+        return ok(t, bytes=6.0 * n, out_bytes=float(n * torch.finfo(dt).bits // 8))
+
+    return run
+
+
+def _optmix(impl: str, shapes: list[tuple[int, ...]]):
+    def run(ctx: RunContext) -> dict:
+        params = []
+        for shape in shapes:
+            p = (torch.randn(shape, device=ctx.device) * 0.02).requires_grad_(True)
+            p.grad = torch.randn_like(p) * 1e-3
+            params.append(p)
+        n = sum(p.numel() for p in params)
+        try:
+            opt = _adamw(params, impl)
+            opt.step()
+        except (RuntimeError, ValueError) as exc:
+            return unsupported(f"AdamW {impl} on {ctx.device.type}: {exc}")
+
+        def step() -> None:  # a training step's optimizer phase: clip the gradient norm, update
+            torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=impl != "for_loop")
+            opt.step()
+
+        t = ctx.time(step)
+        rec = ok(t, params=n, tensors=len(params), bytes=float((ADAM_BYTES_PER_PARAM + CLIP_BYTES_PER_PARAM) * n))
+        rec["tensor_bytes"] = [4.0 * p.numel() for p in params]
+        return rec
+
+    return run
+
+
+def model_points(model, flop_cap: float) -> dict[str, object]:
+    """Extra points with the shapes of ``model`` (``calibrate --for-model``): its LM head and
+    embedding (tokens per :func:`calibration.benches.gemm.model_tokens`), one layer's tensors and
+    its embedding matrix for AdamW."""
+    V, h = model.vocab_size, model.hidden
+    t = model_tokens(V, h, flop_cap / 3)
+    return {"lmhead": [(t, V, h)], "embed": [(max(t, 512), V, h)],
+            "optmix": {f"{model.name}-embed": [(V, h)], f"{model.name}-layer": layer_shapes(h)}}
+
+
+def plan(ctx: RunContext) -> list[Bench]:
+    """Fresh memory, LM head + loss, embedding, weight casts and AdamW tensor mixes."""
+    mode = ctx.settings.mode
+    cap = 4e9 if ctx.dev.kind == "cpu" else 4e12
+    extra = model_points(ctx.settings.model, cap) if ctx.settings.model is not None else {}
+    benches = [Bench(f"fresh/{s}x{t // s}", "fresh", {"tensor_bytes": s, "total": t}, _fresh(s, t // s),
+                     ctx.est(40.0 * t, "bytes", t)) for s, t in FRESH[mode]]
+    precs = ["fp32"] + ([p for p in ctx.dev.precisions if p in ("bf16", "fp16")][:1]
+                        if mode == "thorough" or ctx.dev.kind == "cuda" else [])
+    for prec in precs:
+        for T, V, h in LMHEAD[mode] + extra.get("lmhead", []):
+            benches.append(Bench(f"lmhead/{prec}/t{T}v{V}h{h}", "lmhead",
+                                 {"precision": prec, "tokens": T, "vocab": V, "hidden": h},
+                                 _lmhead(prec, T, V, h), ctx.est(6.0 * T * V * h, "flops", 8.0 * V * h)))
+    for T, V, h in EMBED[mode] + extra.get("embed", []):
+        benches.append(Bench(f"embedding/t{T}v{V}h{h}", "embedding", {"tokens": T, "vocab": V, "hidden": h},
+                             _embedding(T, V, h), ctx.est(8.0 * V * h, "bytes", 8.0 * V * h)))
+    half = [p for p in ctx.dev.precisions if p in ("bf16", "fp16")][:1]
+    for prec in half:
+        for n in CAST[mode]:
+            benches.append(Bench(f"cast/{prec}/{n}", "cast", {"precision": prec, "elements": n},
+                                 _cast(n, prec), ctx.est(6.0 * n, "bytes", 4.0 * n)))
+    mixes = {**OPT_MIX[mode], **extra.get("optmix", {})}
+    for impl in ("foreach", "for_loop", "fused"):
+        for name, shapes in mixes.items():
+            n = sum(_numel(s) for s in shapes)
+            benches.append(Bench(f"optmix/{impl}/{name}", "optimizer",
+                                 {"impl": impl, "mix": name, "tensors": len(shapes), "params": n},
+                                 _optmix(impl, shapes), ctx.est(28.0 * n, "bytes", 8.0 * n)))
+    return benches
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out

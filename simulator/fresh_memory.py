@@ -1,0 +1,132 @@
+"""Host cost of fresh memory and of the per-tensor optimizer loop (CPU devices).
+
+On a CPU, PyTorch tensors come from the C allocator: small blocks are reused from memory it
+keeps, large ones are new pages it faults in (kernel zeroing + page-table work) on first touch
+and hands back to the OS when freed. A training step that stores activations, logits and
+gradients in large tensors therefore pays a first-touch cost per byte on top of the work done
+with them; activation checkpointing, by storing less, avoids most of it. GPU caching allocators
+reuse their blocks, so profiles without ``fresh_memory`` (all catalog profiles) pay nothing.
+
+Pure functions; bytes, seconds. The allocator model is :class:`simulator.profile.FreshMemory`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import memory, workload
+
+
+def fresh_bytes(parts, fm) -> np.ndarray:
+    """Bytes landing on fresh pages when one phase allocates ``parts``: (tensor size, total
+    bytes) pairs, arrays broadcast. Tensors of at least ``fm.mmap_bytes`` are all fresh; of the
+    T bytes in smaller tensors, T * T^2 / (T^2 + keep^2) are."""
+    big = 0.0
+    small = 0.0
+    for size, total in parts:
+        is_big = np.asarray(size, dtype=float) >= fm.mmap_bytes
+        total = np.asarray(total, dtype=float)
+        big = big + np.where(is_big, total, 0.0)
+        small = small + np.where(is_big, 0.0, total)
+    small = np.asarray(small, dtype=float)
+    keep2 = fm.keep_bytes**2
+    frac = np.where(small > 0, small**2 / np.maximum(small**2 + keep2, 1e-300), 0.0)
+    return big + small * frac
+
+
+def fresh_time(parts, profile):
+    """Seconds of first touches of :func:`fresh_bytes` (0 without a ``fresh_memory`` fit)."""
+    fm = profile.fresh_memory
+    if fm is None:
+        return 0.0 * sum(np.asarray(t, dtype=float) for _, t in parts)
+    return fresh_bytes(parts, fm) / (fm.gbs * 1e9)
+
+
+def param_tensor_sizes(model) -> np.ndarray:
+    """Elements of each parameter tensor of a transformer (weights and biases as separate
+    tensors, the gated MLP's gate and up in one matrix, tied weights once); whatever the list
+    misses of ``n_params()`` is one more tensor. Models without transformer fields count one
+    tensor per layer."""
+    try:
+        h, f, L, v = model.hidden, model.ffn_hidden, model.n_layers, model.vocab_size
+        kv = workload.kv_dim(model)
+    except AttributeError:
+        L = max(1, int(getattr(model, "n_layers", 1)))
+        return np.full(L, model.n_params() / L)
+    up = 2 * f if model.gated_mlp else f
+    layer = [(h + 2 * kv) * h, h * h, up * h, f * h]
+    if model.linear_bias:
+        layer += [h + 2 * kv, h, up, h]
+    norm = [h, h] if (model.norm == "layernorm" and model.norm_bias) else [h]
+    layer += norm * 2
+    sizes = layer * L
+    if model.family != "vit":
+        sizes.append(v * h)
+        if model.head in ("lm", "mlm") and not model.tied_embeddings:
+            sizes.append(v * h)
+    if getattr(model, "final_norm", False):
+        sizes += norm
+    rest = model.n_params() - sum(sizes)
+    if rest > 0:
+        sizes.append(rest)
+    return np.asarray(sizes, dtype=float)
+
+
+def micro_batch_fresh(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
+                      checkpointing: str, profile) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of first touches per micro-batch.
+
+    Forward: the activations kept for backward (half in hidden-wide, half in MLP-wide tensors;
+    eager attention's s x s probabilities) and the logit buffers; backward: the logits'
+    gradient (:func:`logits_fresh_bytes`).
+    """
+    mb = np.asarray(mb, dtype=float)
+    if profile.fresh_memory is None or not hasattr(model, "ffn_hidden"):  # transformers only
+        return 0.0 * mb, 0.0 * mb
+    e = workload.act_bytes(precision)
+    tokens = mb * seq_len
+    L = model.n_layers
+    act = memory.activations(model, seq_len, mb, precision, attention, checkpointing)
+    scores = 0.0 * mb
+    if attention == "eager" and hasattr(memory, "eager_scores_bytes_per_token"):
+        per_layer = tokens * memory.eager_scores_bytes_per_token(model, seq_len, e)
+        kept = 0.0 if checkpointing in ("full", "selective") else L - 1.0
+        scores = per_layer * (kept + 1.0)  # one layer's working set even when checkpointed
+        act = np.maximum(act - scores, 0.0)
+    heads = float(getattr(model, "n_heads", 1))
+    f = float(getattr(model, "ffn_hidden", model.hidden))
+    n_logits = workload.logits_elements(model, mb, seq_len)
+    lf, lb = logits_fresh_bytes(n_logits, e)
+    fwd = fresh_time([(tokens * model.hidden * e, 0.5 * act), (tokens * f * e, 0.5 * act),
+                      (mb * heads * seq_len**2 * e, scores), (n_logits * 4.0, lf)], profile)
+    return fwd, fresh_time([(n_logits * 4.0, lb)], profile)
+
+
+def logits_fresh_bytes(n_logits, e: int):
+    """(forward, backward) bytes of new logit-sized buffers: the logits (e bytes each), their
+    fp32 copy under mixed precision and the fp32 log-probabilities; backward the fp32 gradient
+    and its cast back to half."""
+    n = np.asarray(n_logits, dtype=float)
+    half = 1.0 if e == 2 else 0.0
+    return n * (e + 4.0 + 4.0 * half), n * (4.0 + e * half)
+
+
+def step_fresh(model, profile, param_share: float = 1.0) -> tuple[float, float]:
+    """(gradient, optimizer) seconds of first touches per optimizer step: the fp32 gradients a
+    step allocates anew (``zero_grad(set_to_none=True)``) and one fp32 temporary per parameter
+    tensor in a foreach Adam(W) step; ``param_share`` is the fraction of parameters this rank
+    updates."""
+    if profile.fresh_memory is None:
+        return 0.0, 0.0
+    sizes = param_tensor_sizes(model) * 4.0
+    big = sizes >= profile.fresh_memory.mmap_bytes
+    t = float(fresh_time([(sizes.max(initial=0.0), sizes[big].sum()), (0.0, sizes[~big].sum())], profile))
+    return t, t * param_share
+
+
+def optimizer_loop_time(model, profile, param_share: float = 1.0) -> float | None:
+    """Host seconds of a per-tensor optimizer loop (``optimizer_tensor_us`` per parameter
+    tensor), or None when the profile has no such fit."""
+    if profile.optimizer_tensor_us is None:
+        return None
+    return float(param_tensor_sizes(model).size) * param_share * profile.optimizer_tensor_us * 1e-6

@@ -87,8 +87,9 @@ def apply(base: Profile, values: dict[str, float]) -> Profile:
     upd: dict = {}
     k = values.get("tensor_sustained")
     if k is not None:
-        upd["gemm"] = {p: g.model_copy(update={"e_max": min(1.0, g.e_max * k)}) if p != "fp32" else g
-                       for p, g in base.gemm.items()}
+        for field in ("gemm", "gemm_bwd"):  # backward layouts too, where calibrated apart
+            upd[field] = {p: g.model_copy(update={"e_max": min(1.0, g.e_max * k)}) if p != "fp32" else g
+                          for p, g in getattr(base, field).items()}
     k = values.get("attention_scale")
     if k is not None:
         a = base.attention
@@ -98,6 +99,7 @@ def apply(base: Profile, values: dict[str, float]) -> Profile:
     if k is not None:
         upd["memory_bw_eff"] = min(1.0, base.memory_bw_eff * k)
         upd["optimizer_bw_eff"] = {n: min(1.0, v * k) for n, v in base.optimizer_bw_eff.items()}
+        upd["bw_eff_ops"] = {n: min(1.0, v * k) for n, v in base.bw_eff_ops.items()}
     for name in ("layer_overhead_us", "collective_busbw_eff", "collective_overlap", "collective_hop_latency_us"):
         if name in values:
             upd[name] = float(values[name])

@@ -63,6 +63,10 @@ def test_apply_never_exceeds_peak():
     assert max(hot.optimizer_bw_eff.values()) <= 1.0
     same = fr.apply(base, {p: v[0] for p, v in fr.PARAMS.items() if p != "layer_overhead_us"})
     assert same.gemm == base.gemm and same.attention == base.attention
+    split = base.model_copy(update={"gemm_bwd": {"bf16": base.gemm["bf16"]}, "bw_eff_ops": {"norm": 0.5}})
+    cool = fr.apply(split, {"tensor_sustained": 0.5, "memory_bw_scale": 0.5})
+    assert cool.gemm_bwd["bf16"].e_max == pytest.approx(0.5 * base.gemm["bf16"].e_max)
+    assert cool.bw_eff_ops["norm"] == pytest.approx(0.25)
 
 
 def test_calibrate_from_runs_cli_writes_profile_with_provenance(tmp_path, capsys):

@@ -66,7 +66,7 @@ def states_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
     return best
 
 
-def _one(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -> list[dict]:
+def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -> list[dict]:
     """Arrays of every strategy under ``par`` for each virtual-stage count in ``vps``."""
     model = parallel.view(pb.model, par)
     fab = parallel.dp_fabric(pb.fabric, par)
@@ -181,7 +181,7 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
         if np.isfinite(best) and step_floor(pb, space, par_of[key]) > best:
             continue
         done.add(key)
-        for b in _one(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3]), groups[key]):
+        for b in evaluate_layout(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3]), groups[key]):
             parts.append(b)
             fin = b["rank_key"][np.isfinite(b["rank_key"])]
             best = min(best, float(fin.min()) if fin.size else np.inf)
@@ -191,7 +191,7 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
         rest = [k for k in keep if (k[1] == 1 and k[2] == 1) == plain]
         if rest and not any(k in done for k in rest):
             k = min(rest, key=cheap.get)
-            parts.extend(_one(pb, space, parallel.Parallelism(k[0], k[1], k[2], 1, k[3]), groups[k]))
+            parts.extend(evaluate_layout(pb, space, parallel.Parallelism(k[0], k[1], k[2], 1, k[3]), groups[k]))
     if not parts:
         raise ValueError("no layout to evaluate: pipelining needs --sharding ddp or zero1")
     a = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}

@@ -15,52 +15,37 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from .errors import UsageError
 
-KORTHIKANTI_FILE = Path(__file__).parent / "data" / "korthikanti2022.csv"
 #: Assumption: the GPU of nanotron's published scaling runs (not stated in the figure).
 NANOTRON_GPU = "h100-sxm"
-#: Megatron-LM GPT on Selene (Korthikanti et al. 2022, Table 3).
-KORTHIKANTI_GPU = "a100-80gb-sxm"
 
 
 def _cluster(n_gpus: int, gpu: str, per_node: int = 8) -> str:
     return f"{n_gpus // per_node}x{per_node}x{gpu}" if n_gpus > per_node else f"{n_gpus}x{gpu}"
 
 
-def megatron_gpt(name: str, layers: int, hidden: int, heads: int, vocab: int, seq_len: int):
-    """A Megatron-LM GPT (learned positions, LayerNorm, GELU MLP of 4h, biases, tied embeddings)."""
-    from .models import ModelSpec
-
-    return ModelSpec(name=name, family="gpt2", kind="decoder", n_layers=layers, hidden=hidden, n_heads=heads,
-                     ffn_hidden=4 * hidden, vocab_size=vocab, max_positions=seq_len, tied_embeddings=True,
-                     pos_embedding="learned", norm="layernorm", linear_bias=True, norm_bias=True, head="lm",
-                     default_seq_len=seq_len)
-
-
-def korthikanti_rows() -> pd.DataFrame:
-    """Predicted against measured iteration seconds for Korthikanti et al. 2022, Table 5."""
+def korthikanti_rows(profile=None) -> pd.DataFrame:
+    """Predicted against measured iteration seconds for Korthikanti et al. 2022, Table 5
+    (the runs of :func:`simulator.runs.korthikanti_runs`, each with its layout pinned)."""
+    from . import runs
     from .api import simulate
 
     out = []
-    for _, r in pd.read_csv(KORTHIKANTI_FILE).iterrows():
-        spec = megatron_gpt(r["model"], int(r["n_layers"]), int(r["hidden"]), int(r["n_heads"]), int(r["vocab"]),
-                            int(r["seq_len"]))
-        present = r["schedule"].startswith("sequence parallel")
-        plan = simulate(spec, _cluster(int(r["n_gpus"]), KORTHIKANTI_GPU), global_batch=int(r["global_batch"]),
-                        seq_len=int(r["seq_len"]), steps=1, optimizer="adam", precision="bf16", attention="eager",
-                        compile=True, checkpointing="selective" if present else "full", sharding="ddp",
-                        offload="none", micro_batch=1, tp=int(r["tp"]), pp=int(r["pp"]), vp=1,
-                        sequence_parallel=present)
-        out.append({"source": "Korthikanti et al. 2022, Table 5", "run": f"{r['model']} · {r['schedule']}",
+    for _, r in runs.korthikanti_runs().iterrows():
+        plan = simulate(r["spec"], r["gpus"], profile=profile, global_batch=int(r["global_batch"]),
+                        seq_len=int(r["seq_len"]), steps=1, optimizer="adam", precision=r["precision"],
+                        attention=r["attention"], compile=bool(r["compile"]), checkpointing=r["checkpointing"],
+                        sharding=r["sharding"], offload="none", micro_batch=int(r["micro_batch"]), tp=int(r["tp"]),
+                        pp=int(r["pp"]), vp=1, sequence_parallel=bool(r["sequence_parallel"]))
+        out.append({"source": "Korthikanti et al. 2022, Table 5", "run": f"{r['model']} · {r['note']}",
                     "layout": f"TP {r['tp']} · PP {r['pp']} · {r['n_gpus']} A100", "metric": "iteration s",
-                    "measured": float(r["iteration_s"]), "predicted": plan.step_time_s,
-                    "feasible": plan.feasible})
+                    "measured": float(r["global_batch"] * r["seq_len"] / r["measured_tok_s"]),
+                    "predicted": plan.step_time_s, "feasible": plan.feasible})
     return pd.DataFrame(out)
 
 

@@ -37,14 +37,16 @@ def stack_preset(name) -> str:
 
 
 def simulate_run(run, profile=None):
-    """Simulate one normalized run (a row of :func:`simulator.runs.load_runs`) with its exact strategy."""
+    """Simulate one normalized run (a row of :func:`simulator.runs.load_runs`) with its exact strategy
+    (its tensor/pipeline layout pinned, 1F1B without interleaving: runs record no virtual stages)."""
     from .api import simulate
 
     return simulate(run["spec"], run["gpus"], profile=profile, global_batch=int(run["global_batch"]),
                     seq_len=int(run["seq_len"]), steps=1, optimizer="adamw", precision=run["precision"],
                     sharding=run["sharding"], attention=run["attention"], compile=bool(run["compile"]),
                     checkpointing=run["checkpointing"], offload="none", micro_batch=int(run["micro_batch"]),
-                    stack=stack_preset(run["stack"]), tp=int(run["tp"] or 1), pp=int(run["pp"] or 1))
+                    stack=stack_preset(run["stack"]), tp=int(run["tp"] or 1), pp=int(run["pp"] or 1), vp=1,
+                    sequence_parallel=bool(run["sequence_parallel"]))
 
 
 def predict_row(run) -> dict:
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = _P(prog="simulate validate-published",
             description="Predict published runs with their exact strategy (default: the bundled dev runs, "
-                        "data/validation_dev.csv and data/published_runs_more.csv).")
+                        "data/validation_dev.csv, data/published_runs_more.csv and data/korthikanti2022.csv).")
     ap.add_argument("file", nargs="?", default=None,
                     help="CSV of runs (layouts: docs/calibrate_from_runs.md; default: the bundled dev runs)")
     ap.add_argument("--json", action="store_true")

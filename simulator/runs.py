@@ -29,10 +29,14 @@ from .models import ModelSpec, get_model, model_from_dict, resolve_model
 DATA = Path(__file__).parent / "data"
 DEV_FILE = DATA / "validation_dev.csv"
 MORE_FILE = DATA / "published_runs_more.csv"
+KORTHIKANTI_FILE = DATA / "korthikanti2022.csv"
+#: Megatron-LM GPT on Selene, DGX A100 80 GB nodes (Korthikanti et al. 2022, Table 3)
+KORTHIKANTI_GPU = "a100-80gb-sxm"
+KORTHIKANTI_SOURCE = "NVIDIA/Megatron-LM (Korthikanti et al. 2022, Table 5)"
 
 COLUMNS = ("run", "source", "stack", "model", "spec", "seq_len", "gpu", "gpus", "n_gpus", "nodes",
-           "gpus_per_node", "precision", "sharding", "tp", "pp", "checkpointing", "compile", "attention",
-           "micro_batch", "grad_accum", "global_batch", "measured_tok_s", "metric", "excluded", "note")
+           "gpus_per_node", "precision", "sharding", "tp", "pp", "sequence_parallel", "checkpointing", "compile",
+           "attention", "micro_batch", "grad_accum", "global_batch", "measured_tok_s", "metric", "excluded", "note")
 
 #: catalog GPU id for the spellings found in published tables (case-insensitive regex, first match)
 _GPU_PATTERNS = (
@@ -128,7 +132,7 @@ def _arch(name: str, row, seq_len: int) -> ModelSpec | None:
 
 def _row(**kw) -> dict:
     out = dict.fromkeys(COLUMNS)
-    out.update(excluded="", note="", tp=1, pp=1)
+    out.update(excluded="", note="", tp=1, pp=1, sequence_parallel=False)
     out.update(kw)
     return out
 
@@ -289,6 +293,7 @@ def _from_user(df: pd.DataFrame, origin: str) -> list[dict]:
             sharding=_sharding(row.get("sharding", "ddp")) if row.get("sharding") not in
             ("ddp", "zero1", "zero2", "zero3", "fsdp-full", "fsdp-grad-op") else row["sharding"],
             tp=_int(row.get("tp")) or 1, pp=_int(row.get("pp")) or 1, checkpointing=ck, compile=comp,
+            sequence_parallel=str(row.get("sequence_parallel", "false")).lower() in ("true", "1", "yes"),
             attention=str(row.get("attention", "sdpa")), micro_batch=_int(row.get("micro_batch")),
             global_batch=_int(row.get("global_batch")), measured_tok_s=float(row["tokens_per_s"]),
             metric="tokens_per_s")))
@@ -321,9 +326,38 @@ def load_runs(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame(reader(df, p.name), columns=list(COLUMNS))
 
 
+def megatron_gpt(name: str, layers: int, hidden: int, heads: int, vocab: int, seq_len: int) -> ModelSpec:
+    """A Megatron-LM GPT (learned positions, LayerNorm, GELU MLP of 4h, biases, tied embeddings)."""
+    return ModelSpec(name=name, family="gpt2", kind="decoder", n_layers=layers, hidden=hidden, n_heads=heads,
+                     ffn_hidden=4 * hidden, vocab_size=vocab, max_positions=seq_len, tied_embeddings=True,
+                     pos_embedding="learned", norm="layernorm", linear_bias=True, norm_bias=True, head="lm",
+                     default_seq_len=seq_len)
+
+
+def korthikanti_runs() -> pd.DataFrame:
+    """Korthikanti et al. 2022, Table 5 (GPT 22B-1T, TP 8, PP 1-64 on DGX A100) as normalized runs:
+    Megatron-LM with its fused kernels (compiled), unfused attention, bf16, DDP gradients, one
+    sample per micro-batch; full recomputation, or sequence parallelism + selective recomputation."""
+    out = []
+    for i, r in pd.read_csv(KORTHIKANTI_FILE).iterrows():
+        seq, n, gb = int(r["seq_len"]), int(r["n_gpus"]), int(r["global_batch"])
+        present = str(r["schedule"]).startswith("sequence parallel")
+        out.append(_finish(_row(
+            run=f"{KORTHIKANTI_FILE.name}:{i + 2}", source=KORTHIKANTI_SOURCE, stack="megatron-lm",
+            model=str(r["model"]), seq_len=seq, gpu=KORTHIKANTI_GPU, n_gpus=n, nodes=max(1, n // 8),
+            gpus_per_node=min(n, 8), spec=megatron_gpt(str(r["model"]), int(r["n_layers"]), int(r["hidden"]),
+                                                      int(r["n_heads"]), int(r["vocab"]), seq),
+            precision="bf16", sharding="ddp", tp=int(r["tp"]), pp=int(r["pp"]), sequence_parallel=present,
+            checkpointing="selective" if present else "full", compile=True, attention="eager", micro_batch=1,
+            global_batch=gb, measured_tok_s=gb * seq / float(r["iteration_s"]), metric="iteration_s",
+            note=str(r["schedule"]))))
+    return pd.DataFrame(out, columns=list(COLUMNS))
+
+
 def default_runs() -> pd.DataFrame:
-    """The bundled dev runs: validation_dev.csv and published_runs_more.csv, all rows."""
-    return pd.concat([load_runs(DEV_FILE), load_runs(MORE_FILE)], ignore_index=True)
+    """The bundled dev runs: validation_dev.csv, published_runs_more.csv and Korthikanti et al.
+    2022 Table 5 (:func:`korthikanti_runs`), all rows."""
+    return pd.concat([load_runs(DEV_FILE), load_runs(MORE_FILE), korthikanti_runs()], ignore_index=True)
 
 
 def simulable(runs: pd.DataFrame) -> pd.DataFrame:

@@ -63,6 +63,10 @@ def test_apply_never_exceeds_peak():
     assert max(hot.optimizer_bw_eff.values()) <= 1.0
     same = fr.apply(base, {p: v[0] for p, v in fr.PARAMS.items() if p != "layer_overhead_us"})
     assert same.gemm == base.gemm and same.attention == base.attention
+    split = base.model_copy(update={"gemm_bwd": {"bf16": base.gemm["bf16"]}, "bw_eff_ops": {"norm": 0.5}})
+    cool = fr.apply(split, {"tensor_sustained": 0.5, "memory_bw_scale": 0.5})
+    assert cool.gemm_bwd["bf16"].e_max == pytest.approx(0.5 * base.gemm["bf16"].e_max)
+    assert cool.bw_eff_ops["norm"] == pytest.approx(0.25)
 
 
 def test_calibrate_from_runs_cli_writes_profile_with_provenance(tmp_path, capsys):
@@ -116,3 +120,27 @@ def test_interval_bounds_widen_and_contain_the_estimate():
     wlo, whi = bounds(r, widen=1.5)
     assert wlo < lo <= 0.0 <= hi < whi
     assert bounds([0.1, 0.2, 0.3])[0] == 0.0  # all runs slower: the interval still holds the estimate
+
+
+def test_tensor_pipeline_runs_are_fitted_through_their_layout():
+    """A run with tp or pp above 1 (Korthikanti et al. 2022: TP 8, PP 1-64) is evaluated under its
+    one pinned layout: the fit's step time is simulate's with the same layout, for any profile,
+    and the tensor-parallel collectives and pipeline bubble are in it (more than the plain view)."""
+    from simulator.published import simulate_run
+
+    table = runs.simulable(runs.korthikanti_runs())
+    assert len(table) == 8 and (table["tp"] == 8).all() and table["sequence_parallel"].sum() == 4
+    base = fr.microbenchmark_profile("a100-80gb-sxm")
+    slow = fr.apply(base, {"tensor_sustained": 0.6, "collective_busbw_eff": 0.5})
+    for _, r in table.iloc[[1, 2]].iterrows():  # TP 8 PP 1 (sequence parallel), TP 8 PP 8
+        m = fr._resolve(r, base)
+        assert m.layout is not None and (m.layout.tp, m.layout.pp) == (int(r["tp"]), int(r["pp"]))
+        for prof in (base, slow):
+            assert m.step_time(prof) == pytest.approx(simulate_run(r, profile=prof).step_time_s, rel=1e-9)
+        assert m.step_time(slow) > m.step_time(base)
+
+
+def test_default_runs_span_three_a100_sources():
+    t = runs.simulable(runs.default_runs())
+    a100 = t[t["gpu"].str.startswith("a100")]
+    assert len(a100) == 19 and a100["source"].map(fr.source_key).nunique() == 3

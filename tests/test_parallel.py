@@ -233,12 +233,12 @@ def test_json_shows_the_layout(capsys):
 
 def test_korthikanti_iteration_times():
     """Korthikanti et al. 2022 Table 5 (GPT 22B-1T on A100, TP 8, PP 1-64): every run feasible
-    and predicted within 35% (mean absolute error at most 30%). With the microbenchmark A100
-    profile the error was 3-20% (MAPE 9%); the end-to-end fitted default profile (fitted on
-    small data-parallel runs) predicts these runs 20-31% slow."""
+    and predicted within 25% (mean absolute error at most 13%). The default A100 profile is fitted
+    with these runs among its 19 (measured: 2-20% slow, MAPE 9.2%); fitted on the 11 small
+    data-parallel runs alone it predicted them 20-31% slow (MAPE 26.5%)."""
     from simulator import parallel_validation
 
     df = parallel_validation.korthikanti_rows()
     err = (df["predicted"] - df["measured"]) / df["measured"]
     assert df["feasible"].all()
-    assert (err.abs() < 0.35).all() and err.abs().mean() < 0.30
+    assert (err.abs() < 0.25).all() and err.abs().mean() < 0.13

@@ -33,7 +33,8 @@ def run_cli(prog: str, body: Callable[[], int], interrupted: str = "interrupted"
     """Run a console script's body with the project's error contract: a UsageError prints one
     line and exits 2; Ctrl-C prints ``interrupted`` and exits 130; any other exception prints
     one line naming it and exits 3 (``SIMULATOR_DEBUG=1`` re-raises it with its traceback). An
-    OSError about a named file (a name too long, a folder not writable) is the user's path: exit 2."""
+    OSError about a named file (a name too long, a folder not writable) is the user's path: exit 2.
+    A closed pipe on stdout (``| head``) ends quietly with exit 0."""
     import os
     import sys
 
@@ -45,6 +46,10 @@ def run_cli(prog: str, body: Callable[[], int], interrupted: str = "interrupted"
     except KeyboardInterrupt:
         print(f"{prog}: {interrupted}", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (``simulate ... | head``): nothing to report
+        # Python flushes stdout again at exit; point it at devnull so that flush cannot fail too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback
         if os.environ.get("SIMULATOR_DEBUG"):
             raise

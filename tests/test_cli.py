@@ -183,3 +183,10 @@ def test_internal_error_is_one_line_exit_3(monkeypatch, capsys):
     code, _, err = run(["--gpus", "8x3090", "--model", "pythia-1b"], capsys)
     assert code == 3
     assert "RuntimeError: simulated bug" in err and len(err.strip().splitlines()) == 1
+
+
+def test_output_piped_into_a_reader_that_stops_is_not_an_error():
+    """``simulate ... --json | head -c 100``: the closed pipe ends quietly, not as an internal error."""
+    proc = subprocess.run(f"{sys.executable} -m simulator.cli --gpus 8x3090 --model pythia-160m --json | head -c 100",
+                          shell=True, capture_output=True, text=True, timeout=120)
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr

@@ -3,7 +3,7 @@
 The consumer side of the operation layer: ``compute``, ``memory`` and ``estimate`` hand every
 non-transformer spec to these functions (the transformer keeps its original path for now; its
 operations give the same numbers, ``tests/test_families.py``). Pure and vectorized over the
-micro-batch size. Seconds, FLOPs, bytes. DESIGN.md "Physics" 1-4.
+micro-batch size. Seconds, FLOPs, bytes. docs/architecture.md, physics 1-4.
 """
 
 from __future__ import annotations
@@ -52,15 +52,15 @@ def _op_times(op: Op, dev: Device, precision: str) -> tuple[np.ndarray, np.ndarr
     prof = dev.profile
     bw, bw_eff = dev.mem_bw, prof.memory_bw_eff
     if op.kind == "gemm":
-        g = prof.gemm_for(precision)
+        g, gb = prof.gemm_for(precision), prof.gemm_bwd_for(precision)  # forward, backward layouts
         peak, e = dev.gemm_peak(precision), workload.act_bytes(precision)
         w = np.asarray(op.batch, float)
 
-        def t(m, n, k):
-            return w * kernels.gemm_time(m, n, k, peak, g.e_max, g.x_half, e, bw, bw_eff, 0.0)
+        def t(m, n, k, eff):
+            return w * kernels.gemm_time(m, n, k, peak, eff.e_max, eff.x_half, e, bw, bw_eff, 0.0)
 
         m = np.asarray(op.m, float)
-        return t(m, op.n, op.k), t(m, op.k, op.n) + t(op.k, op.n, m)
+        return t(m, op.n, op.k, g), t(m, op.k, op.n, gb) + t(op.k, op.n, m, gb)
     if op.kind == "attention":
         a = prof.attention
         if precision in ("bf16", "fp16"):

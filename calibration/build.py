@@ -23,7 +23,6 @@ from simulator.errors import UsageError
 from simulator.fresh_memory import fresh_time, logits_fresh_bytes
 from simulator.profile import (
     SCHEMA_VERSION,
-    AttentionEfficiency,
     FreshMemory,
     Profile,
     parse_profile,
@@ -185,7 +184,6 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     attn: dict[str, float] = {}
     attn_notes: list[str] = []
 
-    shape_fields = {"head_dim_half", "seq_half"} <= set(AttentionEfficiency.model_fields)
     halves: tuple[float, float] | None = None
 
     def _attn(backend: str, prec: str, field_: str, shape: bool = False) -> None:
@@ -202,15 +200,15 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                                     [q.get("head_dim", 64) for q in p], [q.get("seq", 512) for q in p],
                                     [r["time_s"] for _, r in recs], [d == "fwdbwd" for d, _ in recs],
                                     peak * 1e12, launch_s, BWD_FLOPS_FACTOR,
-                                    shape=shape and shape_fields, fixed=None if shape else halves)
-        if shape and shape_fields:
+                                    shape=shape, fixed=None if shape else halves)
+        if shape:
             halves = (f_a.params["head_dim_half"], f_a.params["seq_half"])
         fits[f"attention/{field_}"] = {**f_a.as_dict(), "backend": backend, "precision": prec}
         attn[f"{field_}_fwd"] = min(1.0, f_a.params["fwd"])
         if any(d == "fwdbwd" for d, _ in recs):
             attn[f"{field_}_bwd"] = min(1.0, f_a.params["bwd"])
         attn_notes.append(f"{field_}: {backend} {prec}, {f_a.n} pts, rms {f_a.rms_log:.2f}"
-                          + (" (shape fit)" if shape and shape_fields else ""))
+                          + (" (shape fit)" if shape else ""))
 
     main_backend, main_prec = ("flash", "fp32") if dev.kind == "cpu" else ("flash", aprec)
     main_field = "mem_efficient" if main_prec == "fp32" else "flash"

@@ -77,11 +77,6 @@ MICROBENCHMARK_DIR = "microbenchmark"
 CV_NFEV = 4  # function evaluations per cross-validation refit (warm start from the full fit)  # hardware_catalog/microbenchmark/<gpu>.json: the starting points
 
 
-def source_key(source: str) -> str:
-    """The publishing project of a run ('mosaicml/llm-foundry', 'karpathy/llm.c', ...) for LOSO."""
-    return str(source).split()[0] if str(source).strip() else "unknown"
-
-
 def apply(base: Profile, values: dict[str, float]) -> Profile:
     """``base`` with the named parameters applied (factors scale; absolute values replace)."""
     upd: dict = {}
@@ -199,7 +194,7 @@ class Fitter:
         self.groups = sorted(set(self.run_group))
         self.models = [_resolve(r, bases[r["gpu"]]) for _, r in self.table.iterrows()]
         self.measured = np.array([m.measured_s for m in self.models])
-        self.sources = np.array([source_key(s) for s in self.table["source"]])
+        self.sources = np.array([runs.source_key(s) for s in self.table["source"]])
         lay = _layout(self.params, self.groups)
         self.x0 = np.array([PARAMS[p][0] for p, _ in lay])
         self.lb = np.array([PARAMS[p][1] for p, _ in lay])
@@ -364,9 +359,6 @@ FAMILIES = {
 #: no end-to-end data at all (microbenchmark profile, residuals of runs from other sources and GPUs).
 #: ASSUMPTION: judgement, to be replaced by the GPU's own runs.
 CARRY_WIDEN, NO_DATA_WIDEN = 1.25, 1.5
-REBUILD_COMMAND = "python -m calibration.from_runs rebuild-defaults"
-
-
 def _catalog_profile_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "hardware_catalog" / "profiles"
 
@@ -388,7 +380,7 @@ def rebuild_defaults(out_dir: Path | None = None, cv: bool = True, log=print) ->
     for fam, (fitted_gpus, carried) in FAMILIES.items():
         idx = np.flatnonzero(group == fam)
         for g in fitted_gpus + carried:
-            prof = fitted_profile(microbenchmark_profile(g), fitter, f, fam, idx, REBUILD_COMMAND, name=f"{g}-fitted")
+            prof = fitted_profile(microbenchmark_profile(g), fitter, f, fam, idx, runs.REBUILD_COMMAND, name=f"{g}-fitted")
             if g in carried:
                 note = (f"no end-to-end runs on {g}: the {fam.upper()} group's fitted factors (same chip) are "
                         f"applied to its microbenchmark profile; interval spread x{CARRY_WIDEN}")
@@ -407,7 +399,7 @@ def rebuild_defaults(out_dir: Path | None = None, cv: bool = True, log=print) ->
                 f"carry over to another chip); interval from the leave-one-source-out residuals of all "
                 f"{len(held)} dev runs ({srcs}), spread x{NO_DATA_WIDEN}")
         out[g] = base.model_copy(update={"validation": ValidationSummary(
-            source=f"{REBUILD_COMMAND}: {note}", n=int(len(held)), mape=round(mape_of(f.residuals), 2),
+            source=f"{runs.REBUILD_COMMAND}: {note}", n=int(len(held)), mape=round(mape_of(f.residuals), 2),
             mape_cv=round(mape_of(held), 2), log_ratio_residuals=[round(float(r), 4) for r in held],
             widen=NO_DATA_WIDEN)})
     for g, prof in out.items():

@@ -28,7 +28,6 @@ def fresh_bytes(parts, fm) -> np.ndarray:
         total = np.asarray(total, dtype=float)
         big = big + np.where(is_big, total, 0.0)
         small = small + np.where(is_big, 0.0, total)
-    small = np.asarray(small, dtype=float)
     keep2 = fm.keep_bytes**2
     frac = np.where(small > 0, small**2 / np.maximum(small**2 + keep2, 1e-300), 0.0)
     return big + small * frac
@@ -88,7 +87,7 @@ def micro_batch_fresh(model, seq_len: int, mb: np.ndarray, precision: str, atten
     L = model.n_layers
     act = memory.activations(model, seq_len, mb, precision, attention, checkpointing)
     scores = 0.0 * mb
-    if attention == "eager" and hasattr(memory, "eager_scores_bytes_per_token"):
+    if attention == "eager":
         per_layer = tokens * memory.eager_scores_bytes_per_token(model, seq_len, e)
         kept = 0.0 if checkpointing in ("full", "selective") else L - 1.0
         scores = per_layer * (kept + 1.0)  # one layer's working set even when checkpointed

@@ -579,9 +579,6 @@ _BUILDERS: dict[str, Callable[[_Cfg, str], dict[str, Any]]] = {
 }
 
 
-#: The ``model_type`` values we read, in the order the error messages list them.
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_BUILDERS))
-
 _MOE = "mixture-of-experts is not modelled yet: expert routing, expert parallelism"
 _ENC_DEC = (
     "encoder-decoder models are not modelled yet: separate encoder and decoder stacks, "
@@ -713,4 +710,5 @@ def _family_builder(build: Callable[[_Cfg, str], dict[str, Any]]) -> Callable[[_
 
 # Families outside the transformer register their own config.json import (simulator/families).
 _BUILDERS.update({t: _family_builder(b) for t, b in hf_builders().items()})
-SUPPORTED_MODEL_TYPES = tuple(sorted({*SUPPORTED_MODEL_TYPES, *hf_builders()}))
+#: The ``model_type`` values we read, in the order the error messages list them.
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = tuple(sorted(_BUILDERS))

@@ -25,7 +25,6 @@ from .strategy import checkpointed_layers, offload_allowed
 #: pipelining, and FSDP does not pipeline.
 PIPELINE_SHARDINGS = ("ddp", "zero1")
 
-_ADDED = ("bubble", "tp_comm", "pp_comm")
 
 
 def micro_batch_sizes(per_replica: int) -> np.ndarray:
@@ -120,7 +119,7 @@ def _extra_floor(pb: Problem, par: parallel.Parallelism, compute: float, layers:
     """What a layout adds at least to ``compute`` seconds: the smallest pipeline bubble (one sample
     per micro-batch) and the tensor-parallel bytes at the link's bandwidth without latency."""
     per_replica = math.ceil(pb.global_batch / par.dp)
-    bubble = compute * (par.pp - 1) / (par.vp * per_replica)
+    bubble = compute * parallel.bubble_fraction(par.pp, per_replica, par.vp)
     tp = layers * parallel.tp_comm_time(per_replica * pb.seq_len, pb.model.hidden, 2, par.tp, par.sp, 2,
                                         pb.fabric.intra_bw * pb.fabric.busbw_eff, 0.0)
     return float(bubble + tp)

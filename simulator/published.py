@@ -72,7 +72,7 @@ def validate(path: str | Path | None = None) -> pd.DataFrame:
 def summary(res: pd.DataFrame) -> dict:
     """MAPE (overall and per source) and the log(measured/predicted step time) residuals."""
     ratio = res["predicted_tok_s"] / res["measured_tok_s"]  # = measured time / predicted time
-    src = res["source"].str.split().str[0]
+    src = res["source"].map(runs.source_key)
     per = {k: {"n": int(len(g)), "mape": float(np.mean(np.abs(g["error_pct"]))),
                "signed": float(np.mean(g["error_pct"]))} for k, g in res.groupby(src)}
     return {"n": int(len(res)), "mape": float(np.mean(np.abs(res["error_pct"]))), "per_source": per,
@@ -80,7 +80,7 @@ def summary(res: pd.DataFrame) -> dict:
 
 
 DEFAULT_FILE = runs.DEV_FILE
-REBUILD_COMMAND = "python -m calibration.from_runs rebuild-defaults"
+REBUILD_COMMAND = runs.REBUILD_COMMAND
 
 
 def cross_validated(res: pd.DataFrame) -> list[dict]:

@@ -363,3 +363,13 @@ def default_runs() -> pd.DataFrame:
 def simulable(runs: pd.DataFrame) -> pd.DataFrame:
     """Rows with no exclusion reason."""
     return runs[runs["excluded"] == ""].reset_index(drop=True)
+
+
+#: The command that refits the default profiles from these runs (cited in every fitted profile).
+REBUILD_COMMAND = "python -m calibration.from_runs rebuild-defaults"
+
+
+def source_key(source: str) -> str:
+    """The publishing project of a run ('mosaicml/llm-foundry', 'karpathy/llm.c', ...): the unit
+    of leave-one-source-out cross-validation and of per-source errors."""
+    return str(source).split()[0] if str(source).strip() else "unknown"

@@ -143,4 +143,4 @@ def test_tensor_pipeline_runs_are_fitted_through_their_layout():
 def test_default_runs_span_three_a100_sources():
     t = runs.simulable(runs.default_runs())
     a100 = t[t["gpu"].str.startswith("a100")]
-    assert len(a100) == 19 and a100["source"].map(fr.source_key).nunique() == 3
+    assert len(a100) == 19 and a100["source"].map(runs.source_key).nunique() == 3

@@ -12,6 +12,12 @@ Shapes: tokens are ``(batch, seq)`` int64; hidden states ``(batch, seq, hidden)`
 
 Checkpointing: 'full' re-runs every block in backward, 'selective' only the attention core
 (softmax(q k^T) v, Korthikanti et al. 2022); :class:`RecomputeClock` times those re-runs.
+
+Initialization follows the Hugging Face models of these families (GPT-2, GPT-NeoX, Llama
+``initializer_range`` 0.02): linear and embedding weights N(0, 0.02), biases 0, norms 1. With
+torch's default N(0, 1) embedding as a tied LM head, the logits of a fresh model are so peaked that
+most probabilities, gradients and Adam moments underflow to subnormal floats, which x86 CPUs
+process up to 100x slower: steps no real training run takes.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from simulator.models import ModelSpec
 from simulator.strategy import CHECKPOINTINGS as CHECKPOINTING
 
 ATTENTION_BACKENDS = ("eager", "sdpa")
+INIT_STD = 0.02  # initializer_range of the Hugging Face GPT-2, GPT-NeoX and Llama configs
 
 
 class RecomputeClock:
@@ -193,6 +200,15 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
+def _init_weights(module: nn.Module) -> None:
+    """Hugging Face initialization: N(0, INIT_STD) weights, zero biases (norms keep 1 and 0)."""
+    if isinstance(module, (nn.Linear, nn.Embedding)) and module.weight.device.type != "meta":
+        with torch.no_grad():
+            module.weight.normal_(0.0, INIT_STD)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                module.bias.zero_()
+
+
 class DecoderLM(nn.Module):
     """Causal language model with the structure of ``spec``; ``forward`` returns the mean loss."""
 
@@ -214,6 +230,7 @@ class DecoderLM(nn.Module):
         self.lm_head = None if spec.tied_embeddings else nn.Linear(spec.hidden, spec.vocab_size, bias=False)
         rot = int(spec.head_dim * spec.rotary_pct) if spec.pos_embedding == "rotary" else 0
         self.rot_dim = rot - rot % 2
+        self.apply(_init_weights)
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Mean next-token cross-entropy (fp32) of ``tokens`` (batch, seq) against ``targets``."""

@@ -18,6 +18,8 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from simulator import kernels
 from simulator.errors import UsageError
 from simulator.fresh_memory import fresh_time, logits_fresh_bytes
@@ -151,30 +153,41 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         peaks["fp32"], peak_src["fp32"] = 0.1, PLACEHOLDER
         warn.append("no fp32 GEMM measured; fp32 peak is a placeholder")
 
-    # 4. GEMM efficiency per precision, forward and backward layouts.
+    # 4. GEMM efficiency per precision and layout: forward F.linear (x @ W^T), input gradient (g @ W,
+    #    torch.mm NN) and weight gradient (g^T @ x, first operand transposed), each with its own
+    #    dependence on the (k x n) operand's size where the data show one.
     gemm: dict[str, dict] = {}
     gemm_bwd: dict[str, dict] = {}
+    gemm_wgrad: dict[str, dict] = {}
+    layouts = {"linear_nt": (gemm, "gemm", "forward layout F.linear (x @ W^T)"),
+               "mm_nn": (gemm_bwd, "gemm_bwd", "input-gradient layout torch.mm NN (g @ W)"),
+               "mm_tn": (gemm_wgrad, "gemm_wgrad", "weight-gradient layout torch.mm TN (g^T @ x)")}
     for prec in dev.precisions:
         pts = _ok(results, f"gemm/{prec}/")
         if not pts or prec not in peaks:
             continue
         shp = [[r_p(k, d) for k, _ in pts] for d in "mnk"]
         split = all("layouts_min_s" in r for _, r in pts)
-        fwd_t = [r["layouts_min_s"]["linear_nt"] if split else r["time_s"] for _, r in pts]
-        f_g = F.fit_gemm(*shp, fwd_t, peaks[prec] * 1e12, BYTES_PER_EL[prec], bw_gbs * 1e9, bw_eff, launch_s)
-        fits[f"gemm/{prec}"] = f_g.as_dict()
-        what = "forward layout F.linear (x @ W^T)" if split else "mean of the three layouts"
-        gemm[prec] = {"e_max": f_g.params["e_max"], "x_half": f_g.params["x_half"],
-                      "source": (f"{tag}: {f_g.n} GEMMs ({what}) fitted to gemm_time, rms log err "
-                                 f"{f_g.rms_log:.2f}; peak {peaks[prec]:.4g} TFLOPS = {peak_src[prec]}")}
-        if split:  # backward layouts: input gradient g @ W (NN) and weight gradient g^T @ x (TN)
-            bwd_t = [0.5 * (r["layouts_min_s"]["mm_nn"] + r["layouts_min_s"]["mm_tn"]) for _, r in pts]
-            f_gb = F.fit_gemm(*shp, bwd_t, peaks[prec] * 1e12, BYTES_PER_EL[prec], bw_gbs * 1e9, bw_eff,
-                              launch_s)
-            fits[f"gemm_bwd/{prec}"] = f_gb.as_dict()
-            gemm_bwd[prec] = {"e_max": f_gb.params["e_max"], "x_half": f_gb.params["x_half"],
-                              "source": (f"{tag}: {f_gb.n} GEMMs, mean of torch.mm NN and TN layouts "
-                                         f"(backward), rms log err {f_gb.rms_log:.2f}")}
+        for lay, (dest, sec, what) in layouts.items():
+            if not split and lay != "linear_nt":
+                continue
+            ts = [r["layouts_min_s"][lay] if split else r["time_s"] for _, r in pts]
+            m_, n_, k_ = (np.asarray(v, dtype=float) for v in shp)
+            # the weight-sized matrix each layout streams: the (k x n) operand, or the (m x n) output of g^T @ x
+            streamed = (m_ if lay == "mm_tn" else k_) * n_ * BYTES_PER_EL[prec]
+            f_g = F.fit_gemm(*shp, ts, peaks[prec] * 1e12, BYTES_PER_EL[prec], bw_gbs * 1e9, bw_eff, launch_s,
+                             operand_bytes=streamed if split else None)
+            fits[f"{sec}/{prec}"] = f_g.as_dict()
+            oh = f_g.params.get("operand_half_bytes")
+            dest[prec] = {"e_max": f_g.params["e_max"], "x_half": f_g.params["x_half"],
+                          "operand_half_mib": None if oh is None else oh / 2**20,
+                          "operand_floor": f_g.params.get("operand_floor", 0.0),
+                          "source": (f"{tag}: {f_g.n} GEMMs ({what if split else 'mean of the three layouts'}) "
+                                     f"fitted to gemm_time, rms log err {f_g.rms_log:.2f}"
+                                     + (f", efficiency x {f_g.params['operand_floor']:.3g} + (1 - that) / (1 + "
+                                        f"S / {oh / 2**20:.3g} MiB) for a (k x n) operand of S bytes" if oh else "")
+                                     + (f"; peak {peaks[prec]:.4g} TFLOPS = {peak_src[prec]}" if lay == "linear_nt"
+                                        else ""))}
     if "fp32" not in gemm:
         gemm["fp32"] = {"e_max": 0.5, "x_half": 100.0, "source": f"gemm fp32: {PLACEHOLDER}"}
 
@@ -285,11 +298,17 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             prec = k.split("/")[1]
             T, V, h = r["tokens"], r["vocab"], r["hidden"]
             e = BYTES_PER_EL[prec]
-            gf, gb = gemm[prec], gemm_bwd.get(prec, gemm[prec])
-            args = (peaks[prec] * 1e12,)
-            tg = (kernels.gemm_time(T, V, h, *args, gf["e_max"], gf["x_half"], e, bw_gbs * 1e9, bw_eff, launch_s)
-                  + kernels.gemm_time(T, h, V, *args, gb["e_max"], gb["x_half"], e, bw_gbs * 1e9, bw_eff, launch_s)
-                  + kernels.gemm_time(V, h, T, *args, gb["e_max"], gb["x_half"], e, bw_gbs * 1e9, bw_eff, launch_s))
+            gf = gemm[prec]
+            gb = gemm_bwd.get(prec, gf)
+            gw = gemm_wgrad.get(prec, gb)
+
+            def tg1(mm, nn, kk, g, e=e, prec=prec, weight=V * h * e):
+                oh = g.get("operand_half_mib")
+                return kernels.gemm_time(mm, nn, kk, peaks[prec] * 1e12, g["e_max"], g["x_half"], e, bw_gbs * 1e9,
+                                         bw_eff, launch_s, None if oh is None else oh * 2**20,
+                                         g.get("operand_floor", 0.0), weight)
+
+            tg = tg1(T, V, h, gf) + tg1(T, h, V, gb) + tg1(V, h, T, gw)  # as simulator.compute._gemm_part
             ff, fb = logits_fresh_bytes(T * V, e)
             known.append(float(tg) + fresh_s(4.0 * T * V, ff + fb))
             nbytes.append(T * V * ((e + 12) + (16 + e)))  # simulator.workload.loss_bytes, eager
@@ -409,7 +428,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         "host_to_device_gbs": h2d, "host_to_device_pageable_gbs": pageable, "host_source": host_src,
         "cpu_adam_gparams_per_s": cpu_adam, "cpu_adam_source": cpu_adam_src,
         "collectives": collectives,
-        "gemm_bwd": gemm_bwd, "bw_eff_ops": ops_eff,
+        "gemm_bwd": gemm_bwd, "gemm_wgrad": gemm_wgrad, "bw_eff_ops": ops_eff,
         "bw_eff_ops_source": (f"{tag}: " + "; ".join(ops_notes)) if ops_notes else None,
         "fresh_memory": fresh, "optimizer_tensor_us": opt_tensor_us,
     }
@@ -454,9 +473,12 @@ def _flat(profile: Profile) -> dict[str, float]:
     """The fitted scalars of a profile, by dotted name."""
     d = profile.model_dump()
     out: dict[str, float] = {}
-    for sec in ("gemm", "gemm_bwd"):
+    for sec in ("gemm", "gemm_bwd", "gemm_wgrad"):
         for prec, g in d[sec].items():
             out.update({f"{sec}.{prec}.e_max": g["e_max"], f"{sec}.{prec}.x_half": g["x_half"]})
+            if g.get("operand_half_mib"):
+                out[f"{sec}.{prec}.operand_half_mib"] = g["operand_half_mib"]
+                out[f"{sec}.{prec}.operand_floor"] = g["operand_floor"]
     out.update({f"attention.{k}": v for k, v in d["attention"].items() if isinstance(v, float)})
     out.update({f"bw_eff_ops.{k}": v for k, v in d["bw_eff_ops"].items()})
     out.update({f"optimizer_bw_eff.{k}": v for k, v in d["optimizer_bw_eff"].items()})

@@ -287,9 +287,12 @@ def _report(built, summary, out: Path, meas: Path, wall: float) -> None:
     opt = ", ".join(f"{k} {v:.3f}" for k, v in p.optimizer_bw_eff.items())
     print(f"  optimizer_bw_eff: {opt}; host->device {p.host_to_device_gbs:.1f} GB/s; "
           f"CPU Adam {p.cpu_adam_gparams_per_s:.3f} Gparams/s")
-    if p.gemm_bwd:
-        print("  gemm backward layouts: " + ", ".join(
-            f"{k} e_max {g.e_max:.3f} x_half {g.x_half:.1f}" for k, g in p.gemm_bwd.items()))
+    for what, sec in (("input-gradient", p.gemm_bwd), ("weight-gradient", p.gemm_wgrad)):
+        if sec:
+            print(f"  gemm {what} layout: " + ", ".join(
+                f"{k} e_max {g.e_max:.3f} x_half {g.x_half:.1f}"
+                + (f" operand_half {g.operand_half_mib:.3g} MiB floor {g.operand_floor:.3f}" if g.operand_half_mib else "")
+                for k, g in sec.items()))
     if p.bw_eff_ops:
         print("  bandwidth per op class: " + ", ".join(f"{k} {v:.3f}" for k, v in p.bw_eff_ops.items()))
     if p.fresh_memory:

@@ -67,22 +67,30 @@ def _solve(resid_fn, x0: list[float], lo: list[float], hi: list[float]) -> np.nd
 
 
 def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, bw_eff: float,
-             launch_s: float) -> Fit:
+             launch_s: float, operand_bytes=None) -> Fit:
     """Fit ``e_max`` in (0, 1] and ``x_half`` >= 0 of :func:`simulator.kernels.gemm_time`.
 
     peak_flops, bw, bw_eff and launch_s are held fixed (device peak, fitted bandwidth and
     launch overhead). With a single point, x_half is fixed at 0 and e_max alone is fitted.
+    ``operand_bytes`` (per point, the weight-sized matrix the kernel streams): also fit
+    ``operand_half_bytes`` and ``operand_floor`` (:func:`simulator.kernels.operand_factor`: the size
+    at which efficiency falls halfway to the floor) when the points span sizes by at least 16x; they
+    are kept only if they lower the rms error by a fifth and the halfway size lies inside the
+    measured range.
     """
     m, n, k, t = (_arr(a) for a in (m, n, k, times))
     logt = np.log(t)
+    ob = k * n * bytes_per_el if operand_bytes is None else _arr(operand_bytes)
 
-    def model(log_e: float, log_xh: float) -> np.ndarray:
+    def model(log_e: float, log_xh: float, log_oh: float | None = None, floor: float = 0.0) -> np.ndarray:
         return kernels.gemm_time(m, n, k, peak_flops, math.exp(log_e), math.exp(log_xh),
-                                 bytes_per_el, bw, bw_eff, launch_s)
+                                 bytes_per_el, bw, bw_eff, launch_s,
+                                 None if log_oh is None else math.exp(log_oh), floor, ob)
 
     eff_meas = 2 * m * n * k / (peak_flops * np.maximum(t - launch_s, 1e-12))
     e0 = float(min(1.0, max(1e-4, eff_meas.max() * 1.05)))
     lo_xh, hi_xh = math.log(1e-3), math.log(1e7)
+    extra: dict[str, float] = {}
     if t.size == 1:
         x = _solve(lambda p: np.log(model(p[0], lo_xh)) - logt, [math.log(e0)],
                    [math.log(1e-6)], [0.0])
@@ -91,12 +99,20 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
         xh0 = float(np.median(kernels.gemm_thickness(m, n, k)))
         x = _solve(lambda p: np.log(model(p[0], p[1])) - logt, [math.log(e0), math.log(xh0)],
                    [math.log(1e-6), lo_xh], [0.0, hi_xh])
+        if operand_bytes is not None and t.size >= 4 and ob.max() >= 16 * ob.min():
+            x4 = _solve(lambda p: np.log(model(p[0], p[1], p[2], p[3])) - logt,
+                        [min(0.0, x[0] + 0.5), x[1], math.log(float(np.median(ob))), 0.3],
+                        [math.log(1e-6), lo_xh, math.log(ob.min() / 16), 0.0], [0.0, hi_xh, math.log(ob.max() * 16), 1.0])
+            better = _rms(np.log(model(*x4)) - logt) < 0.8 * _rms(np.log(model(x[0], x[1])) - logt)
+            if better and ob.min() <= math.exp(x4[2]) <= ob.max() and x4[3] < 0.9:
+                x, extra = x4[:2], {"operand_half_bytes": math.exp(x4[2]), "operand_floor": float(x4[3])}
     e_max, x_half = math.exp(x[0]), math.exp(x[1])
     clipped = ["e_max"] if e_max > 0.999 else []
     if x_half <= 1.001e-3:
         x_half = 0.0
-    resid = np.log(model(math.log(e_max), math.log(max(x_half, 1e-3)))) - logt
-    return Fit({"e_max": min(e_max, 1.0), "x_half": x_half}, int(t.size), _rms(resid), clipped)
+    log_oh = math.log(extra["operand_half_bytes"]) if extra else None
+    resid = np.log(model(math.log(e_max), math.log(max(x_half, 1e-3)), log_oh, extra.get("operand_floor", 0.0))) - logt
+    return Fit({"e_max": min(e_max, 1.0), "x_half": x_half, **extra}, int(t.size), _rms(resid), clipped)
 
 
 def fit_bandwidth(nbytes, times, bw: float, launch_s: float, kernels_per_call=1) -> Fit:

@@ -82,7 +82,7 @@ def apply(base: Profile, values: dict[str, float]) -> Profile:
     upd: dict = {}
     k = values.get("tensor_sustained")
     if k is not None:
-        for field in ("gemm", "gemm_bwd"):  # backward layouts too, where calibrated apart
+        for field in ("gemm", "gemm_bwd", "gemm_wgrad"):  # backward layouts too, where calibrated apart
             upd[field] = {p: g.model_copy(update={"e_max": min(1.0, g.e_max * k)}) if p != "fp32" else g
                           for p, g in getattr(base, field).items()}
     k = values.get("attention_scale")

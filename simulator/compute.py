@@ -54,15 +54,12 @@ class _Part:
     k_bwd: float
 
 
-def _peak_eff(dev: Device, precision: str, backward: bool = False):
-    g = dev.profile.gemm_bwd_for(precision) if backward else dev.profile.gemm_for(precision)
-    return dev.gemm_peak(precision), g.e_max, g.x_half
-
-
 def _gemm_part(dev: Device, precision: str, gemms: list[Gemm], B: int) -> _Part:
-    """All GEMMs of ``gemms`` at once: forward (m,n,k); backward (m,k,n) and (k,n,m)."""
-    peak, e_max, x_half = _peak_eff(dev, precision)
-    _, eb_max, xb_half = _peak_eff(dev, precision, backward=True)
+    """All GEMMs of ``gemms`` at once: forward (m,n,k); backward: input gradient (m,k,n) in the
+    profile's backward layout, weight gradient (n,k,m) in its weight-gradient layout."""
+    peak = dev.gemm_peak(precision)
+    prof = dev.profile
+    fw, dg, wg = prof.gemm_for(precision), prof.gemm_bwd_for(precision), prof.gemm_wgrad_for(precision)
     e = workload.act_bytes(precision)
     bw, bw_eff = dev.mem_bw, dev.profile.memory_bw_eff
     m = np.stack([np.broadcast_to(np.asarray(g.m, float), (B,)) for g in gemms])  # (G, B)
@@ -71,14 +68,17 @@ def _gemm_part(dev: Device, precision: str, gemms: list[Gemm], B: int) -> _Part:
     w = np.stack([np.broadcast_to(np.asarray(g.batch, float), (B,)) for g in gemms]) \
         * np.array([float(g.count) for g in gemms])[:, None]  # repetitions per micro-batch
 
-    def t(mm, nn, kk, em=e_max, xh=x_half):
-        return (w * kernels.gemm_time(mm, nn, kk, peak, em, xh, e, bw, bw_eff, 0.0)).sum(0)
+    weight = n * k * e  # the layer's weight: the operand or output the unblocked kernels stream
+
+    def t(mm, nn, kk, g):
+        return (w * kernels.gemm_time(mm, nn, kk, peak, g.e_max, g.x_half, e, bw, bw_eff, 0.0,
+                                      g.operand_half_bytes, g.operand_floor, weight)).sum(0)
 
     kk_full = np.broadcast_to(k, m.shape)
     nn_full = np.broadcast_to(n, m.shape)
     fl = (w * 2.0 * m * n * k).sum(0)
-    t_f = t(m, nn_full, kk_full)
-    t_b = t(m, kk_full, nn_full, eb_max, xb_half) + t(kk_full, nn_full, m, eb_max, xb_half)
+    t_f = t(m, nn_full, kk_full, fw)
+    t_b = t(m, kk_full, nn_full, dg) + t(nn_full, kk_full, m, wg)
     count = float(sum(g.count for g in gemms))
     return _Part(t_f, t_b, fl, 2.0 * fl, count, 2.0 * count)
 

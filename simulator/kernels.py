@@ -22,12 +22,28 @@ def gemm_efficiency(m, n, k, e_max: float, x_half: float):
     return e_max * x / (x + x_half)
 
 
+def operand_factor(operand_bytes, half_bytes: float | None, floor: float = 0.0):
+    """Efficiency factor floor + (1 - floor) / (1 + S / S_half) of a GEMM kernel without cache
+    blocking, whose inner loops stream a weight-sized matrix of S bytes (PyTorch's bf16 ``mm`` on
+    CPUs without bf16 BLAS: the (k x n) operand of ``g @ W``, the output of ``g^T @ x``): it runs at
+    ``floor`` of its in-cache rate once that matrix leaves the caches. ``half_bytes`` None (blocked
+    BLAS, GPUs): 1."""
+    s = np.asarray(operand_bytes, dtype=float)
+    if half_bytes is None:
+        return np.ones_like(s)
+    return floor + (1.0 - floor) / (1.0 + s / half_bytes)
+
+
 def gemm_time(m, n, k, peak_flops: float, e_max: float, x_half: float, bytes_per_el: float,
-              bw: float, bw_eff: float, launch_s: float):
-    """Seconds for one GEMM: launch + max(compute at shape efficiency, operand traffic)."""
+              bw: float, bw_eff: float, launch_s: float, operand_half_bytes: float | None = None,
+              operand_floor: float = 0.0, operand_bytes=None):
+    """Seconds for one GEMM (m x k) @ (k x n): launch + max(compute at shape efficiency, operand
+    traffic); ``operand_half_bytes`` and ``operand_floor``: :func:`operand_factor` of the streamed
+    weight-sized matrix, ``operand_bytes`` (default the (k x n) operand, k * n * bytes_per_el)."""
     m, n, k = (np.asarray(a, dtype=float) for a in (m, n, k))
     flops = 2.0 * m * n * k
-    eff = gemm_efficiency(m, n, k, e_max, x_half)
+    ob = k * n * bytes_per_el if operand_bytes is None else operand_bytes
+    eff = gemm_efficiency(m, n, k, e_max, x_half) * operand_factor(ob, operand_half_bytes, operand_floor)
     t_compute = flops / (peak_flops * eff)
     t_memory = bytes_per_el * (m * k + k * n + m * n) / (bw * bw_eff)
     return launch_s + np.maximum(t_compute, t_memory)

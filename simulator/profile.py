@@ -48,7 +48,16 @@ class GemmEfficiency(_Strict):
 
     e_max: float = Field(gt=0, le=1)
     x_half: float = Field(ge=0, description="thickness at which eff = e_max/2 (elements)")
+    operand_half_mib: float | None = Field(
+        default=None, gt=0, description="size (MiB) of the (k x n) operand at which eff halves again "
+        "(kernels without cache blocking, :func:`simulator.kernels.operand_factor`); None: no dependence")
+    operand_floor: float = Field(default=0.0, ge=0, le=1, description="efficiency of a large operand relative "
+                                 "to a cache-resident one (with operand_half_mib)")
     source: str
+
+    @property
+    def operand_half_bytes(self) -> float | None:
+        return None if self.operand_half_mib is None else self.operand_half_mib * 2.0**20
 
 
 class AttentionEfficiency(_Strict):
@@ -211,7 +220,9 @@ class Profile(_Strict):
     validation: ValidationSummary | None = None
     # Optional refinements fitted by `calibrate` (absent: the single figures above apply, so
     # catalog profiles predict exactly as before).
-    gemm_bwd: dict[str, GemmEfficiency] = {}  # backward GEMM layouts (g @ W, g^T @ x) per precision
+    gemm_bwd: dict[str, GemmEfficiency] = {}  # backward GEMM layouts per precision: input gradient g @ W
+    # (and the weight gradient g^T @ x too unless gemm_wgrad has the precision)
+    gemm_wgrad: dict[str, GemmEfficiency] = {}  # weight-gradient layout g^T @ x, where calibrated apart
     bw_eff_ops: dict[str, float] = {}  # per op class (BW_OP_CLASSES) -> fraction of mem bw
     bw_eff_ops_source: str | None = None
     fresh_memory: FreshMemory | None = None  # host page-fault cost of fresh tensors (CPU)
@@ -235,6 +246,10 @@ class Profile(_Strict):
     def gemm_bwd_for(self, precision: str) -> GemmEfficiency:
         """GEMM efficiency of the backward layouts (the forward's unless calibrated apart)."""
         return self.gemm_bwd.get(precision) or self.gemm_for(precision)
+
+    def gemm_wgrad_for(self, precision: str) -> GemmEfficiency:
+        """GEMM efficiency of the weight-gradient layout g^T @ x (``gemm_bwd_for`` unless calibrated apart)."""
+        return self.gemm_wgrad.get(precision) or self.gemm_bwd_for(precision)
 
     @field_validator("schema_version")
     @classmethod

@@ -31,6 +31,12 @@ GRIDS: dict[str, dict[str, list[int]]] = {
 #: LM-head shapes (tokens, vocabulary, hidden): a wide n over a thin k, as small models have
 HEAD_SHAPES = {"tiny": [], "quick": [(256, 8192, 128), (512, 4096, 256)],
                "thorough": [(256, 8192, 128), (512, 4096, 256), (1024, 32768, 256), (2048, 50304, 512)]}
+#: Backward-layout shapes, few FLOPs each: large (k x n) operands (the LM head's input gradient
+#: g @ W reduces over the vocabulary; unblocked kernels slow down once the operand leaves the
+#: caches), large (m x n) outputs with short reductions (the weight gradient g^T @ x reduces over
+#: the tokens of a micro-batch)
+_BWD_QUICK = [(8, 256, 65536), (8, 1024, 16384), (16, 512, 8192), (8192, 256, 64), (16384, 512, 32)]
+BWD_SHAPES = {"tiny": [], "quick": _BWD_QUICK, "thorough": _BWD_QUICK + [(32, 768, 50304), (32768, 512, 128)]}
 
 
 def model_tokens(n: int, k: int, flop_cap: float, most: int = 512) -> int:
@@ -56,7 +62,7 @@ def shapes(mode: str, model=None, flop_cap: float = 4e9) -> list[tuple[int, int,
     """(m, n, k) shapes for ``mode`` (plus ``model``'s), ascending in FLOPs, without duplicates."""
     g = GRIDS[mode]
     out: set[tuple[int, int, int]] = {(s, s, s) for s in g["square"]}
-    out |= set(HEAD_SHAPES[mode])
+    out |= set(HEAD_SHAPES[mode]) | set(BWD_SHAPES[mode])
     if model is not None:
         out |= model_shapes(model, flop_cap)
     thin_nk = 1024 if mode == "quick" else 4096

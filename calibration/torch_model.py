@@ -36,6 +36,10 @@ from simulator.strategy import CHECKPOINTINGS as CHECKPOINTING
 
 ATTENTION_BACKENDS = ("eager", "sdpa")
 INIT_STD = 0.02  # initializer_range of the Hugging Face GPT-2, GPT-NeoX and Llama configs
+#: Hugging Face's gradient_checkpointing_enable() checkpoints with use_reentrant=True: backward re-runs
+#: the whole block (the non-reentrant variant stops once it has what backward needs, skipping e.g.
+#: the MLP's down projection)
+REENTRANT = True
 
 
 class RecomputeClock:
@@ -57,7 +61,7 @@ class RecomputeClock:
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             t0 = time.perf_counter()
-            try:  # checkpoint stops a re-run early (by raising) once it has what backward needs
+            try:  # (a non-reentrant checkpoint stops a re-run early, by raising)
                 return fn(*args)
             finally:
                 if dev.type == "cuda":
@@ -138,7 +142,7 @@ class Attention(nn.Module):
             v = v.repeat_interleave(rep, dim=1)
         bias = self._alibi_bias(s, x.device, q.dtype) if self.alibi else None
         if self.clock is not None and self.training and torch.is_grad_enabled():
-            y = checkpoint(self.clock.timed(self._core), q, k, v, bias, use_reentrant=False)
+            y = checkpoint(self.clock.timed(self._core), q, k, v, bias, use_reentrant=REENTRANT)
         else:
             y = self._core(q, k, v, bias)
         return self.out(y.transpose(1, 2).reshape(b, s, self.n_heads * self.head_dim))
@@ -243,7 +247,7 @@ class DecoderLM(nn.Module):
             cos, sin = _rotary_tables(s, self.rot_dim, tokens.device)
         for blk in self.blocks:
             if self.checkpointing == "full" and self.training and torch.is_grad_enabled():
-                x = checkpoint(self.clock.timed(blk), x, cos, sin, use_reentrant=False)
+                x = checkpoint(self.clock.timed(blk), x, cos, sin, use_reentrant=REENTRANT)
             else:
                 x = blk(x, cos, sin)
         if self.final_norm is not None:

@@ -165,6 +165,9 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
     out = cached(("outside", precision, compiled, fused_loss), outside)
     prof = dev.profile
     launch = 1e-6 * (prof.compiled_launch_overhead_us if compiled else prof.launch_overhead_us)
+    # eager training passes: host work around each kernel (module calls, views, autograd), where calibrated
+    extra = {"fwd": 0.0 if compiled else 1e-6 * (prof.train_fwd_kernel_us or 0.0),
+             "bwd": 0.0 if compiled else 1e-6 * (prof.train_bwd_kernel_us or 0.0)}
 
     # A host CPU dispatches kernels asynchronously to an accelerator: a pass takes the longer of
     # the device's kernel time and the host's dispatch time (small models in eager mode are
@@ -175,7 +178,8 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
     def pass_time(parts: list[_Part], which: str):
         t = sum(p.t_fwd if which == "fwd" else p.t_bwd for p in parts)
         k = sum(p.k_fwd if which == "fwd" else p.k_bwd for p in parts)
-        return t + k * launch if serial else np.maximum(t, k * launch)
+        per_kernel = launch + extra[which]
+        return t + k * per_kernel if serial else np.maximum(t, k * per_kernel)
 
     # host time per layer and pass that the device waits for (module dispatch, FSDP/DDP hooks);
     # fitted end to end (profile.layer_overhead_us, 0 in microbenchmark profiles)

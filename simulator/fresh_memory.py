@@ -77,7 +77,9 @@ def micro_batch_fresh(model, seq_len: int, mb: np.ndarray, precision: str, atten
 
     Forward: the activations kept for backward (half in hidden-wide, half in MLP-wide tensors;
     eager attention's s x s probabilities) and the logit buffers; backward: the logits'
-    gradient (:func:`logits_fresh_bytes`).
+    gradient (:func:`logits_fresh_bytes`) and, for a head tied to the embedding, the two partial
+    gradients of the shared weight that autograd sums into a third (the sum is counted with the
+    step's gradients, :func:`step_fresh`).
     """
     mb = np.asarray(mb, dtype=float)
     if profile.fresh_memory is None or not hasattr(model, "ffn_hidden"):  # transformers only
@@ -98,7 +100,14 @@ def micro_batch_fresh(model, seq_len: int, mb: np.ndarray, precision: str, atten
     lf, lb = logits_fresh_bytes(n_logits, e)
     fwd = fresh_time([(tokens * model.hidden * e, 0.5 * act), (tokens * f * e, 0.5 * act),
                       (mb * heads * seq_len**2 * e, scores), (n_logits * 4.0, lf)], profile)
-    return fwd, fresh_time([(n_logits * 4.0, lb)], profile)
+    vh = 4.0 * model.vocab_size * model.hidden if tied_head(model) else 0.0
+    return fwd, fresh_time([(n_logits * 4.0, lb), (vh, 2.0 * vh + 0.0 * mb)], profile)
+
+
+def tied_head(model) -> bool:
+    """Whether the LM head reuses the token embedding's weight, whose two gradients autograd sums."""
+    return bool(getattr(model, "tied_embeddings", False)) and getattr(model, "head", None) in ("lm", "mlm") \
+        and getattr(model, "family", None) != "vit"
 
 
 def logits_fresh_bytes(n_logits, e: int):

@@ -227,6 +227,10 @@ class Profile(_Strict):
     bw_eff_ops_source: str | None = None
     fresh_memory: FreshMemory | None = None  # host page-fault cost of fresh tensors (CPU)
     optimizer_tensor_us: float | None = Field(default=None, ge=0)  # host time per parameter tensor per step
+    # host time per counted kernel of an eager training pass beyond launch_overhead_us (module calls,
+    # views, autograd recording in the forward, autograd-engine nodes in the backward), us
+    train_fwd_kernel_us: float | None = Field(default=None, ge=0, le=1000)
+    train_bwd_kernel_us: float | None = Field(default=None, ge=0, le=1000)
     spread: dict[str, float] = {}  # relative IQR of each fitted parameter over measurement resamples
 
     @field_validator("bw_eff_ops")

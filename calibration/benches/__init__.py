@@ -103,7 +103,7 @@ def unsupported(reason: str) -> dict:
 
 def plan(ctx: RunContext, groups: list[str] | None = None) -> list[Bench]:
     """All benchmarks for this device and mode, in execution order."""
-    from . import attention, bandwidth, gemm, host, optimizer, stepops
+    from . import attention, bandwidth, dispatch, gemm, host, optimizer, stepops
 
     benches: list[Bench] = []
     benches += bandwidth.plan(ctx)  # launch overhead + bandwidth first: the fits need them
@@ -112,6 +112,7 @@ def plan(ctx: RunContext, groups: list[str] | None = None) -> list[Bench]:
     benches += optimizer.plan(ctx)
     benches += stepops.plan(ctx)
     benches += host.plan(ctx)
+    benches += dispatch.plan(ctx)
     # torch.compile last: compilation leaves worker processes and threads behind that
     # should not share the machine with the eager measurements
     benches = [b for b in benches if b.group != "compiled"] + [

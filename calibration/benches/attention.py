@@ -33,7 +33,7 @@ BWD_FLOPS_FACTOR = 2.5  # backward FLOPs / forward FLOPs (fused attention)
 # efficiency's dependence on head size (head_dim_half) and on sequence (seq_half) is identifiable
 POINTS: dict[str, list[tuple[int, int, int, int]]] = {
     "tiny": [(1, 2, 128, 64), (1, 2, 256, 32)],
-    "quick": [(1, 8, 128, 64), (1, 8, 512, 64), (1, 8, 1024, 64), (1, 8, 512, 32),
+    "quick": [(1, 8, 128, 64), (1, 8, 512, 64), (1, 8, 1024, 64), (1, 4, 2048, 64), (1, 8, 512, 32),
               (1, 8, 512, 128), (4, 4, 256, 32)],
     "thorough": [(b, h, s, d) for b, h in ((1, 16), (4, 16)) for s in (256, 512, 1024, 2048, 4096, 8192)
                  for d in (32, 64, 128)],

@@ -6,6 +6,8 @@
   (:class:`simulator.profile.FreshMemory`); on a GPU's caching allocator it is ~0.
 * ``lmhead/<prec>/t<T>v<V>h<h>``: logits ``F.linear(x, W)``, fp32 cross-entropy, backward to x
   and W (the LM head against vocabulary size; ``simulator.workload.loss_bytes``).
+* ``loss/t<T>v<V>``: fp32 cross-entropy over (T x V) logits and its gradient (log-softmax, NLL and
+  their backward; exp-bound on a CPU, far below the copy bandwidth): the ``loss`` op class.
 * ``embedding/t<T>v<V>h<h>``: ``F.embedding`` forward and its dense weight gradient.
 * ``cast/<n>``: an fp32 weight cast to bf16/fp16 (what ``torch.autocast`` does per micro-batch).
 * ``optmix/<impl>/<mix>``: gradient-norm clipping and AdamW over a model's tensor-size mix: one
@@ -36,9 +38,14 @@ FRESH = {  # (tensor bytes, total bytes per call): small tensors over growing to
 }
 LMHEAD = {  # (tokens, vocab, hidden)
     "tiny": [(128, 2048, 64)],
-    "quick": [(256, 2048, 128), (256, 8192, 128), (256, 32768, 128), (512, 8192, 256)],
+    "quick": [],  # the loss class is fitted to LOSS; the LM head's GEMMs to the GEMM grid
     "thorough": [(256, 2048, 128), (256, 8192, 128), (256, 32768, 128), (256, 131072, 64),
                  (1024, 8192, 256), (1024, 50304, 256), (2048, 32768, 512)],
+}
+LOSS = {  # (tokens, vocab): logits below and above the allocator's mmap threshold
+    "tiny": [(128, 2048)],
+    "quick": [(256, 2048), (512, 8192), (256, 32768), (512, 50304)],
+    "thorough": [(256, 2048), (512, 8192), (256, 32768), (512, 50304), (2048, 32768), (1024, 131072)],
 }
 EMBED = {  # (tokens, vocab, hidden)
     "tiny": [(128, 2048, 64)],
@@ -49,7 +56,7 @@ EMBED = {  # (tokens, vocab, hidden)
 CAST = {"tiny": [1 << 18], "quick": [1 << 20, 1 << 23], "thorough": [1 << 18, 1 << 20, 1 << 22, 1 << 24]}
 OPT_MIX = {  # name -> list of tensor shapes
     "tiny": {"embed": [(4096, 64)]},
-    "quick": {"embed": [(50304, 128)], "layers": layer_shapes(128) * 8},
+    "quick": {"embed": [(50304, 256)], "layers": layer_shapes(128) * 8},  # 51 MB: above the mmap threshold
     "thorough": {"embed": [(50304, 256)], "embed-s": [(8192, 256)], "layers": layer_shapes(256) * 16,
                  "layers-l": layer_shapes(1024) * 2},
 }
@@ -105,6 +112,20 @@ def _lmhead(precision: str, T: int, V: int, h: int):
         with precision_mode(precision, ctx.device):
             t = ctx.time(step)
         return ok(t, flops=flops, tokens=T, vocab=V, hidden=h, logits=float(T * V))
+
+    return run
+
+
+def _loss(T: int, V: int):
+    def run(ctx: RunContext) -> dict:
+        logits = torch.randn(T, V, device=ctx.device).requires_grad_(True)
+        y = torch.randint(0, V, (T,), device=ctx.device)
+
+        def step() -> object:
+            return torch.autograd.grad(F.cross_entropy(logits, y), (logits,))
+
+        t = ctx.time(step)
+        return ok(t, tokens=T, vocab=V, logits=float(T * V))
 
     return run
 
@@ -186,6 +207,9 @@ def plan(ctx: RunContext) -> list[Bench]:
             benches.append(Bench(f"lmhead/{prec}/t{T}v{V}h{h}", "lmhead",
                                  {"precision": prec, "tokens": T, "vocab": V, "hidden": h},
                                  _lmhead(prec, T, V, h), ctx.est(6.0 * T * V * h, "flops", 8.0 * V * h)))
+    for T, V in LOSS[mode]:
+        benches.append(Bench(f"loss/t{T}v{V}", "loss", {"tokens": T, "vocab": V}, _loss(T, V),
+                             ctx.est(40.0 * T * V, "bytes", 4.0 * T * V)))
     for T, V, h in EMBED[mode] + extra.get("embed", []):
         benches.append(Bench(f"embedding/t{T}v{V}h{h}", "embedding", {"tokens": T, "vocab": V, "hidden": h},
                              _embedding(T, V, h), ctx.est(8.0 * V * h, "bytes", 8.0 * V * h)))

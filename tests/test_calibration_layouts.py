@@ -1,0 +1,151 @@
+"""Issue 10, second round: backward GEMM layouts with an operand-size dependence, the host time of
+eager training passes per kernel, the tied-embedding gradient sum, the cross-entropy bench and the
+validation models' initialization."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from calibration import fit as F
+from simulator import kernels
+from simulator.models import get_model
+from simulator.profile import GemmEfficiency
+from tests.test_calibration_generalizes import _cpu_profile, _step
+
+
+def test_operand_factor_is_one_without_a_fit_and_falls_to_the_floor():
+    s = np.array([1e3, 1e6, 1e8, 1e10])
+    assert np.all(kernels.operand_factor(s, None) == 1.0)
+    f = kernels.operand_factor(s, 1e6, 0.25)
+    assert np.all(np.diff(f) < 0) and f[0] == pytest.approx(1.0, abs=1e-3) and f[-1] == pytest.approx(0.25, abs=1e-3)
+    assert kernels.operand_factor(1e6, 1e6, 0.25) == pytest.approx(0.25 + 0.75 / 2)
+
+
+def test_gemm_time_default_is_unchanged_by_the_operand_terms():
+    args = (512, 1024, 256, 1e12, 0.8, 50.0, 4, 1e11, 0.8, 0.0)
+    assert kernels.gemm_time(*args) == kernels.gemm_time(*args, None, 0.0, 123.0)
+
+
+def test_fit_gemm_recovers_an_operand_dependence():
+    rng = np.random.default_rng(0)
+    m = rng.choice([8, 64, 256, 1024], 24).astype(float)
+    n = rng.choice([256, 1024, 4096], 24).astype(float)
+    k = rng.choice([64, 1024, 8192, 65536], 24).astype(float)
+    peak, e = 1e11, 2
+    true = kernels.gemm_time(m, n, k, peak, 0.05, 0.0, e, 1e13, 1.0, 0.0, 2**20, 0.3)
+    fit = F.fit_gemm(m, n, k, true, peak, e, 1e13, 1.0, 0.0, operand_bytes=k * n * e)
+    assert fit.params["operand_half_bytes"] == pytest.approx(2**20, rel=0.05)
+    assert fit.params["operand_floor"] == pytest.approx(0.3, abs=0.02) and fit.rms_log < 0.01
+    flat = kernels.gemm_time(m, n, k, peak, 0.5, 20.0, e, 1e13, 1.0, 0.0)
+    assert "operand_half_bytes" not in F.fit_gemm(m, n, k, flat, peak, e, 1e13, 1.0, 0.0,
+                                                  operand_bytes=k * n * e).params
+
+
+def test_weight_gradient_layout_moves_only_the_backward():
+    base = _cpu_profile()
+    g = base.gemm["fp32"]
+    slow = _cpu_profile(gemm_wgrad={"fp32": GemmEfficiency(e_max=g.e_max / 4, x_half=g.x_half, source="t")})
+    t0 = _step(base, "gpt2", seq_len=64, micro_batch=1, global_batch=1).breakdown_s
+    t1 = _step(slow, "gpt2", seq_len=64, micro_batch=1, global_batch=1).breakdown_s
+    assert t1["forward"] == pytest.approx(t0["forward"]) and t1["backward"] > 1.2 * t0["backward"]
+    assert base.gemm_wgrad_for("fp32") == base.gemm_bwd_for("fp32") == g
+
+
+def test_unblocked_input_gradient_slows_large_vocabularies_most():
+    base = _cpu_profile()
+    g = base.gemm["bf16"]
+    cliff = _cpu_profile(gemm_bwd={"bf16": GemmEfficiency(e_max=g.e_max, x_half=g.x_half, operand_half_mib=1.0,
+                                                          operand_floor=0.2, source="t")})
+    small = get_model("gpt2").model_copy(update={"vocab_size": 2048})
+
+    def ratio(model):
+        kw = dict(seq_len=64, micro_batch=1, global_batch=1, precision="bf16")
+        return _step(cliff, model, **kw).breakdown_s["backward"] / _step(base, model, **kw).breakdown_s["backward"]
+
+    assert ratio("gpt2") > ratio(small) > 1.0
+
+
+def test_training_pass_kernel_overhead_adds_per_kernel_and_not_when_compiled():
+    base = _cpu_profile()
+    over = _cpu_profile(train_fwd_kernel_us=20.0, train_bwd_kernel_us=10.0)
+    kw = dict(seq_len=32, micro_batch=1, global_batch=1)
+    t0, t1 = _step(base, **kw).breakdown_s, _step(over, **kw).breakdown_s
+    assert t1["forward"] > t0["forward"] and t1["backward"] > t0["backward"]
+    assert t1["optimizer"] == t0["optimizer"]
+    c0, c1 = _step(base, compile=True, **kw).breakdown_s, _step(over, compile=True, **kw).breakdown_s
+    assert c1["forward"] == pytest.approx(c0["forward"])
+
+
+def test_dispatch_fit_recovers_the_per_kernel_overhead():
+    from calibration.benches.dispatch import TOKENS, tiny_spec
+    from calibration.build import dispatch_overhead
+    from simulator.compute import micro_batch_time
+    from simulator.device import device_from_profile
+
+    base = _cpu_profile()
+    true = _cpu_profile(train_fwd_kernel_us=21.0, train_bwd_kernel_us=9.0)
+    results = {}
+    for fam, att in (("gpt2", "sdpa"), ("llama", "sdpa")):
+        for n in (1, 3):
+            t = micro_batch_time(tiny_spec(fam, n), TOKENS, np.array([1.0]), "fp32", att, False, "none",
+                                 device_from_profile(true))
+            results[f"dispatch/{fam}-{att}/L{n}"] = {"status": "ok", "layers": n, "fwd_s": float(t.fwd[0]),
+                                                     "bwd_s": float(t.bwd[0])}
+    over = dispatch_overhead(results, base)
+    assert over["fwd_us"] == pytest.approx(21.0, rel=1e-6) and over["bwd_us"] == pytest.approx(9.0, rel=1e-6)
+    assert dispatch_overhead({}, base) is None
+
+
+def test_tied_head_adds_two_fresh_weight_gradients_on_a_cpu():
+    from simulator import fresh_memory
+    from simulator.profile import FreshMemory
+
+    prof = _cpu_profile(fresh_memory=FreshMemory(gbs=1.0, keep_bytes=2**30, source="t"))
+    untied = get_model("gpt2").model_copy(update={"tied_embeddings": False})
+    mb = np.array([1.0])
+    _, b_t = fresh_memory.micro_batch_fresh(get_model("gpt2"), 64, mb, "fp32", "sdpa", "none", prof)
+    _, b_u = fresh_memory.micro_batch_fresh(untied, 64, mb, "fp32", "sdpa", "none", prof)
+    vh = 4.0 * untied.vocab_size * untied.hidden  # above the mmap threshold: always fresh
+    assert float(b_t[0] - b_u[0]) == pytest.approx(2 * vh / 1e9, rel=1e-6)
+    assert not fresh_memory.tied_head(get_model("vit-b-16"))
+
+
+def test_plan_measures_the_loss_dispatch_and_backward_layout_shapes():
+    from calibration.benches import RunContext, Settings, plan
+    from calibration.device import detect
+
+    keys = {b.key for b in plan(RunContext(detect("cpu"), Settings("quick", 0.05, 0.3, False, 2)))}
+    assert {"loss/t512v50304", "dispatch/llama-sdpa/L3", "gemm/fp32/8x256x65536"} <= keys
+
+
+def test_loss_class_is_fitted_to_the_cross_entropy_bench():
+    from calibration.build import build_profile
+    from calibration.device import detect
+
+    dev = detect("cpu")
+    results = {f"loss/t{t}v{v}": {"status": "ok", "group": "loss", "tokens": t, "vocab": v, "logits": float(t * v),
+                                  "time_s": t * v * 36 / (dev_bw := 20e9 * 0.3)}
+               for t, v in ((256, 2048), (512, 8192))}
+    results["bandwidth/copy/fp32/4194304"] = {"status": "ok", "group": "bandwidth", "bytes": 2 * 4 * 4194304.0,
+                                              "time_s": 2 * 4 * 4194304.0 / 20e9, "kernels": 1}
+    prof = build_profile(dev, results, "test").profile
+    assert prof.bw_eff_ops["loss"] == pytest.approx(0.3, rel=0.05)
+    assert math.isfinite(dev_bw)
+
+
+def test_validation_models_are_initialized_like_hugging_face():
+    torch = pytest.importorskip("torch")
+    from calibration.torch_model import INIT_STD, build_model
+
+    spec = get_model("gpt2").model_copy(update={"n_layers": 1, "hidden": 64, "n_heads": 2, "ffn_hidden": 128,
+                                                "vocab_size": 512})
+    torch.manual_seed(0)
+    m = build_model(spec, "sdpa")
+    assert m.embed.weight.std().item() == pytest.approx(INIT_STD, rel=0.1)
+    assert all(b.abs().max().item() == 0 for n, b in m.named_parameters() if n.endswith("qkv.bias"))
+    x, y = torch.randint(0, 512, (2, 1, 64))
+    loss = m(x, y).item()
+    assert abs(loss - math.log(512)) < 0.5  # near-uniform logits at initialization, as real runs start

@@ -118,10 +118,10 @@ def p2p_time(tokens, hidden: int, e: int, par: Parallelism, fab: comm.Fabric) ->
     if par.pp <= 1:
         return np.zeros_like(np.asarray(tokens, dtype=float))
     if fab.nodes > 1:
-        bw, alpha = fab.inter_bw / fab.gpus_per_node, fab.inter_alpha
+        bw, alpha = fab.inter_busbw / fab.gpus_per_node, fab.inter_alpha
     else:
-        bw, alpha = fab.intra_bw, fab.intra_alpha
-    return 2.0 * par.vp * (alpha + p2p_bytes(tokens, hidden, e, par.tp, par.sp) / (bw * fab.busbw_eff))
+        bw, alpha = fab.intra_busbw, fab.intra_alpha
+    return 2.0 * par.vp * (alpha + p2p_bytes(tokens, hidden, e, par.tp, par.sp) / bw)
 
 
 def dp_fabric(fab: comm.Fabric, par: Parallelism) -> comm.Fabric:

@@ -246,7 +246,7 @@ def test_knobs_that_do_not_apply():
     assert p.strategy["attention"] == "n/a" and any("--attention eager ignored" in n for n in p.notes)
     assert p.strategy["compile"] is False
     res = run_search("mamba-2.8b", "4xa100")
-    assert set(res.table.a["pack"]) and all(pk[1] == "n/a" and pk[2] is False for pk in res.table.packs)
+    assert set(res.table.pack) and all(pk[1] == "n/a" and pk[2] is False for pk in res.table.packs)
     env = {"PYTHONPATH": str(Path(__file__).parents[1])}
     for args in (["--model", "mamba-2.8b", "--compile"], ["--model", "convnext-xlarge-22k", "--checkpointing", "full"],
                  ["--model", "convnext-xlarge-22k", "--seq-len", "4"]):

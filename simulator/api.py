@@ -19,12 +19,13 @@ from . import hardware, uncertainty
 from .device import GIB, device_from_profile, device_from_spec
 from .errors import UsageError
 from .estimate import Problem, Space, Table, model_flops_per_token, palm_flops_per_token
-from .models import ModelSpec, resolve_model
+from .models import ModelSpec
 from .parallel import Parallelism, layouts, stage_layers
 from .parallel_search import PIPELINE_SHARDINGS, evaluate_layouts, explain_layout
 from .plan import SECONDS_PER_DAY, Plan
 from .profile import Profile, comm_params, load_profile
 from .recipes import Recipe, make_recipe
+from .resolve import resolve_model
 from .stacks import get_stack
 from .strategy import (
     ATTENTIONS,

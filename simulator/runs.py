@@ -24,7 +24,8 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import UsageError
-from .models import ModelSpec, get_model, model_from_dict, resolve_model
+from .models import ModelSpec, get_model, model_from_dict
+from .resolve import resolve_model
 
 DATA = Path(__file__).parent / "data"
 DEV_FILE = DATA / "validation_dev.csv"

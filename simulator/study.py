@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     from . import hardware
     from .atomic import write_text_atomic
-    from .models import resolve_model
+    from .resolve import resolve_model
 
     a = build_parser().parse_args(argv)
     models = [m.strip() for m in a.models.split(",") if m.strip()] if a.models else list(MODELS)

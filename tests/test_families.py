@@ -17,7 +17,8 @@ from simulator.errors import UsageError
 from simulator.families import family_of, registered, spec_from_dict
 from simulator.families.mamba import SCAN_CHUNK, MambaSpec
 from simulator.hardware import default_profile, get_gpu
-from simulator.models import get_model, resolve_model
+from simulator.models import get_model
+from simulator.resolve import resolve_model
 from simulator.stacks import get_stack, list_stacks
 
 DATA = Path(__file__).parent / "data"

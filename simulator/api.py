@@ -32,6 +32,7 @@ from .strategy import (
     CHECKPOINTINGS,
     COMPILES,
     OFFLOADS,
+    PRECISIONS,
     SHARDINGS,
     check_choice,
     check_pins,
@@ -194,7 +195,7 @@ def _space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
     check_pins(pins)
     notes: list[str] = []
     dev = s.problem.device
-    supported = [p for p in ("fp32", "tf32", "bf16", "fp16")
+    supported = [p for p in PRECISIONS
                  if (p in dev.peak_flops if p == "tf32" else dev.gemm_peak(p) is not None)]
     if pins.get("precision"):
         if pins["precision"] not in supported:
@@ -629,7 +630,7 @@ def suggest_fixes(model, gpus, knobs: dict, res: SearchResult) -> list[dict]:
     same = {k: v for k, v in sk.items() if k != "intra_node"}
     other = {k: v for k, v in sk.items() if k not in ("profile", "profile_any_gpu", "intra_node")}
     sizes = [(n, p) for n, p in ((1, 2), (1, 4), (1, 8), (2, 8), (4, 8), (8, 8)) if n * p > hw["n_gpus"]]
-    got = attempt([f"{p}x{gid}" if n == 1 else f"{n}x{p}x{gid}" for n, p in sizes], same)
+    got = attempt([hardware.cluster_text(n, p, gid) for n, p in sizes], same)
     if got and not (got[2] and simpler()):
         fix("more_gpus", got[0], {}, got[2], got[1],
             f"more GPUs: {got[0]} fits ({got[1].strategy_line()}; {got[1].days:,.0f} days)")

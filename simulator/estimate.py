@@ -25,7 +25,7 @@ from .device import Device
 from .models import ModelSpec
 from .parallel import Parallelism
 from .stacks import Stack, default_stack
-from .strategy import SHARD_STAGE, Strategy, checkpointing_rank, offload_allowed
+from .strategy import HALF_PRECISIONS, SHARD_STAGE, Strategy, checkpointing_rank, offload_allowed
 
 
 @dataclass(frozen=True)
@@ -126,18 +126,9 @@ class Table:
     def __len__(self) -> int:
         return int(self.step_time.size)
 
-    @classmethod
-    def columns(cls) -> tuple[str, ...]:
-        """Names of the per-strategy columns (every field but the problem and the knob values)."""
-        return _COLUMNS
-
     def with_columns(self, **cols: np.ndarray) -> Table:
         """The same strategies with some columns replaced."""
         return replace(self, **cols)
-
-    def rows(self, index) -> Table:
-        """The strategies at ``index`` (integer indices or a boolean mask)."""
-        return replace(self, **{k: getattr(self, k)[index] for k in _COLUMNS})
 
     @classmethod
     def concat(cls, parts: list[Table], problem: Problem, packs: list, shardings: list[str],
@@ -152,6 +143,7 @@ class Table:
         return Parallelism(int(self.dp[i]), int(self.tp[i]), int(self.pp[i]), int(self.vp[i]), bool(self.sp[i]))
 
     def strategy(self, i: int) -> Strategy:
+        """Strategy ``i`` with its knob values and layout."""
         p, att, c, ck = self.packs[int(self.pack[i])]
         return Strategy(precision=p, attention=att, compile=c, checkpointing=ck,
                         sharding=self.shardings[int(self.sharding[i])],
@@ -160,7 +152,9 @@ class Table:
                         parallelism=self.parallelism(i))
 
 
+#: The per-strategy columns: every field of Table after the problem and the knob values.
 _COLUMNS = tuple(f.name for f in fields(Table))[4:]
+
 
 def model_flops_per_token(model, seq_len: int) -> float:
     """The algorithm's minimum training FLOPs per token: 3x the forward GEMMs (layers, heads,
@@ -396,7 +390,7 @@ def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: Sta
     share = local / P  # (1, Z, 1) fraction of the parameters each rank updates
     # a half copy of the updated weights, where ZeRO/FSDP keep fp32 masters (DDP's casts happen
     # per micro-batch, see assemble)
-    half = np.array([pk[0] in ("bf16", "fp16") for pk in packs])[:, None] & ~st.fp32_params
+    half = np.array([pk[0] in HALF_PRECISIONS for pk in packs])[:, None] & ~st.fp32_params
     step_bytes = optimizer_time.bytes_per_param(pb.optimizer, st.grad_bpp, np.where(half, 2.0, 0.0))[:, :, None]
     opt_eff = prof.optimizer_bw_eff.get("foreach", min(prof.optimizer_bw_eff.values()))
     loop = fresh_memory.optimizer_loop_time(model, prof)  # per-tensor host loop, where calibrated
@@ -415,12 +409,12 @@ def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: Sta
     return optimizer_t, offload_t
 
 
-def rank_strategies(pb_packs: list[tuple], shardings: list[str], pack: np.ndarray, sharding: np.ndarray,
+def rank_strategies(packs: list[tuple], shardings: list[str], pack: np.ndarray, sharding: np.ndarray,
                     offload: np.ndarray, micro_batch: np.ndarray, step_time: np.ndarray,
                     feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Simplicity rank (ties are broken towards no offload, no checkpointing, plain DDP, a larger
     micro-batch) and the sort key: the step time (s) nudged by the rank, inf when infeasible."""
-    ck_rank = np.array([checkpointing_rank(pk[3]) for pk in pb_packs])
+    ck_rank = np.array([checkpointing_rank(pk[3]) for pk in packs])
     stage = np.array([SHARD_STAGE[s] for s in shardings])
     rank = (offload * 100 + ck_rank[pack] * 10 + stage[sharding]
             + 1.0 - micro_batch / (micro_batch.max() + 1.0)).astype(float)

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import workload
 from .models import ModelSpec
-from .strategy import SHARD_STAGE, checkpointed_layers
+from .strategy import HALF_PRECISIONS, SHARD_STAGE, checkpointed_layers
 
 MIB = 1024**2
 #: DeepSpeed ZeRO's default reduce_bucket_size and allgather_bucket_size (5e8 elements each,
@@ -29,7 +29,7 @@ def autocast_fp32_params(precision: str, sharding: str, stack=None) -> bool:
     (DDP; and ZeRO-1/2 where the stack's ZeRO is PyTorch's ZeroRedundancyOptimizer or apex's
     DistributedFusedAdam over autocast, ``stack.torch_zero``). Otherwise ZeRO/FSDP
     keep half weights and gradients with an fp32 master copy in the optimizer."""
-    if precision not in ("bf16", "fp16"):
+    if precision not in HALF_PRECISIONS:
         return False
     if sharding == "ddp":
         return True
@@ -45,7 +45,7 @@ def state_bytes_per_param(precision: str, sharding: str, optimizer: str, stack=N
     Adam: 16 B/param either way.
     """
     k = moment_bytes(optimizer)
-    if precision in ("bf16", "fp16") and not autocast_fp32_params(precision, sharding, stack):
+    if precision in HALF_PRECISIONS and not autocast_fp32_params(precision, sharding, stack):
         return 2, 2, 4 + k
     return 4, 4, k
 
@@ -119,7 +119,7 @@ def layer_activation_bytes_per_token(model, seq_len: int, e: int, attention: str
     ``parallel.ShardView``) heads and f are the GPU's shard; the hidden-sized inputs of the norms
     and of QKV / FC1 are divided only with sequence parallelism (Korthikanti eq. 2-4)."""
     h, f = model.hidden / workload.seq_shards(model), model.ffn_hidden
-    kv, q = workload.kv_dim(model), workload.q_dim(model)
+    kv, q = model.kv_dim, model.q_dim
     up = 2 * f if model.gated_mlp else f
     norms = getattr(model, "norms_per_layer", 2)
     attn = e * (h + h + (q + 2 * kv) + q)
@@ -148,7 +148,7 @@ def op_kept_bytes_per_token(model, e: int, attention: str) -> float:
     head_dim wide (q); the hidden-sized tensors are the GPU's sequence shard under sequence
     parallelism."""
     h = model.hidden / workload.seq_shards(model)
-    kv, q = workload.kv_dim(model), workload.q_dim(model)
+    kv, q = model.kv_dim, model.q_dim
     up = 2 * model.ffn_hidden if model.gated_mlp else model.ffn_hidden
     lse = 4.0 * model.n_heads if attention == "sdpa" else 0.0
     return e * (h + (q + 2 * kv) + h + q + up + h) + lse

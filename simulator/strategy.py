@@ -18,8 +18,11 @@ from .errors import UsageError, unknown
 from .parallel import Parallelism
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16"]
-#: Training precisions (fp32, TF32 GEMMs, bf16 / fp16 mixed precision).
+#: Training precisions (fp32, fp32 with TF32 GEMMs, bf16 / fp16 mixed precision): the one list;
+#: a recipe's precisions (simulator.recipes) and a datasheet's peaks (simulator.hardware) build on it.
 PRECISIONS: tuple[str, ...] = get_args(Precision)
+#: Mixed precisions: half activations (and half weights and gradients under ZeRO / FSDP).
+HALF_PRECISIONS = ("bf16", "fp16")
 ATTENTIONS = ("eager", "sdpa")
 COMPILES = (False, True)
 #: Activation checkpointing policies searched when the knob is free (``every:K`` pins any K):
@@ -33,7 +36,8 @@ CHECKPOINTING_POLICIES = ("none", "selective", "op", "full", "every:K")
 _EVERY_RE = re.compile(r"^every:(\S*)$")
 SHARDINGS = ("ddp", "zero1", "zero2", "zero3", "fsdp-grad-op", "fsdp-full")
 OFFLOADS = ("none", "optimizer", "all")
-OPTIMIZERS = ("adamw", "adam", "lion", "sgd")
+Optimizer = Literal["adamw", "adam", "lion", "sgd"]
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 
 #: ZeRO stage equivalent of each sharding mode (what is partitioned across data-parallel ranks).
 SHARD_STAGE = {"ddp": 0, "zero1": 1, "zero2": 2, "fsdp-grad-op": 2, "zero3": 3, "fsdp-full": 3}

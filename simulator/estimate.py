@@ -41,15 +41,23 @@ class Problem:
     host_memory: float  # bytes of host RAM per node available for offloaded states
     gpu_label: str  # e.g. "RTX 3090 24 GB" for messages
     stack: Stack = field(default_factory=default_stack)  # the training software (not searched)
+    dp: int | None = None  # data-parallel ranks; None: every GPU of the fabric
 
     @property
     def n_gpus(self) -> int:
         return self.fabric.n
 
     @property
+    def dp_ranks(self) -> int:
+        """Data-parallel ranks: the batch is split and the states are sharded over them (the
+        fabric's GPUs unless a layout says otherwise; the fabric then describes the links of one
+        data-parallel group, whose node count may round up)."""
+        return self.dp if self.dp is not None else self.n_gpus
+
+    @property
     def per_gpu_batch(self) -> int:
-        """Samples each GPU processes per optimizer step (the slowest rank's share)."""
-        return math.ceil(self.global_batch / self.n_gpus)
+        """Samples each data-parallel rank processes per optimizer step (the slowest rank's share)."""
+        return math.ceil(self.global_batch / self.dp_ranks)
 
 
 @dataclass
@@ -210,7 +218,7 @@ def micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], suppor
     """The pinned micro-batch sizes, or every size from 1 whose activations could fit at all next
     to the least model states any precision allows (ZeRO-3, everything offloaded): activation and
     logit memory are linear in the micro-batch, so one sample decides the bound. Units: samples."""
-    model, dev, n = pb.model, pb.device, pb.n_gpus
+    model, dev, n = pb.model, pb.device, pb.dp_ranks
     if space.micro_batches is not None:
         mbs = np.asarray(space.micro_batches, dtype=int)
     else:
@@ -289,7 +297,7 @@ def model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
     """Weights, gradients, optimizer states and buffers of every pack, sharding and offload
     (:class:`States`). They depend on the precision only (not attention, compile or
     checkpointing): one row per distinct precision, gathered to packs."""
-    model, n, stack = pb.model, pb.n_gpus, pb.stack
+    model, n, stack = pb.model, pb.dp_ranks, pb.stack
     P, PL = float(model.n_params()), _layer_params(model)
     prec = [pk[0] for pk in packs]
     precs = list(dict.fromkeys(prec))
@@ -323,7 +331,7 @@ def sharding_schedule(pb: Problem, shardings: list[str], st: States, pc: PackCom
     backward. Collectives are issued in pieces, each paying the latency and each a unit of
     overlap: DDP buckets of 25 MiB (bucket_cap_mb default), DeepSpeed ZeRO buckets of 5e8
     elements, ZeRO-3 / FSDP one gather / reduce-scatter per unit (L layers + the root)."""
-    model, fab, n = pb.model, pb.fabric, pb.n_gpus
+    model, fab, n = pb.model, pb.fabric, pb.dp_ranks
     K, M, Z = len(pc.cast), mb.sizes.size, len(shardings)
     out = np.zeros((K, M, Z))
     if n <= 1:
@@ -381,7 +389,7 @@ def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: Sta
     """Seconds per optimizer step of the optimizer step on the GPU (K, Z, NO; 0 where it runs on
     the CPU) and of offload (K, M, Z, NO): the CPU step and the host-link traffic
     (:mod:`simulator.optimizer_time`). Each rank updates its shard under ZeRO-1 and above."""
-    model, dev, fab, n = pb.model, pb.device, pb.fabric, pb.n_gpus
+    model, dev, fab, n = pb.model, pb.device, pb.fabric, pb.dp_ranks
     prof = dev.profile
     P, L = float(model.n_params()), model.n_layers
     K, Z, NO = len(packs), len(space.shardings), len(space.offloads)
@@ -483,6 +491,6 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
         mem_logits=bc(log4), mem_other=bc(other), mem_total=bc(total), host_need=bc(host_need),
         valid=valid4.ravel(), fits=bc(fits), host_ok=host_ok.ravel(), feasible=feasible,
         rank=rank, rank_key=rank_key,
-        dp=np.full(size, pb.n_gpus), tp=np.ones(size, dtype=int), pp=np.ones(size, dtype=int),
+        dp=np.full(size, pb.dp_ranks), tp=np.ones(size, dtype=int), pp=np.ones(size, dtype=int),
         vp=np.ones(size, dtype=int), sp=np.zeros(size, dtype=bool), bubble=zeros, tp_comm=zeros, pp_comm=zeros,
     )

@@ -73,7 +73,7 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
     sub = dataclasses.replace(space, shardings=shardings)
     if space.micro_batches is None and (par.tp > 1 or par.pp > 1):
         sub.micro_batches = micro_batch_sizes(math.ceil(pb.global_batch / par.dp))
-    tab = evaluate(dataclasses.replace(pb, model=model, fabric=fab), sub)
+    tab = evaluate(dataclasses.replace(pb, model=model, fabric=fab, dp=par.dp), sub)
     packs = tab.packs
     tab = tab.with_columns(sharding=np.array([space.shardings.index(s) for s in shardings])[tab.sharding])
     e = np.array([workload.act_bytes(pk[0]) for pk in packs], dtype=float)[tab.pack]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -105,3 +106,13 @@ def test_shard_view_widths_are_the_gpus_share_of_the_heads():
     assert v.q_dim == spec.q_dim // 8 and v.kv_dim == spec.head_dim  # one KV head per GPU
     v16 = parallel.ShardView(spec, Parallelism(1, 16, 1))
     assert v16.kv_dim == spec.head_dim  # KV heads replicated when tp exceeds them
+
+
+def test_a_layout_splits_the_batch_and_states_over_its_data_parallel_ranks():
+    # 3 nodes x 8: dp 12 x pp 2 puts a data-parallel group on 1.5 nodes (its links round up to 2
+    # nodes of 8); the batch and the ZeRO-1 shards are still split 12 ways, not 16
+    res = run_search("llama-2-13b", "3x8xa100", tp=1, pp=2, vp=1, sharding="zero1", global_batch=128)
+    t, i = res.table, int(res.order[0])
+    assert int(t.dp[i]) == 12 and int(t.micro_batch[i] * t.grad_accum[i]) >= math.ceil(128 / 12)
+    view = parallel.view(get_model("llama-2-13b"), Parallelism(12, 1, 2))
+    assert t.mem_optimizer[i] == pytest.approx(view.n_params() * 12 / 12)  # bf16 AdamW: 12 B/param over 12 ranks

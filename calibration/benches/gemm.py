@@ -37,6 +37,10 @@ HEAD_SHAPES = {"tiny": [], "quick": [(256, 8192, 128), (512, 4096, 256)],
 #: the tokens of a micro-batch)
 _BWD_QUICK = [(8, 256, 65536), (8, 1024, 16384), (16, 512, 8192), (8192, 256, 64), (16384, 512, 32)]
 BWD_SHAPES = {"tiny": [], "quick": _BWD_QUICK, "thorough": _BWD_QUICK + [(32, 768, 50304), (32768, 512, 128)]}
+#: fp32 only (cheap there; hours in an unblocked bf16 layout): a micro-batch of 64-256 tokens through
+#: weights of 12-64 MiB, which run below what the thickness alone predicts on a CPU
+FP32_SHAPES = {"tiny": [], "quick": [(64, 4096, 1024), (128, 3072, 1024), (128, 16384, 1024), (256, 4096, 2048)],
+               "thorough": [(64, 4096, 1024), (128, 3072, 1024), (128, 16384, 1024), (256, 4096, 2048)]}
 
 
 def model_tokens(n: int, k: int, flop_cap: float, most: int = 512) -> int:
@@ -128,7 +132,9 @@ def plan(ctx: RunContext) -> list[Bench]:
     benches = []
     for precision in ctx.dev.precisions:
         cap = 4e9 if ctx.dev.kind == "cpu" else 4e12  # FLOPs of one model-shaped GEMM call
-        for m, n, k in shapes(ctx.settings.mode, ctx.settings.model, cap):
+        extra = FP32_SHAPES[ctx.settings.mode] if precision == "fp32" else []
+        for m, n, k in sorted(set(shapes(ctx.settings.mode, ctx.settings.model, cap)) | set(extra),
+                              key=lambda s: (s[0] * s[1] * s[2], s)):
             benches.append(Bench(f"gemm/{precision}/{m}x{n}x{k}", "gemm",
                                  {"precision": precision, "m": m, "n": n, "k": k},
                                  _bench(precision, m, n, k),

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator import kernels
 from simulator.errors import UsageError
 from simulator.fresh_memory import fresh_time, logits_fresh_bytes
 from simulator.profile import (
@@ -292,32 +291,10 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         _ops(cls, [r for _, r in pts], [r["bytes"] for _, r in pts], [fresh_s(o, o) for o in out],
              [r.get("kernels", 1) for _, r in pts])
     lo = [r for _, r in _ok(results, "loss/")]
-    lm = [(k, r) for k, r in _ok(results, "lmhead/") if k.split("/")[1] in gemm]
     if lo:  # known: fresh pages of the log-probabilities and of the logits' gradient (as the simulator adds)
         nl = [r["logits"] for r in lo]
         _ops("loss", lo, [n * (16 + 20) for n in nl],  # simulator.workload.loss_bytes, eager fp32
              [fresh_s(4.0 * n, float(sum(logits_fresh_bytes(n, 4))) - 4.0 * n) for n in nl], 7)
-    elif lm:  # older measurements: known the logits GEMM forward and its two backward GEMMs, fresh logits
-        known, nbytes = [], []
-        for k, r in lm:
-            prec = k.split("/")[1]
-            T, V, h = r["tokens"], r["vocab"], r["hidden"]
-            e = BYTES_PER_EL[prec]
-            gf = gemm[prec]
-            gb = gemm_bwd.get(prec, gf)
-            gw = gemm_wgrad.get(prec, gb)
-
-            def tg1(mm, nn, kk, g, e=e, prec=prec, weight=V * h * e):
-                oh = g.get("operand_half_mib")
-                return kernels.gemm_time(mm, nn, kk, peaks[prec] * 1e12, g["e_max"], g["x_half"], e, bw_gbs * 1e9,
-                                         bw_eff, launch_s, None if oh is None else oh * 2**20,
-                                         g.get("operand_floor", 0.0), weight)
-
-            tg = tg1(T, V, h, gf) + tg1(T, h, V, gb) + tg1(V, h, T, gw)  # as simulator.compute._gemm_part
-            ff, fb = logits_fresh_bytes(T * V, e)
-            known.append(float(tg) + fresh_s(4.0 * T * V, ff + fb))
-            nbytes.append(T * V * ((e + 12) + (16 + e)))  # simulator.workload.loss_bytes, eager
-        _ops("loss", [r for _, r in lm], nbytes, known, 7)
     em = [r for _, r in _ok(results, "embedding/")]
     _ops("embedding", em, [r["bytes"] for r in em],
          [fresh_s(r["grad_bytes"], r["grad_bytes"]) + fresh_s(4.0 * r["tokens"] * r["hidden"],

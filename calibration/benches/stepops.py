@@ -4,8 +4,6 @@
   them (what a forward does with the activations it stores), against writing one preallocated
   buffer of the same total. The difference is the cost of fresh pages
   (:class:`simulator.profile.FreshMemory`); on a GPU's caching allocator it is ~0.
-* ``lmhead/<prec>/t<T>v<V>h<h>``: logits ``F.linear(x, W)``, fp32 cross-entropy, backward to x
-  and W (the LM head against vocabulary size; ``simulator.workload.loss_bytes``).
 * ``loss/t<T>v<V>``: fp32 cross-entropy over (T x V) logits and its gradient (log-softmax, NLL and
   their backward; exp-bound on a CPU, far below the copy bandwidth): the ``loss`` op class.
 * ``embedding/t<T>v<V>h<h>``: ``F.embedding`` forward and its dense weight gradient.
@@ -25,7 +23,7 @@ import torch.nn.functional as F
 
 from ..device import DTYPES
 from . import Bench, RunContext, ok, unsupported
-from .gemm import model_tokens, precision_mode
+from .gemm import model_tokens
 from .optimizer import ADAM_BYTES_PER_PARAM, _adamw, layer_shapes
 
 MIB = 1 << 20
@@ -35,12 +33,6 @@ FRESH = {  # (tensor bytes, total bytes per call): small tensors over growing to
     "quick": [(MIB, 16 * MIB), (MIB, 48 * MIB), (MIB, 128 * MIB), (8 * MIB, 128 * MIB), (64 * MIB, 64 * MIB)],
     "thorough": [(s, t * MIB) for s in (256 << 10, MIB, 4 * MIB) for t in (16, 32, 64, 128, 256)]
     + [(48 * MIB, 96 * MIB), (64 * MIB, 64 * MIB), (256 * MIB, 256 * MIB)],
-}
-LMHEAD = {  # (tokens, vocab, hidden)
-    "tiny": [(128, 2048, 64)],
-    "quick": [],  # the loss class is fitted to LOSS; the LM head's GEMMs to the GEMM grid
-    "thorough": [(256, 2048, 128), (256, 8192, 128), (256, 32768, 128), (256, 131072, 64),
-                 (1024, 8192, 256), (1024, 50304, 256), (2048, 32768, 512)],
 }
 LOSS = {  # (tokens, vocab): logits below and above the allocator's mmap threshold
     "tiny": [(128, 2048)],
@@ -93,25 +85,6 @@ def _fresh(size: int, count: int):
         rec = ok(t, bytes=total, tensor_bytes=float(n_el * 4), tensors=count)
         rec["reuse_s"] = reuse.min_s
         return rec
-
-    return run
-
-
-def _lmhead(precision: str, T: int, V: int, h: int):
-    def run(ctx: RunContext) -> dict:
-        flops = 3 * 2.0 * T * V * h
-        dt = DTYPES[precision]
-        x = torch.randn(T, h, device=ctx.device, dtype=dt, requires_grad=True)
-        w = (torch.randn(V, h, device=ctx.device, dtype=dt) * 0.02).requires_grad_(True)
-        y = torch.randint(0, V, (T,), device=ctx.device)
-
-        def step() -> object:
-            loss = F.cross_entropy(F.linear(x, w).float(), y)
-            return torch.autograd.grad(loss, (x, w))
-
-        with precision_mode(precision, ctx.device):
-            t = ctx.time(step)
-        return ok(t, flops=flops, tokens=T, vocab=V, hidden=h, logits=float(T * V))
 
     return run
 
@@ -184,30 +157,23 @@ def _optmix(impl: str, shapes: list[tuple[int, ...]]):
 
 
 def model_points(model, flop_cap: float) -> dict[str, object]:
-    """Extra points with the shapes of ``model`` (``calibrate --for-model``): its LM head and
-    embedding (tokens per :func:`calibration.benches.gemm.model_tokens`), one layer's tensors and
-    its embedding matrix for AdamW."""
+    """Extra points with the shapes of ``model`` (``calibrate --for-model``): its loss over the
+    vocabulary and its embedding (tokens per :func:`calibration.benches.gemm.model_tokens`), one
+    layer's tensors and its embedding matrix for AdamW."""
     V, h = model.vocab_size, model.hidden
     t = model_tokens(V, h, flop_cap / 3)
-    return {"lmhead": [(t, V, h)], "embed": [(max(t, 512), V, h)],
+    return {"loss": [(t, V)], "embed": [(max(t, 512), V, h)],
             "optmix": {f"{model.name}-embed": [(V, h)], f"{model.name}-layer": layer_shapes(h)}}
 
 
 def plan(ctx: RunContext) -> list[Bench]:
-    """Fresh memory, LM head + loss, embedding, weight casts and AdamW tensor mixes."""
+    """Fresh memory, the loss over the vocabulary, embedding, weight casts and AdamW tensor mixes."""
     mode = ctx.settings.mode
     cap = 4e9 if ctx.dev.kind == "cpu" else 4e12
     extra = model_points(ctx.settings.model, cap) if ctx.settings.model is not None else {}
     benches = [Bench(f"fresh/{s}x{t // s}", "fresh", {"tensor_bytes": s, "total": t}, _fresh(s, t // s),
                      ctx.est(40.0 * t, "bytes", t)) for s, t in FRESH[mode]]
-    precs = ["fp32"] + ([p for p in ctx.dev.precisions if p in ("bf16", "fp16")][:1]
-                        if mode == "thorough" or ctx.dev.kind == "cuda" else [])
-    for prec in precs:
-        for T, V, h in LMHEAD[mode] + extra.get("lmhead", []):
-            benches.append(Bench(f"lmhead/{prec}/t{T}v{V}h{h}", "lmhead",
-                                 {"precision": prec, "tokens": T, "vocab": V, "hidden": h},
-                                 _lmhead(prec, T, V, h), ctx.est(6.0 * T * V * h, "flops", 8.0 * V * h)))
-    for T, V in LOSS[mode]:
+    for T, V in LOSS[mode] + extra.get("loss", []):
         benches.append(Bench(f"loss/t{T}v{V}", "loss", {"tokens": T, "vocab": V}, _loss(T, V),
                              ctx.est(40.0 * T * V, "bytes", 4.0 * T * V)))
     for T, V, h in EMBED[mode] + extra.get("embed", []):

@@ -10,8 +10,6 @@ import json
 import re
 import sys
 
-from rich.console import Console
-
 from .errors import UsageError, run_cli
 
 SUBCOMMANDS = {"validate-published": "simulator.published:main",
@@ -155,7 +153,7 @@ def _knobs(a: argparse.Namespace) -> dict:
 def run(argv: list[str]) -> int:
     from . import api
     from .costs import prices_from_args
-    from .report import render_plan
+    from .report import Console, render_plan
 
     args = build_parser().parse_args(argv)
     knobs = _knobs(args)

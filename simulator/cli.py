@@ -1,6 +1,7 @@
 """The `simulate` command: one model on one cluster, plus subcommands.
 
-Exit status: 0 = a feasible plan, 1 = nothing fits, 2 = usage error (one line, no traceback).
+Exit status: 0 = a feasible plan (or a reader that closed the pipe early, ``| head``), 1 = nothing
+fits, 2 = usage error (one line, no traceback), 3 = internal error (simulator.errors.run_cli).
 """
 
 from __future__ import annotations

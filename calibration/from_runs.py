@@ -123,8 +123,8 @@ class _RunModel:
         dev = device if device is not None else device_from_spec(self.gpu, prof)
         pb = replace(pb, device=dev, fabric=replace(pb.fabric, **comm_params(prof)))
         if self.layout is None:
-            return float(evaluate(pb, self.space).a["step_time"][0])
-        return float(evaluate_layout(pb, self.space, self.layout, [self.layout.vp])[0]["step_time"][0])
+            return float(evaluate(pb, self.space).step_time[0])
+        return float(evaluate_layout(pb, self.space, self.layout, [self.layout.vp])[0].step_time[0])
 
 
 def _resolve(run: pd.Series, prof: Profile) -> _RunModel:

@@ -217,7 +217,7 @@ def test_distinct_plans_keep_layouts_and_collapse_micro_batches():
     from simulator import api
 
     res = api.run_search("llama-2-7b", "2x8xa100-80gb")
-    step = res.table.a["step_time"]
+    step = res.table.step_time
 
     def key(i):
         d = res.table.strategy(int(i)).model_dump()

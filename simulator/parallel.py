@@ -180,7 +180,9 @@ class ShardView:
     def __getattr__(self, name):
         if name in ("_spec", "_emb", "_params"):  # not set yet (copying): never recurse into the spec
             raise AttributeError(name)
-        return getattr(self._spec, name)
+        value = getattr(self._spec, name)
+        self.__dict__[name] = value  # the spec is frozen: read through once
+        return value
 
     @property
     def kv_heads(self) -> int:

@@ -17,8 +17,8 @@ import numpy as np
 
 from . import memory, parallel, workload
 from .compute import micro_batch_time
-from .estimate import Problem, Space, Table, evaluate, model_flops_per_token
-from .strategy import checkpointed_layers, offload_allowed
+from .estimate import Problem, Space, Table, evaluate
+from .strategy import SHARD_STAGE, checkpointed_layers, offload_allowed
 
 #: Sharding modes that combine with pipeline parallelism: Megatron's data-parallel gradient
 #: all-reduce (DDP) and its distributed optimizer (ZeRO-1); DeepSpeed refuses ZeRO-2/3 with
@@ -48,9 +48,10 @@ def stored_activations(model, seq_len: int, packs: list[tuple], pack: np.ndarray
     return np.minimum(out, act)
 
 
-def states_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
+def states_floor(pb: Problem, space: Space, par: parallel.Parallelism, offloads: list[str] | None = None) -> float:
     """The least bytes of weights, gradients and optimizer states any allowed strategy keeps on
-    one GPU of ``par`` (the bound used to prune layouts that cannot fit)."""
+    one GPU of ``par`` (the bound used to prune layouts that cannot fit); ``offloads``: only
+    strategies with these offload choices (default: the space's)."""
     v = parallel.view(pb.model, par)
     P = float(v.n_params())
     PL = max(1.0, (P - v.n_embedding_params()) / v.n_layers)
@@ -58,11 +59,28 @@ def states_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
     best = np.inf
     for p in space.precisions:
         for s in shardings:
-            for o in space.offloads:
+            for o in space.offloads if offloads is None else offloads:
                 if offload_allowed(s, o):
                     st = memory.model_states(P, PL, p, s, o, pb.optimizer, par.dp, pb.stack)
                     best = min(best, st["weights"] + st["gradients"] + st["optimizer"])
     return best
+
+
+def offload_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
+    """Seconds every strategy of ``par`` spends at least in offloaded optimizer steps: 0 when
+    some strategy without offload keeps its model states in GPU memory; else the CPU Adam time
+    of the fewest parameters a GPU updates (its view's, divided over the data-parallel group
+    where the optimizer states are sharded), at the node CPU's rate shared as the search shares it."""
+    if "none" in space.offloads and states_floor(pb, space, par, ["none"]) <= pb.device.usable_memory:
+        return 0.0
+    P = float(parallel.view(pb.model, par).n_params())
+    shardings = [s for s in space.shardings if par.pp == 1 or s in PIPELINE_SHARDINGS]
+    local = min((P / par.dp if SHARD_STAGE[s] >= 1 else P for s in shardings
+                 if any(o != "none" and offload_allowed(s, o) for o in space.offloads)), default=np.inf)
+    if not np.isfinite(local):
+        return 0.0
+    rate = pb.device.profile.cpu_adam_gparams_per_s * 1e9 / parallel.dp_fabric(pb.fabric, par).gpus_per_node
+    return local / rate
 
 
 def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -> list[dict]:
@@ -115,53 +133,74 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
     return out
 
 
-def _extra_floor(pb: Problem, par: parallel.Parallelism, compute: float, layers: int) -> float:
-    """What a layout adds at least to ``compute`` seconds: the smallest pipeline bubble (one sample
-    per micro-batch) and the tensor-parallel bytes at the link's bandwidth without latency."""
-    per_replica = math.ceil(pb.global_batch / par.dp)
-    bubble = compute * parallel.bubble_fraction(par.pp, per_replica, par.vp)
-    tp = layers * parallel.tp_comm_time(per_replica * pb.seq_len, pb.model.hidden, 2, par.tp, par.sp, 2,
-                                        pb.fabric.intra_bw * pb.fabric.busbw_eff, 0.0)
-    return float(bubble + tp)
+def _compute_floors(pb: Problem, space: Space, pars: list[parallel.Parallelism]) -> tuple[np.ndarray, np.ndarray]:
+    """Lower bounds on the compute seconds of one GPU of each layout: for its replica's whole
+    batch B (as one micro-batch) and for one sample, without recomputation, at the fastest
+    searched precision, attention and compilation.
 
-
-def flops_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
-    """A cheap lower bound on any strategy's step time under ``par`` (seconds): the GPU's share of
-    the model's minimum FLOPs at the fastest searched peak and the profile's best efficiency of any
-    kernel, plus :func:`_extra_floor`."""
-    dev, prof = pb.device, pb.device.profile
-    peak = max((dev.gemm_peak(p) or 0.0) for p in space.precisions)
-    at = prof.attention
-    eff = min(1.0, max([prof.gemm_for(p).e_max for p in space.precisions]
-                       + [at.flash_fwd, at.flash_bwd, at.mem_efficient_fwd, at.mem_efficient_bwd]))
-    tokens = math.ceil(pb.global_batch / par.dp) * pb.seq_len
-    compute = model_flops_per_token(pb.model, pb.seq_len) * tokens / (par.tp * par.pp) / (peak * eff)
-    return float(compute) + _extra_floor(pb, par, compute, parallel.stage_layers(pb.model.n_layers, par.pp)[0])
-
-
-def step_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
-    """A tighter lower bound (seconds): the replica's whole batch as one micro-batch without
-    recomputation, on the fastest searched precision, attention and compilation (a micro-batch's
-    time is subadditive: GEMMs only get more efficient with more rows, launches amortize), plus
-    :func:`_extra_floor`. Layouts whose floor exceeds a step already found are never evaluated:
-    none of their strategies could win."""
-    model = parallel.view(pb.model, par)
-    mb = np.array([float(math.ceil(pb.global_batch / par.dp))])
+    Why these bound every strategy: a micro-batch's time per sample never grows with the
+    micro-batch (GEMMs get more efficient with more rows, launches and host time amortize), so
+    the micro-batches of a step take at least the time of B samples at once; every micro-batch
+    takes at least one sample's time (more work never takes less time); recomputation only adds.
+    One vectorized :func:`micro_batch_time` per tensor-parallel view serves all pipeline depths:
+    a pass's time is the larger of two sums affine in the stage's layers L (kernels; host
+    dispatch), so it is convex in L and f(L) >= f(2) + (L-2) (f(2) - f(1)) for L >= 2, exact
+    when the same sum dominates at 1, 2 and L layers."""
+    dev = pb.device
+    seq = pb.seq_len
+    B = np.array([float(math.ceil(pb.global_batch / p.dp)) for p in pars])
+    L = np.array([float(parallel.stage_layers(pb.model.n_layers, p.pp)[0]) for p in pars])
+    full, one = np.full(len(pars), np.inf), np.full(len(pars), np.inf)
     compiles = [True] if True in space.compiles else list(space.compiles)
-    memo: dict = {}  # the GEMMs are shared by every attention and compilation choice
-    compute = min(float(micro_batch_time(model, pb.seq_len, mb, p, att, c, "none", pb.device, memo,
-                                         pb.stack).total[0])
-                  for p in space.precisions if pb.device.gemm_peak(p) is not None
-                  for att in space.attentions for c in compiles)
-    return compute + _extra_floor(pb, par, compute, model.n_layers)
+    combos = [(p, att, c) for p in space.precisions if dev.gemm_peak(p) is not None
+              for att in space.attentions for c in compiles]
+    for key in {(p.tp, p.sp) for p in pars}:
+        idx = np.array([i for i, p in enumerate(pars) if (p.tp, p.sp) == key])
+        base = parallel.ShardView(pb.model, parallel.Parallelism(1, key[0], 1, 1, key[1]))
+        mb = np.unique(np.concatenate([[1.0], B[idx]]))
+        at_b, at_1 = np.searchsorted(mb, B[idx]), np.searchsorted(mb, 1.0)
+        memos: tuple[dict, dict] = ({}, {})
+        for p, att, c in combos:
+            f1, f2 = (micro_batch_time(base.with_layers(n), seq, mb, p, att, c, "none", dev, memo, pb.stack).total
+                      for n, memo in zip((1, 2), memos, strict=True))
+            fl = np.where(L[idx, None] >= 2, f2 + (L[idx, None] - 2) * (f2 - f1), f1)  # (layouts, mb)
+            full[idx] = np.minimum(full[idx], fl[np.arange(idx.size), at_b])
+            one[idx] = np.minimum(one[idx], fl[:, at_1])
+    return full, one
 
 
-def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Parallelism]) -> tuple[Table, int]:
+def step_floors(pb: Problem, space: Space, pars: list[parallel.Parallelism]) -> np.ndarray:
+    """A lower bound on any strategy's step time under each layout (seconds): the compute floor
+    of :func:`_compute_floors` for the replica's batch; the pipeline bubble, (pp-1)/vp micro-batches'
+    time, each at least one sample's compute and tensor-parallel bytes; the tensor-parallel bytes
+    of the whole batch at the link's bandwidth without latency; the CPU optimizer step where the
+    model states fit only offloaded (:func:`offload_floor`). Layouts whose floor exceeds a
+    step already found are never evaluated: none of their strategies could win. Units: seconds."""
+    if pb.device.profile.fresh_memory is not None:  # first-touch page costs: no bound, evaluate all
+        return np.zeros(len(pars))
+    full, one = _compute_floors(pb, space, pars)
+    bw = pb.fabric.intra_bw * pb.fabric.busbw_eff
+    out = np.empty(len(pars))
+    for i, par in enumerate(pars):
+        per_replica = math.ceil(pb.global_batch / par.dp)
+        layers = parallel.stage_layers(pb.model.n_layers, par.pp)[0]
+
+        def tp(samples, par=par, layers=layers):
+            return layers * float(parallel.tp_comm_time(samples * pb.seq_len, pb.model.hidden, 2, par.tp, par.sp,
+                                                        2, bw, 0.0))
+
+        out[i] = full[i] + tp(per_replica) + (par.pp - 1) / par.vp * (one[i] + tp(1)) + offload_floor(pb, space, par)
+    return out
+
+
+def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Parallelism],
+                     prune: bool = True) -> tuple[Table, int]:
     """Evaluate every strategy of ``space`` under every layout that could fit and could win;
     one Table (rows of all evaluated layouts) and the number of layouts evaluated. Layouts are
-    taken in order of their :func:`step_floor`; one whose floor is slower than the fastest
-    feasible step found so far is skipped. The least-memory layout is evaluated when none can fit,
-    so the cluster still gets its closest plan and reasons."""
+    taken in order of their :func:`step_floors`; once a floor is slower than the fastest feasible
+    step found so far, the rest are skipped (``prune=False`` evaluates every layout that can fit:
+    the reference the pruned search is tested against). The least-memory layout is evaluated when
+    none can fit, so the cluster still gets its closest plan and reasons."""
     groups: dict[tuple, list[int]] = {}
     for par in layouts:
         if par.pp > 1 and not any(s in PIPELINE_SHARDINGS for s in space.shardings):
@@ -170,15 +209,14 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
     floors = {key: states_floor(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3])) for key in groups}
     keep = [k for k in groups if floors[k] <= pb.device.usable_memory] or [min(floors, key=floors.get)]
     par_of = {k: parallel.Parallelism(k[0], k[1], k[2], max(groups[k]), k[3]) for k in keep}
-    cheap = {k: flops_floor(pb, space, par_of[k]) for k in keep} if len(keep) > 1 else {keep[0]: 0.0}
+    floor = dict(zip(keep, step_floors(pb, space, [par_of[k] for k in keep]), strict=True)) if prune and len(keep) > 1 \
+        else dict.fromkeys(keep, 0.0)
     parts: list[dict] = []
     best = np.inf
     done: set[tuple] = set()
-    for key in sorted(keep, key=cheap.get):
-        if cheap[key] > best:
+    for key in sorted(keep, key=floor.get):
+        if floor[key] > best:
             break
-        if np.isfinite(best) and step_floor(pb, space, par_of[key]) > best:
-            continue
         done.add(key)
         for b in evaluate_layout(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3]), groups[key]):
             parts.append(b)
@@ -189,7 +227,7 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
     for plain in (True, False):
         rest = [k for k in keep if (k[1] == 1 and k[2] == 1) == plain]
         if rest and not any(k in done for k in rest):
-            k = min(rest, key=cheap.get)
+            k = min(rest, key=floor.get)
             parts.extend(evaluate_layout(pb, space, parallel.Parallelism(k[0], k[1], k[2], 1, k[3]), groups[k]))
     if not parts:
         raise ValueError("no layout to evaluate: pipelining needs --sharding ddp or zero1")

@@ -187,6 +187,40 @@ def test_search_considers_tensor_and_pipeline_layouts_and_explains_the_winner(gp
     assert st_["dp"] * st_["tp"] * st_["pp"] == best.hardware["n_gpus"]
 
 
+@pytest.mark.parametrize("model,gpus,knobs", [
+    ("llama-2-70b", "8x8xh100", {}),
+    ("llama-2-13b", "2x8xa100", {}),
+    ("llama-2-7b", "8xh100", {"seq_len": 8192, "global_batch": 64}),
+    ("pythia-1b", "8x3090", {}),
+    ("llama-2-70b", "4x8xa100-80gb", {"sharding": "zero1"}),  # pipelines and offload compete
+])
+def test_pruned_layout_search_finds_the_exhaustive_optimum(model, gpus, knobs):
+    """The pruned search (layouts taken in order of a lower bound on their step time, stopped once
+    the bound exceeds the best step found) returns the same best plan as evaluating every layout,
+    and every layout's bound is below every step time its feasible strategies reach."""
+    from simulator import api, parallel_search
+
+    sk, pins = api._split(knobs)
+    s = api.setup(model, gpus, **sk)
+    space, _ = api._space(s, pins)
+    pars = api._batch_fits(s, api.layout_space(s, {}, space), None)
+    pb = s.problem
+    full, n_full = parallel_search.evaluate_layouts(pb, space, pars, prune=False)
+    pruned, n_pruned = parallel_search.evaluate_layouts(pb, space, pars)
+    i, j = int(np.argmin(full.a["rank_key"])), int(np.argmin(pruned.a["rank_key"]))
+    assert pruned.strategy(j) == full.strategy(i)
+    assert pruned.a["step_time"][j] == full.a["step_time"][i]
+    assert n_pruned <= n_full
+    keys = sorted({(int(a), int(b), int(c), bool(d)) for a, b, c, d in
+                   zip(full.a["dp"], full.a["tp"], full.a["pp"], full.a["sp"], strict=True)})
+    by_key = {(p.dp, p.tp, p.pp, p.sp): p for p in pars}
+    floors = parallel_search.step_floors(pb, space, [Parallelism(k[0], k[1], k[2], max(
+        q.vp for q in pars if (q.dp, q.tp, q.pp, q.sp) == k), k[3]) for k in keys if k in by_key])
+    for k, f in zip([k for k in keys if k in by_key], floors, strict=True):
+        rows = (full.a["dp"] == k[0]) & (full.a["tp"] == k[1]) & (full.a["pp"] == k[2]) & full.a["feasible"]
+        assert not rows.any() or f <= full.a["step_time"][rows].min() * (1 + 1e-12), k
+
+
 def test_a_70b_model_fits_on_64_a100_80gb():
     plan = simulate("llama-2-70b", "8x8xa100-80gb")
     assert plan.feasible and plan.memory_gib["total"] <= plan.memory_gib["capacity"]

@@ -310,7 +310,7 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
                      "backward": float(a["backward"][i]), "recompute": float(a["recompute"][i]),
                      "exposed_comm": float(a["exposed_comm"][i]), "optimizer": float(a["optimizer"][i]),
                      "offload": float(a["offload_time"][i]),
-                     **{k: float(a[k][i]) for k in ("bubble", "tp_comm", "pp_comm") if k in a}},
+                     **{k: float(a[k][i]) for k in ("bubble", "tp_comm", "tp_comm_hidden", "pp_comm") if k in a}},
         tokens_per_s=tps, mfu=float(mfu), mfu_6nd=float(mfu_6nd), hfu=float(hfu), memory_gib=mem, days=float(days),
         days_at_peak=float(days_at_peak), interval_days=iv,
         interval_source=(f"80% interval from {prof.validation.n} validation residuals (real runs "
@@ -412,7 +412,7 @@ class SearchResult:
 
 
 _PIN_KEYS = ("precision", "attention", "compile", "checkpointing", "sharding", "offload", "micro_batch")
-_LAYOUT_KEYS = ("tp", "pp", "vp", "sequence_parallel")
+_LAYOUT_KEYS = ("tp", "pp", "vp", "sequence_parallel", "async_tp")
 
 
 def _split(knobs: dict) -> tuple[dict, dict]:
@@ -434,7 +434,7 @@ def run_search(model, gpus, **knobs) -> SearchResult:
     lay = {k: pins.pop(k) for k in _LAYOUT_KEYS if k in pins}
     space, notes = _space(s, pins)
     pars = _batch_fits(s, layout_space(s, lay, space), pins.get("micro_batch"))
-    tab, n_layouts = evaluate_layouts(s.problem, space, pars)
+    tab, n_layouts = evaluate_layouts(s.problem, space, pars, async_tp=lay.get("async_tp"))
     key = tab.a["rank_key"]
     feas = np.nonzero(np.isfinite(key))[0]
     order = feas[np.argsort(key[feas], kind="stable")]
@@ -496,6 +496,14 @@ def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
                              f"1..{max(1, min_layers)}")
     sp = lay.get("sequence_parallel")
     out = layouts(n, g, heads, layers, tp=tp, pp=pp, vp=vp, sp=sp)
+    if lay.get("async_tp") is not None and not isinstance(lay["async_tp"], bool):
+        raise UsageError(f"async_tp must be True, False or None (searched), got {lay['async_tp']!r}")
+    if lay.get("async_tp"):
+        out = [p for p in out if p.tp > 1 and p.sp]
+        if not out:
+            raise UsageError("--async-tp overlaps the sequence-parallel collectives of tensor parallelism: it needs "
+                             f"--tp above 1 (valid here: {', '.join(str(v) for v in sorted({p.tp for p in free} - {1}))})"
+                             " and sequence parallelism")
     if vp is not None and vp > 1 and pp is None:
         out = [p for p in out if p.pp > 1]
     return out

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import communication as comm
+from . import kernels, workload
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,8 @@ class Parallelism:
     """How the GPUs are split: data-parallel replicas x tensor-parallel x pipeline stages.
 
     ``vp``: virtual pipeline stages per GPU (interleaved 1F1B; 1 = plain 1F1B). ``sp``: Megatron
-    sequence parallelism (only with tp > 1).
+    sequence parallelism (only with tp > 1). ``async_tp``: the tensor-parallel collectives
+    overlapped with the GEMMs (:func:`async_tp_time`; needs sequence parallelism).
     """
 
     dp: int
@@ -43,6 +45,7 @@ class Parallelism:
     pp: int = 1
     vp: int = 1
     sp: bool = False
+    async_tp: bool = False
 
     @property
     def n_gpus(self) -> int:
@@ -54,7 +57,7 @@ class Parallelism:
             return ""
         parts = []
         if self.tp > 1:
-            parts.append(f"TP {self.tp}" + (" + sequence parallel" if self.sp else ""))
+            parts.append(f"TP {self.tp}" + (" + sequence parallel" if self.sp else "") + (" + async" if self.async_tp else ""))
         if self.pp > 1:
             parts.append(f"PP {self.pp}" + (f" (interleaved × {self.vp})" if self.vp > 1 else " (1F1B)"))
         parts.append(f"DP {self.dp}")
@@ -102,6 +105,46 @@ def tp_comm_time(tokens, hidden: int, e: int, tp: int, sp: bool, passes, bw: flo
         return np.zeros_like(np.asarray(tokens, dtype=float))
     per_pass = (4 if sp else 2) * alpha + tp_comm_bytes_per_layer(tokens, hidden, e, tp) / bw
     return np.asarray(passes, dtype=float) * per_pass
+
+
+def layer_gemm_times(model, tokens, precision: str, dev, chunks: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds per micro-batch of the view's layer GEMMs (all its layers) on ``tokens`` rows
+    (array): forward, and backward (input gradient + weight gradient), at the profile's shape
+    efficiency (:func:`kernels.gemm_time`, as :mod:`simulator.compute` times GEMMs). ``chunks``:
+    the forward and input-gradient GEMMs run as that many pieces of tokens/chunks rows each
+    (asynchronous TP's decomposition); the weight gradient, a reduction over the tokens, is not
+    split."""
+    prof = dev.profile
+    peak, f, b = dev.gemm_peak(precision), prof.gemm_for(precision), prof.gemm_bwd_for(precision)
+    e, bw, be = workload.act_bytes(precision), dev.mem_bw, prof.memory_bw_eff
+    t = np.asarray(tokens, dtype=float)
+    fwd, bwd = np.zeros_like(t), np.zeros_like(t)
+    for g in workload.layer_gemms(model, t):
+        w = g.count * np.asarray(g.batch, dtype=float)
+        m = t / chunks
+        fwd = fwd + w * chunks * kernels.gemm_time(m, g.n, g.k, peak, f.e_max, f.x_half, e, bw, be, 0.0)
+        bwd = bwd + w * (chunks * kernels.gemm_time(m, g.k, g.n, peak, b.e_max, b.x_half, e, bw, be, 0.0)
+                         + kernels.gemm_time(g.k, g.n, t, peak, b.e_max, b.x_half, e, bw, be, 0.0))
+    return fwd, bwd
+
+
+def async_tp_time(comm_pass, gemms: tuple, split: tuple, fwd_passes, tp: int, overlap: float) -> np.ndarray:
+    """Seconds asynchronous tensor parallelism adds per micro-batch (PyTorch's async TP in
+    torchtitan, Megatron-LM's --tp-comm-overlap): each sequence-parallel all-gather is split into
+    tp pieces, each piece's GEMM running while the next piece arrives (and each reduce-scatter
+    likewise behind the GEMM that produces it). Of a pass's collectives ``comm_pass`` (s; they
+    still move every byte over the link) at most the fraction ``overlap`` is hidden (the transfers
+    contend with the GEMMs for memory bandwidth and SMs), and never more than the pass's split
+    GEMM time less its last piece, (tp-1)/tp of it, which has nothing left to hide; the rest stays
+    exposed. The split GEMMs run less efficiently (fewer rows each): their extra time is added.
+    ``gemms``/``split``: (forward, backward) GEMM seconds whole and split into tp pieces
+    (:func:`layer_gemm_times`); ``fwd_passes``: forward passes per micro-batch (1 + the share of
+    layers recomputed)."""
+    (gf, gb), (sf, sb) = gemms, split
+    win = (tp - 1) / tp
+    exposed_f = comm_pass - np.minimum(overlap * comm_pass, win * sf)
+    exposed_b = comm_pass - np.minimum(overlap * comm_pass, win * sb)
+    return fwd_passes * (exposed_f + (sf - gf)) + exposed_b + (sb - gb)
 
 
 def p2p_bytes(tokens, hidden: int, e: int, tp: int, sp: bool) -> np.ndarray:

@@ -18,7 +18,7 @@ import numpy as np
 from . import memory, parallel, workload
 from .compute import micro_batch_time
 from .estimate import Problem, Space, Table, evaluate
-from .strategy import SHARD_STAGE, checkpointed_layers, offload_allowed
+from .strategy import SHARD_STAGE, Strategy, checkpointed_layers, offload_allowed
 
 #: Sharding modes that combine with pipeline parallelism: Megatron's data-parallel gradient
 #: all-reduce (DDP) and its distributed optimizer (ZeRO-1); DeepSpeed refuses ZeRO-2/3 with
@@ -83,8 +83,46 @@ def offload_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float
     return local / rate
 
 
-def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -> list[dict]:
-    """Arrays of every strategy under ``par`` for each virtual-stage count in ``vps``."""
+def async_allowed(pb: Problem, par: parallel.Parallelism, async_tp: bool | None) -> bool:
+    """Whether asynchronous TP is considered for ``par``: pinned on (any stack: Megatron-LM's
+    --tp-comm-overlap, which no stack preset models), or searched where the stack offers it; only
+    with tensor and sequence parallelism (both implementations overlap the sequence-parallel
+    all-gathers and reduce-scatters)."""
+    if not (par.tp > 1 and par.sp) or async_tp is False:
+        return False
+    return async_tp is True or pb.stack.async_tp != "no"
+
+
+def _async_tp(pb: Problem, model, packs: list[tuple], pack: np.ndarray, tokens: np.ndarray, tp_mb: np.ndarray,
+              passes: np.ndarray, tp: int, pinned: bool | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the tensor-parallel seconds per micro-batch with the collectives overlapped
+    (:func:`parallel.async_tp_time`) where that is allowed (torchtitan: compiled packs only) and,
+    unless pinned on, faster; and whether it is used."""
+    need_compile = pb.stack.async_tp == "compiled" and pinned is not True
+    out, use = tp_mb.copy(), np.zeros(tp_mb.size, dtype=bool)
+    tok = np.broadcast_to(np.asarray(tokens, dtype=float), tp_mb.shape)
+    ok = np.array([pb.device.gemm_peak(p) is not None and (c or not need_compile) for p, _a, c, _k in packs])[pack]
+    prec = np.array([pk[0] for pk in packs])[pack]
+    for p in {pk[0] for pk in packs}:
+        sel = ok & (prec == p)
+        if not sel.any():
+            continue
+        u, inv = np.unique(tok[sel], return_inverse=True)  # a few micro-batch sizes
+        whole = tuple(x[inv] for x in parallel.layer_gemm_times(model, u, p, pb.device))
+        split = tuple(x[inv] for x in parallel.layer_gemm_times(model, u, p, pb.device, chunks=tp))
+        t = parallel.async_tp_time(tp_mb[sel] / passes[sel], whole, split, passes[sel] - 1.0, tp,
+                                   pb.stack.async_tp_overlap)
+        better = np.full(t.size, True) if pinned else t < tp_mb[sel]
+        out[sel] = np.where(better, t, tp_mb[sel])
+        use[sel] = better
+    return out, use
+
+
+def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int],
+                    async_tp: bool | None = None) -> list[dict]:
+    """Arrays of every strategy under ``par`` for each virtual-stage count in ``vps``;
+    ``async_tp``: None = asynchronous TP where the stack offers it and it is faster, True = on
+    wherever the layout allows it, False = off."""
     model = parallel.view(pb.model, par)
     fab = parallel.dp_fabric(pb.fabric, par)
     shardings = [s for s in space.shardings if par.pp == 1 or s in PIPELINE_SHARDINGS]
@@ -103,6 +141,9 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
     h = getattr(pb.model, "hidden", 0)  # other families (no layouts): no TP or stage traffic
     tp_mb = model.n_layers * parallel.tp_comm_time(tokens, h, e, par.tp, par.sp, passes,
                                                    pb.fabric.intra_bw * pb.fabric.busbw_eff, pb.fabric.intra_alpha)
+    tp_sync, use_async = tp_mb, np.zeros(ga.size, dtype=bool)
+    if async_allowed(pb, par, async_tp):
+        tp_mb, use_async = _async_tp(pb, model, packs, a["pack"], tokens, tp_mb, passes, par.tp, async_tp)
     t_mb = (a["forward"] + a["backward"] + a["recompute"]) / ga
     act, log = a["mem_activations"], a["mem_logits"]
     F = 1 + pb.stack.fragmentation
@@ -115,6 +156,7 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
         bubble = (p.pp - 1) / vp * (t_mb + tp_mb + p2p_mb)
         b = dict(a)
         b["bubble"], b["tp_comm"], b["pp_comm"] = bubble, ga * tp_mb, ga * p2p_mb
+        b["tp_comm_hidden"] = ga * (tp_sync - tp_mb)
         b["step_time"] = a["step_time"] + bubble + b["tp_comm"] + b["pp_comm"]
         # first stage: in-flight micro-batches' stored activations + one working set; last: one + logits
         first = act + (parallel.in_flight(p.pp, ga, vp) - 1) * stored
@@ -127,6 +169,7 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
         b["feasible"] = a["valid"] & b["fits"] & a["host_ok"]
         for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp)):
             b[k] = np.full(ga.size, val)
+        b["async_tp"] = use_async
         simpler = np.log2(p.tp) + np.log2(p.pp) + (vp - 1)
         b["rank_key"] = np.where(b["feasible"], b["step_time"] * (1 + 1e-9 * (a["rank"] + 1000 * simpler)), np.inf)
         out.append(b)
@@ -169,11 +212,13 @@ def _compute_floors(pb: Problem, space: Space, pars: list[parallel.Parallelism])
     return full, one
 
 
-def step_floors(pb: Problem, space: Space, pars: list[parallel.Parallelism]) -> np.ndarray:
+def step_floors(pb: Problem, space: Space, pars: list[parallel.Parallelism],
+                async_tp: bool | None = None) -> np.ndarray:
     """A lower bound on any strategy's step time under each layout (seconds): the compute floor
     of :func:`_compute_floors` for the replica's batch; the pipeline bubble, (pp-1)/vp micro-batches'
     time, each at least one sample's compute and tensor-parallel bytes; the tensor-parallel bytes
-    of the whole batch at the link's bandwidth without latency; the CPU optimizer step where the
+    of the whole batch at the link's bandwidth without latency (none where asynchronous TP may
+    hide them, :func:`async_allowed`); the CPU optimizer step where the
     model states fit only offloaded (:func:`offload_floor`). Layouts whose floor exceeds a
     step already found are never evaluated: none of their strategies could win. Units: seconds."""
     if pb.device.profile.fresh_memory is not None:  # first-touch page costs: no bound, evaluate all
@@ -186,6 +231,8 @@ def step_floors(pb: Problem, space: Space, pars: list[parallel.Parallelism]) -> 
         layers = parallel.stage_layers(pb.model.n_layers, par.pp)[0]
 
         def tp(samples, par=par, layers=layers):
+            if async_allowed(pb, par, async_tp):
+                return 0.0
             return layers * float(parallel.tp_comm_time(samples * pb.seq_len, pb.model.hidden, 2, par.tp, par.sp,
                                                         2, bw, 0.0))
 
@@ -194,7 +241,7 @@ def step_floors(pb: Problem, space: Space, pars: list[parallel.Parallelism]) -> 
 
 
 def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Parallelism],
-                     prune: bool = True) -> tuple[Table, int]:
+                     prune: bool = True, async_tp: bool | None = None) -> tuple[Table, int]:
     """Evaluate every strategy of ``space`` under every layout that could fit and could win;
     one Table (rows of all evaluated layouts) and the number of layouts evaluated. Layouts are
     taken in order of their :func:`step_floors`; once a floor is slower than the fastest feasible
@@ -209,7 +256,8 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
     floors = {key: states_floor(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3])) for key in groups}
     keep = [k for k in groups if floors[k] <= pb.device.usable_memory] or [min(floors, key=floors.get)]
     par_of = {k: parallel.Parallelism(k[0], k[1], k[2], max(groups[k]), k[3]) for k in keep}
-    floor = dict(zip(keep, step_floors(pb, space, [par_of[k] for k in keep]), strict=True)) if prune and len(keep) > 1 \
+    floor = dict(zip(keep, step_floors(pb, space, [par_of[k] for k in keep], async_tp), strict=True)) \
+        if prune and len(keep) > 1 \
         else dict.fromkeys(keep, 0.0)
     parts: list[dict] = []
     best = np.inf
@@ -218,7 +266,8 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
         if floor[key] > best:
             break
         done.add(key)
-        for b in evaluate_layout(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3]), groups[key]):
+        for b in evaluate_layout(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3]), groups[key],
+                                 async_tp):
             parts.append(b)
             fin = b["rank_key"][np.isfinite(b["rank_key"])]
             best = min(best, float(fin.min()) if fin.size else np.inf)
@@ -228,17 +277,29 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
         rest = [k for k in keep if (k[1] == 1 and k[2] == 1) == plain]
         if rest and not any(k in done for k in rest):
             k = min(rest, key=floor.get)
-            parts.extend(evaluate_layout(pb, space, parallel.Parallelism(k[0], k[1], k[2], 1, k[3]), groups[k]))
+            parts.extend(evaluate_layout(pb, space, parallel.Parallelism(k[0], k[1], k[2], 1, k[3]), groups[k],
+                                         async_tp))
     if not parts:
         raise ValueError("no layout to evaluate: pipelining needs --sharding ddp or zero1")
     a = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
-    tab = Table(problem=pb, packs=packs, shardings=list(space.shardings), offloads=list(space.offloads), a=a)
+    tab = LayoutTable(problem=pb, packs=packs, shardings=list(space.shardings), offloads=list(space.offloads), a=a)
     return tab, len({(int(p["dp"][0]), int(p["tp"][0]), int(p["pp"][0]), int(p["vp"][0])) for p in parts})
 
 
+class LayoutTable(Table):
+    """A :class:`Table` whose rows also carry their layout's asynchronous-TP choice."""
+
+    def strategy(self, i: int) -> Strategy:
+        st = super().strategy(i)
+        if "async_tp" in self.a:
+            st = st.model_copy(update={"async_tp": bool(self.a["async_tp"][i])})
+        return st
+
+
 def _layout_text(a: dict, i: int) -> str:
-    p = parallel.Parallelism(int(a["dp"][i]), int(a["tp"][i]), int(a["pp"][i]), int(a["vp"][i]), bool(a["sp"][i]))
+    p = parallel.Parallelism(int(a["dp"][i]), int(a["tp"][i]), int(a["pp"][i]), int(a["vp"][i]), bool(a["sp"][i]),
+                             bool(a["async_tp"][i]))
     return p.describe() or f"data parallelism over all {p.dp} GPUs"
 
 

@@ -48,6 +48,7 @@ class Strategy(BaseModel):
     pp: int = 1
     vp: int = 1
     sequence_parallel: bool = False
+    async_tp: bool = False  # tensor-parallel collectives overlapped with the GEMMs
 
     @field_validator("checkpointing")
     @classmethod
@@ -71,7 +72,8 @@ class Strategy(BaseModel):
         if self.tp > 1 or self.pp > 1:
             from .parallel import Parallelism
 
-            parts.insert(0, Parallelism(self.dp or 1, self.tp, self.pp, self.vp, self.sequence_parallel).describe())
+            parts.insert(0, Parallelism(self.dp or 1, self.tp, self.pp, self.vp, self.sequence_parallel,
+                                        self.async_tp).describe())
         return " · ".join(parts)
 
 

@@ -276,3 +276,64 @@ def test_korthikanti_iteration_times():
     err = (df["predicted"] - df["measured"]) / df["measured"]
     assert df["feasible"].all()
     assert (err.abs() < 0.25).all() and err.abs().mean() < 0.13
+
+
+# ---------------------------------------------------------------- asynchronous tensor parallelism
+def test_async_tp_time_by_hand():
+    # 1 s of collectives per pass, GEMMs of 4 s forward / 8 s backward (split: 4.4 / 8.4), tp 4,
+    # at most 42% hidden: 0.58 s exposed per pass plus the split GEMMs' extra 0.4 s each
+    gemms, split = (np.array([4.0]), np.array([8.0])), (np.array([4.4]), np.array([8.4]))
+    t = parallel.async_tp_time(np.array([1.0]), gemms, split, np.array([1.0]), 4, 0.42)
+    assert t == pytest.approx(2 * 0.58 + 2 * 0.4)
+    # GEMMs too short to hide it all: only (tp-1)/tp of the split GEMMs hides the collectives
+    short = (np.array([0.2]), np.array([0.4])), (np.array([0.2]), np.array([0.4]))
+    t = parallel.async_tp_time(np.array([1.0]), *short, np.array([2.0]), 4, 1.0)
+    assert t == pytest.approx(2 * (1 - 0.75 * 0.2) + (1 - 0.75 * 0.4))
+
+
+def test_split_gemms_are_never_faster():
+    v = ShardView(get_model("llama-2-70b"), Parallelism(8, 8, 1, sp=True))
+    from simulator.api import setup
+
+    dev = setup("llama-2-70b", "8xh100").problem.device
+    tok = np.array([512.0, 4096.0, 32768.0])
+    whole, split = parallel.layer_gemm_times(v, tok, "bf16", dev), parallel.layer_gemm_times(v, tok, "bf16", dev, 8)
+    assert (split[0] >= whole[0]).all() and (split[1] >= whole[1]).all()
+
+
+@pytest.mark.parametrize("model,gpus,gb,ck,mb,measured", [
+    ("llama-3-70b", "32x8xh100", 16 * 32, "full", 16, 652.4 / 597.3),
+    ("llama-3-8b", "8x8xh100", 12 * 8, "op", 12, 4809.4 / 4378),
+])
+def test_async_tp_speedup_matches_torchtitans_benchmark(model, gpus, gb, ck, mb, measured):
+    """pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, bf16 rows (the
+    stack's overlap fraction is fitted to these two runs)."""
+    spec = get_model("llama-2-70b").model_copy(update={"vocab_size": 128256, "name": model}) \
+        if model == "llama-3-70b" else get_model(model)
+    kn = dict(stack="torchtitan", global_batch=gb, seq_len=8192, steps=1, precision="bf16", attention="sdpa",
+              compile=True, checkpointing=ck, sharding="fsdp-full", offload="none", micro_batch=mb, tp=8, pp=1,
+              sequence_parallel=True)
+    sync, overlapped = simulate(spec, gpus, async_tp=False, **kn), simulate(spec, gpus, async_tp=True, **kn)
+    assert overlapped.strategy["async_tp"] and not sync.strategy["async_tp"]
+    assert sync.step_time_s / overlapped.step_time_s == pytest.approx(measured, abs=0.03)
+    b = overlapped.breakdown_s
+    assert b["tp_comm_hidden"] > 0 and b["tp_comm"] + b["tp_comm_hidden"] >= sync.breakdown_s["tp_comm"] * (1 - 1e-9)
+    # the collectives still move every byte: at most the overlap fraction of them is hidden
+    assert b["tp_comm_hidden"] <= 0.42 * sync.breakdown_s["tp_comm"] + 1e-9
+
+
+def test_async_tp_is_searched_where_the_stack_offers_it(capsys):
+    titan = run_search("llama-2-70b", "8x8xh100", stack="torchtitan")
+    a = titan.table.a
+    assert a["async_tp"].any() and not a["async_tp"][(a["tp"] == 1) | ~a["sp"].astype(bool)].any()
+    # torchtitan's async TP is an Inductor pass: compiled strategies only
+    compiled = np.array([pk[2] for pk in titan.table.packs])[a["pack"]]
+    assert not a["async_tp"][~compiled].any()
+    plain = run_search("llama-2-70b", "8x8xh100")  # hf-trainer does not offer it
+    assert not plain.table.a["async_tp"].any()
+    assert main(["--gpus", "8x8xh100", "--model", "llama-2-70b", "--tp", "8", "--async-tp", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["strategy"]["async_tp"] and d["breakdown_s"]["tp_comm_hidden"] > 0
+    assert main(["--gpus", "8x8xh100", "--model", "llama-2-70b", "--tp", "1", "--async-tp"]) == 2
+    err = capsys.readouterr().err
+    assert "--async-tp" in err and len(err.strip().splitlines()) == 1

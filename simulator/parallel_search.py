@@ -17,7 +17,7 @@ import numpy as np
 
 from . import memory, parallel, workload
 from .compute import micro_batch_time
-from .estimate import Problem, Space, Table, evaluate
+from .estimate import Problem, Space, Table, evaluate, model_flops_per_token
 from .strategy import SHARD_STAGE, Strategy, checkpointed_layers, offload_allowed
 
 #: Sharding modes that combine with pipeline parallelism: Megatron's data-parallel gradient
@@ -212,40 +212,62 @@ def _compute_floors(pb: Problem, space: Space, pars: list[parallel.Parallelism])
     return full, one
 
 
+def _extra_floor(pb: Problem, space: Space, par: parallel.Parallelism, compute: float, one: float,
+                 async_tp: bool | None) -> float:
+    """What a layout adds at least to ``compute`` seconds of the replica's batch, given a floor
+    ``one`` on one sample's compute: the pipeline bubble, (pp-1)/vp micro-batches, each at least
+    one sample's compute and tensor-parallel bytes; the tensor-parallel bytes of the whole batch at
+    the link's bandwidth without latency (none where asynchronous TP may hide them,
+    :func:`async_allowed`); the CPU optimizer step where the model states fit only offloaded
+    (:func:`offload_floor`)."""
+    per_replica = math.ceil(pb.global_batch / par.dp)
+    layers = parallel.stage_layers(pb.model.n_layers, par.pp)[0]
+    bw = pb.fabric.intra_bw * pb.fabric.busbw_eff
+
+    def tp(samples):
+        if async_allowed(pb, par, async_tp):
+            return 0.0
+        return layers * float(parallel.tp_comm_time(samples * pb.seq_len, pb.model.hidden, 2, par.tp, par.sp, 2,
+                                                    bw, 0.0))
+
+    return tp(per_replica) + (par.pp - 1) / par.vp * (one + tp(1)) + offload_floor(pb, space, par)
+
+
+def flops_floor(pb: Problem, space: Space, par: parallel.Parallelism, async_tp: bool | None = None) -> float:
+    """A cheap lower bound on any strategy's step time under ``par`` (seconds): the GPU's share of
+    the model's minimum FLOPs at the fastest searched peak and the profile's best efficiency of any
+    kernel, plus :func:`_extra_floor` (one sample: the batch's share)."""
+    dev, prof = pb.device, pb.device.profile
+    precs = [p for p in space.precisions if dev.gemm_peak(p) is not None]
+    if not precs:
+        return 0.0
+    peak = max(dev.gemm_peak(p) for p in precs)
+    at = prof.attention
+    eff = min(1.0, max([prof.gemm_for(p).e_max for p in precs]
+                       + [at.flash_fwd, at.flash_bwd, at.mem_efficient_fwd, at.mem_efficient_bwd]))
+    per_replica = math.ceil(pb.global_batch / par.dp)
+    compute = model_flops_per_token(pb.model, pb.seq_len) * per_replica * pb.seq_len / (par.tp * par.pp) / (peak * eff)
+    return float(compute) + _extra_floor(pb, space, par, compute, compute / per_replica, async_tp)
+
+
 def step_floors(pb: Problem, space: Space, pars: list[parallel.Parallelism],
                 async_tp: bool | None = None) -> np.ndarray:
-    """A lower bound on any strategy's step time under each layout (seconds): the compute floor
-    of :func:`_compute_floors` for the replica's batch; the pipeline bubble, (pp-1)/vp micro-batches'
-    time, each at least one sample's compute and tensor-parallel bytes; the tensor-parallel bytes
-    of the whole batch at the link's bandwidth without latency (none where asynchronous TP may
-    hide them, :func:`async_allowed`); the CPU optimizer step where the
-    model states fit only offloaded (:func:`offload_floor`). Layouts whose floor exceeds a
-    step already found are never evaluated: none of their strategies could win. Units: seconds."""
+    """A tighter lower bound on any strategy's step time under each layout (seconds): the compute
+    floors of :func:`_compute_floors` plus :func:`_extra_floor`. Layouts whose floor exceeds a step
+    already found are never evaluated: none of their strategies could win."""
     if pb.device.profile.fresh_memory is not None:  # first-touch page costs: no bound, evaluate all
         return np.zeros(len(pars))
     full, one = _compute_floors(pb, space, pars)
-    bw = pb.fabric.intra_bw * pb.fabric.busbw_eff
-    out = np.empty(len(pars))
-    for i, par in enumerate(pars):
-        per_replica = math.ceil(pb.global_batch / par.dp)
-        layers = parallel.stage_layers(pb.model.n_layers, par.pp)[0]
-
-        def tp(samples, par=par, layers=layers):
-            if async_allowed(pb, par, async_tp):
-                return 0.0
-            return layers * float(parallel.tp_comm_time(samples * pb.seq_len, pb.model.hidden, 2, par.tp, par.sp,
-                                                        2, bw, 0.0))
-
-        out[i] = full[i] + tp(per_replica) + (par.pp - 1) / par.vp * (one[i] + tp(1)) + offload_floor(pb, space, par)
-    return out
+    return np.array([full[i] + _extra_floor(pb, space, par, full[i], one[i], async_tp) for i, par in enumerate(pars)])
 
 
 def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Parallelism],
                      prune: bool = True, async_tp: bool | None = None) -> tuple[Table, int]:
     """Evaluate every strategy of ``space`` under every layout that could fit and could win;
     one Table (rows of all evaluated layouts) and the number of layouts evaluated. Layouts are
-    taken in order of their :func:`step_floors`; once a floor is slower than the fastest feasible
-    step found so far, the rest are skipped (``prune=False`` evaluates every layout that can fit:
+    taken in order of their :func:`flops_floor`; once that is slower than the fastest feasible step
+    found so far, the rest are skipped, and a layout whose :func:`step_floors` is slower is skipped
+    (``prune=False`` evaluates every layout that can fit:
     the reference the pruned search is tested against). The least-memory layout is evaluated when
     none can fit, so the cluster still gets its closest plan and reasons."""
     groups: dict[tuple, list[int]] = {}
@@ -256,15 +278,25 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
     floors = {key: states_floor(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3])) for key in groups}
     keep = [k for k in groups if floors[k] <= pb.device.usable_memory] or [min(floors, key=floors.get)]
     par_of = {k: parallel.Parallelism(k[0], k[1], k[2], max(groups[k]), k[3]) for k in keep}
-    floor = dict(zip(keep, step_floors(pb, space, [par_of[k] for k in keep], async_tp), strict=True)) \
-        if prune and len(keep) > 1 \
-        else dict.fromkeys(keep, 0.0)
+    prune = prune and len(keep) > 1
+    cheap = {k: flops_floor(pb, space, par_of[k], async_tp) for k in keep} if prune else dict.fromkeys(keep, 0.0)
+    tight: dict[tuple, float] = {}
+
+    def floor(key: tuple) -> float:
+        """The tight floor, computed for the key's whole tensor-parallel view at once when needed."""
+        if key not in tight:
+            same = [k for k in keep if (k[1], k[3]) == (key[1], key[3])]
+            tight.update(zip(same, step_floors(pb, space, [par_of[k] for k in same], async_tp), strict=True))
+        return tight[key]
+
     parts: list[dict] = []
     best = np.inf
     done: set[tuple] = set()
-    for key in sorted(keep, key=floor.get):
-        if floor[key] > best:
+    for key in sorted(keep, key=cheap.get):
+        if cheap[key] > best:
             break
+        if prune and np.isfinite(best) and floor(key) > best:
+            continue
         done.add(key)
         for b in evaluate_layout(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3]), groups[key],
                                  async_tp):
@@ -276,7 +308,7 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
     for plain in (True, False):
         rest = [k for k in keep if (k[1] == 1 and k[2] == 1) == plain]
         if rest and not any(k in done for k in rest):
-            k = min(rest, key=floor.get)
+            k = min(rest, key=cheap.get)
             parts.extend(evaluate_layout(pb, space, parallel.Parallelism(k[0], k[1], k[2], 1, k[3]), groups[k],
                                          async_tp))
     if not parts:

@@ -16,7 +16,7 @@ from itertools import product
 import numpy as np
 
 from . import memory, parallel, workload
-from .compute import micro_batch_time
+from .compute import _attention_part, micro_batch_time
 from .estimate import Problem, Space, Table, evaluate, model_flops_per_token
 from .strategy import SHARD_STAGE, Strategy, checkpointed_layers, offload_allowed
 
@@ -61,7 +61,7 @@ def states_floor(pb: Problem, space: Space, par: parallel.Parallelism, offloads:
         for s in shardings:
             for o in space.offloads if offloads is None else offloads:
                 if offload_allowed(s, o):
-                    st = memory.model_states(P, PL, p, s, o, pb.optimizer, par.dp, pb.stack)
+                    st = memory.model_states(P, PL, p, s, o, pb.optimizer, par.dp * par.cp, pb.stack)
                     best = min(best, st["weights"] + st["gradients"] + st["optimizer"])
     return best
 
@@ -69,13 +69,13 @@ def states_floor(pb: Problem, space: Space, par: parallel.Parallelism, offloads:
 def offload_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
     """Seconds every strategy of ``par`` spends at least in offloaded optimizer steps: 0 when
     some strategy without offload keeps its model states in GPU memory; else the CPU Adam time
-    of the fewest parameters a GPU updates (its view's, divided over the data-parallel group
-    where the optimizer states are sharded), at the node CPU's rate shared as the search shares it."""
+    of the fewest parameters a GPU updates (its view's, divided over the dp x cp ranks where the
+    optimizer states are sharded), at the node CPU's rate shared as the search shares it."""
     if "none" in space.offloads and states_floor(pb, space, par, ["none"]) <= pb.device.usable_memory:
         return 0.0
     P = float(parallel.view(pb.model, par).n_params())
     shardings = [s for s in space.shardings if par.pp == 1 or s in PIPELINE_SHARDINGS]
-    local = min((P / par.dp if SHARD_STAGE[s] >= 1 else P for s in shardings
+    local = min((P / (par.dp * par.cp) if SHARD_STAGE[s] >= 1 else P for s in shardings
                  if any(o != "none" and offload_allowed(s, o) for o in space.offloads)), default=np.inf)
     if not np.isfinite(local):
         return 0.0
@@ -118,6 +118,37 @@ def _async_tp(pb: Problem, model, packs: list[tuple], pack: np.ndarray, tokens: 
     return out, use
 
 
+def _ring_attention(pb: Problem, model, par: parallel.Parallelism, seq: int, packs: list[tuple], a: dict,
+                    mb: np.ndarray, e: np.ndarray) -> None:
+    """Adds context parallelism's attention to the rows ``a`` (in place) of a layout evaluated at
+    ``seq`` = seq_len/cp tokens per rank: the view computed one block of attention per pass, the
+    rank computes cp (its queries against every key, 1/cp of the causal attention, load-balanced),
+    so cp-1 more blocks' time and FLOPs (forward, backward, and the recomputed forward where the
+    policy recomputes attention); and the exposed ring exchange (:func:`parallel.cp_ring_time`).
+    ``mb``: mean samples per micro-batch (attention is linear in it); ``e``: activation bytes."""
+    L = model.n_layers
+    ga = a["grad_accum"].astype(float)
+    one = np.array([1.0])
+    f1, b1, ff1, fb1 = (np.zeros(a["pack"].size) for _ in range(4))
+    rec = np.zeros(a["pack"].size)
+    for k, (p, att, _c, ck) in enumerate(packs):
+        sel = a["pack"] == k
+        if not sel.any() or pb.device.gemm_peak(p) is None:
+            continue
+        part = _attention_part(model, seq, one, p, att, pb.device)  # one sample, one block per layer
+        f1[sel], b1[sel], ff1[sel], fb1[sel] = part.t_fwd[0], part.t_bwd[0], part.fl_fwd[0], part.fl_bwd[0]
+        rec[sel] = 1.0 if ck == "selective" else checkpointed_layers(ck, L) / L  # attention recomputed
+    more = par.cp - 1
+    fwd, bwd = more * f1 * mb * ga, more * b1 * mb * ga
+    a["forward"], a["backward"], a["recompute"] = a["forward"] + fwd, a["backward"] + bwd, a["recompute"] + rec * fwd
+    a["compute"] = a["compute"] + (1 + rec) * fwd + bwd
+    a["hw_flops"] = a["hw_flops"] + more * ((1 + rec) * ff1 + fb1) * mb * ga
+    ring = parallel.cp_ring_time(parallel.cp_block_bytes(mb * seq, workload.kv_dim(model), e), par.cp * f1 * mb, par.cp * b1 * mb,
+                                 1 + rec, L, par, pb.fabric)
+    a["cp_comm"] = ga * ring
+    a["step_time"] = a["step_time"] + (1 + rec) * fwd + bwd + a["cp_comm"]
+
+
 def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int],
                     async_tp: bool | None = None) -> list[dict]:
     """Arrays of every strategy under ``par`` for each virtual-stage count in ``vps``;
@@ -125,11 +156,16 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
     wherever the layout allows it, False = off."""
     model = parallel.view(pb.model, par)
     fab = parallel.dp_fabric(pb.fabric, par)
+    seq = pb.seq_len // par.cp  # tokens of each sequence on one context-parallel rank
     shardings = [s for s in space.shardings if par.pp == 1 or s in PIPELINE_SHARDINGS]
-    sub = dataclasses.replace(space, shardings=shardings)
-    if space.micro_batches is None and (par.tp > 1 or par.pp > 1):
-        sub.micro_batches = micro_batch_sizes(math.ceil(pb.global_batch / par.dp))
-    tab = evaluate(dataclasses.replace(pb, model=model, fabric=fab), sub)
+    attentions = [x for x in space.attentions if par.cp == 1 or x in parallel.CP_ATTENTIONS]
+    sub = dataclasses.replace(space, shardings=shardings, attentions=attentions)
+    per_replica = math.ceil(pb.global_batch / par.dp)
+    if space.micro_batches is None and (par.tp > 1 or par.pp > 1 or par.cp > 1):
+        sub.micro_batches = micro_batch_sizes(per_replica)
+    # each of the dp x cp ranks of the gradient group holds the replica's samples at seq/cp tokens
+    tab = evaluate(dataclasses.replace(pb, model=model, fabric=fab, seq_len=seq,
+                                       global_batch=pb.global_batch * par.cp), sub)
     a = dict(tab.a)
     a["sharding"] = np.array([space.shardings.index(s) for s in shardings])[a["sharding"]]
     packs = tab.packs
@@ -137,18 +173,21 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
     # forward + backward, and the forward again for every recomputed layer (full, every:K)
     passes = np.array([2.0 + checkpointed_layers(pk[3], model.n_layers) / model.n_layers for pk in packs])[a["pack"]]
     ga = a["grad_accum"].astype(float)
-    tokens = math.ceil(pb.global_batch / par.dp) * pb.seq_len / ga  # mean tokens per micro-batch
+    tokens = per_replica * seq / ga  # mean tokens per micro-batch on one GPU
     h = getattr(pb.model, "hidden", 0)  # other families (no layouts): no TP or stage traffic
     tp_mb = model.n_layers * parallel.tp_comm_time(tokens, h, e, par.tp, par.sp, passes,
                                                    pb.fabric.intra_bw * pb.fabric.busbw_eff, pb.fabric.intra_alpha)
     tp_sync, use_async = tp_mb, np.zeros(ga.size, dtype=bool)
     if async_allowed(pb, par, async_tp):
         tp_mb, use_async = _async_tp(pb, model, packs, a["pack"], tokens, tp_mb, passes, par.tp, async_tp)
-    t_mb = (a["forward"] + a["backward"] + a["recompute"]) / ga
+    a["cp_comm"] = np.zeros(ga.size)
+    if par.cp > 1:
+        _ring_attention(pb, model, par, seq, packs, a, per_replica / ga, e)
+    t_mb = (a["forward"] + a["backward"] + a["recompute"] + a["cp_comm"]) / ga
     act, log = a["mem_activations"], a["mem_logits"]
     F = 1 + pb.stack.fragmentation
     rest = a["mem_total"] - act * F - log
-    stored = stored_activations(model, pb.seq_len, packs, a["pack"], a["micro_batch"], act) if par.pp > 1 else act
+    stored = stored_activations(model, seq, packs, a["pack"], a["micro_batch"], act) if par.pp > 1 else act
     out = []
     for vp in vps:
         p = dataclasses.replace(par, vp=vp)
@@ -167,12 +206,16 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
         b["mem_total"] = rest + np.maximum(first * F, act * F + log)
         b["fits"] = b["mem_total"] <= pb.device.usable_memory
         b["feasible"] = a["valid"] & b["fits"] & a["host_ok"]
-        for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp)):
+        for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp), ("cp", p.cp)):
             b[k] = np.full(ga.size, val)
         b["async_tp"] = use_async
-        simpler = np.log2(p.tp) + np.log2(p.pp) + (vp - 1)
+        simpler = np.log2(p.tp) + np.log2(p.pp) + np.log2(p.cp) + (vp - 1)
         b["rank_key"] = np.where(b["feasible"], b["step_time"] * (1 + 1e-9 * (a["rank"] + 1000 * simpler)), np.inf)
         out.append(b)
+    if packs != (every := list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))):
+        index = np.array([every.index(pk) for pk in packs])  # the layout's packs among the search's
+        for b in out:
+            b["pack"] = index[b["pack"]]
     return out
 
 
@@ -227,8 +270,8 @@ def _extra_floor(pb: Problem, space: Space, par: parallel.Parallelism, compute: 
     def tp(samples):
         if async_allowed(pb, par, async_tp):
             return 0.0
-        return layers * float(parallel.tp_comm_time(samples * pb.seq_len, pb.model.hidden, 2, par.tp, par.sp, 2,
-                                                    bw, 0.0))
+        return layers * float(parallel.tp_comm_time(samples * pb.seq_len / par.cp, pb.model.hidden, 2, par.tp, par.sp,
+                                                    2, bw, 0.0))
 
     return tp(per_replica) + (par.pp - 1) / par.vp * (one + tp(1)) + offload_floor(pb, space, par)
 
@@ -246,7 +289,8 @@ def flops_floor(pb: Problem, space: Space, par: parallel.Parallelism, async_tp: 
     eff = min(1.0, max([prof.gemm_for(p).e_max for p in precs]
                        + [at.flash_fwd, at.flash_bwd, at.mem_efficient_fwd, at.mem_efficient_bwd]))
     per_replica = math.ceil(pb.global_batch / par.dp)
-    compute = model_flops_per_token(pb.model, pb.seq_len) * per_replica * pb.seq_len / (par.tp * par.pp) / (peak * eff)
+    compute = model_flops_per_token(pb.model, pb.seq_len) * per_replica * pb.seq_len / (par.tp * par.pp * par.cp) \
+        / (peak * eff)
     return float(compute) + _extra_floor(pb, space, par, compute, compute / per_replica, async_tp)
 
 
@@ -270,68 +314,75 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
     (``prune=False`` evaluates every layout that can fit:
     the reference the pruned search is tested against). The least-memory layout is evaluated when
     none can fit, so the cluster still gets its closest plan and reasons."""
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[parallel.Parallelism, list[int]] = {}  # each layout with vp = 1: its virtual-stage counts
     for par in layouts:
         if par.pp > 1 and not any(s in PIPELINE_SHARDINGS for s in space.shardings):
             continue
-        groups.setdefault((par.dp, par.tp, par.pp, par.sp), []).append(par.vp)
-    floors = {key: states_floor(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3])) for key in groups}
+        if par.cp > 1 and not any(x in parallel.CP_ATTENTIONS for x in space.attentions):
+            continue
+        groups.setdefault(dataclasses.replace(par, vp=1), []).append(par.vp)
+    floors = {key: states_floor(pb, space, key) for key in groups}
     keep = [k for k in groups if floors[k] <= pb.device.usable_memory] or [min(floors, key=floors.get)]
-    par_of = {k: parallel.Parallelism(k[0], k[1], k[2], max(groups[k]), k[3]) for k in keep}
+    par_of = {k: dataclasses.replace(k, vp=max(groups[k])) for k in keep}
     prune = prune and len(keep) > 1
     cheap = {k: flops_floor(pb, space, par_of[k], async_tp) for k in keep} if prune else dict.fromkeys(keep, 0.0)
-    tight: dict[tuple, float] = {}
+    tight: dict[parallel.Parallelism, float] = {}
 
-    def floor(key: tuple) -> float:
-        """The tight floor, computed for the key's whole tensor-parallel view at once when needed."""
+    def floor(key: parallel.Parallelism) -> float:
+        """The tight floor, computed for the key's whole tensor-parallel view at once when needed
+        (context-parallel layouts keep the FLOPs floor)."""
+        if key.cp > 1:
+            return cheap[key]
         if key not in tight:
-            same = [k for k in keep if (k[1], k[3]) == (key[1], key[3])]
+            same = [k for k in keep if (k.tp, k.sp, k.cp) == (key.tp, key.sp, 1)]
             tight.update(zip(same, step_floors(pb, space, [par_of[k] for k in same], async_tp), strict=True))
         return tight[key]
 
     parts: list[dict] = []
     best = np.inf
-    done: set[tuple] = set()
+    done: set[parallel.Parallelism] = set()
     for key in sorted(keep, key=cheap.get):
         if cheap[key] > best:
             break
         if prune and np.isfinite(best) and floor(key) > best:
             continue
         done.add(key)
-        for b in evaluate_layout(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3]), groups[key],
-                                 async_tp):
+        for b in evaluate_layout(pb, space, key, groups[key], async_tp):
             parts.append(b)
             fin = b["rank_key"][np.isfinite(b["rank_key"])]
             best = min(best, float(fin.min()) if fin.size else np.inf)
     # the most promising layout of the other kind (plain data parallelism, or tensor/pipeline),
     # so the winner can be explained against it
     for plain in (True, False):
-        rest = [k for k in keep if (k[1] == 1 and k[2] == 1) == plain]
+        rest = [k for k in keep if _plain(k) == plain]
         if rest and not any(k in done for k in rest):
             k = min(rest, key=cheap.get)
-            parts.extend(evaluate_layout(pb, space, parallel.Parallelism(k[0], k[1], k[2], 1, k[3]), groups[k],
-                                         async_tp))
+            parts.extend(evaluate_layout(pb, space, k, groups[k], async_tp))
     if not parts:
         raise ValueError("no layout to evaluate: pipelining needs --sharding ddp or zero1")
     a = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
     tab = LayoutTable(problem=pb, packs=packs, shardings=list(space.shardings), offloads=list(space.offloads), a=a)
-    return tab, len({(int(p["dp"][0]), int(p["tp"][0]), int(p["pp"][0]), int(p["vp"][0])) for p in parts})
+    return tab, len({tuple(int(p[k][0]) for k in ("dp", "tp", "pp", "vp", "cp")) for p in parts})
+
+
+def _plain(par: parallel.Parallelism) -> bool:
+    """Pure data parallelism: no tensor, pipeline or context parallelism."""
+    return par.tp == 1 and par.pp == 1 and par.cp == 1
 
 
 class LayoutTable(Table):
-    """A :class:`Table` whose rows also carry their layout's asynchronous-TP choice."""
+    """A :class:`Table` whose rows also carry their layout's asynchronous-TP and context-parallel
+    choices."""
 
     def strategy(self, i: int) -> Strategy:
-        st = super().strategy(i)
-        if "async_tp" in self.a:
-            st = st.model_copy(update={"async_tp": bool(self.a["async_tp"][i])})
-        return st
+        return super().strategy(i).model_copy(update={"async_tp": bool(self.a["async_tp"][i]),
+                                                      "cp": int(self.a["cp"][i])})
 
 
 def _layout_text(a: dict, i: int) -> str:
     p = parallel.Parallelism(int(a["dp"][i]), int(a["tp"][i]), int(a["pp"][i]), int(a["vp"][i]), bool(a["sp"][i]),
-                             bool(a["async_tp"][i]))
+                             bool(a["async_tp"][i]), int(a["cp"][i]))
     return p.describe() or f"data parallelism over all {p.dp} GPUs"
 
 
@@ -339,22 +390,25 @@ def explain_layout(tab: Table, order: np.ndarray, n_layouts: int, n_evaluated: i
     """One sentence on why the winning layout won: its bubble and tensor-parallel time, and how
     the best plan of the other kind (pure data parallelism, or tensor/pipeline) compares."""
     a = tab.a
-    head = (f"considered {n_layouts} layouts dp × tp × pp = {n_gpus}, evaluated {n_evaluated} (the rest "
+    dims = "dp × tp × pp" + (" × cp" if (a["cp"] > 1).any() else "")
+    head = (f"considered {n_layouts} layouts {dims} = {n_gpus}, evaluated {n_evaluated} (the rest "
             "cannot fit their model states or cannot beat the winner even at peak speed)"
-            if n_layouts > n_evaluated else f"evaluated all {n_layouts} layouts dp × tp × pp = {n_gpus}")
+            if n_layouts > n_evaluated else f"evaluated all {n_layouts} layouts {dims} = {n_gpus}")
     if not order.size:
         return head + "; none fits"
     i = int(order[0])
-    plain = (a["tp"] == 1) & (a["pp"] == 1)
+    plain = (a["tp"] == 1) & (a["pp"] == 1) & (a["cp"] == 1)
     win_plain = bool(plain[i])
     other = np.nonzero(np.isfinite(a["rank_key"]) & (plain != win_plain))[0]
     text = f"{head}; {_layout_text(a, i)} wins"
     if not win_plain:
         text += (f" (per step: pipeline bubble {a['bubble'][i]:.2f} s, tensor-parallel collectives "
-                 f"{a['tp_comm'][i]:.2f} s, stage sends {a['pp_comm'][i]:.2f} s of {a['step_time'][i]:.2f} s)")
+                 f"{a['tp_comm'][i]:.2f} s, stage sends {a['pp_comm'][i]:.2f} s"
+                 + (f", ring attention {a['cp_comm'][i]:.2f} s" if a["cp"][i] > 1 else "")
+                 + f" of {a['step_time'][i]:.2f} s)")
     if other.size:
         j = other[np.argmin(a["rank_key"][other])]
-        text += (f"; the best {'tensor/pipeline' if win_plain else 'pure data-parallel'} plan "
+        text += (f"; the best {'tensor/pipeline/context' if win_plain else 'pure data-parallel'} plan "
                  f"({_layout_text(a, j)}) takes {a['step_time'][j] / a['step_time'][i]:.2f}× as long")
     elif not win_plain:
         text += "; no pure data-parallel plan fits"

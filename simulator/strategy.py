@@ -49,6 +49,7 @@ class Strategy(BaseModel):
     vp: int = 1
     sequence_parallel: bool = False
     async_tp: bool = False  # tensor-parallel collectives overlapped with the GEMMs
+    cp: int = 1  # context parallelism: each sequence split over cp ranks (ring attention)
 
     @field_validator("checkpointing")
     @classmethod
@@ -69,11 +70,11 @@ class Strategy(BaseModel):
             parts.append({"optimizer": "optimizer offloaded to CPU", "all": "params + optimizer offloaded to CPU"}[self.offload])
         parts.append(f"micro-batch {self.micro_batch} × {self.grad_accum} "
                      + ("micro-batches" if self.pp > 1 else "accumulation"))
-        if self.tp > 1 or self.pp > 1:
+        if self.tp > 1 or self.pp > 1 or self.cp > 1:
             from .parallel import Parallelism
 
             parts.insert(0, Parallelism(self.dp or 1, self.tp, self.pp, self.vp, self.sequence_parallel,
-                                        self.async_tp).describe())
+                                        self.async_tp, self.cp).describe())
         return " · ".join(parts)
 
 

@@ -1,6 +1,7 @@
 """Tensor, sequence and pipeline parallelism: hand-computed volumes, bubbles and per-stage memory;
 properties; the search over layouts through the API and the CLI."""
 
+import dataclasses
 import json
 import os
 
@@ -211,14 +212,17 @@ def test_pruned_layout_search_finds_the_exhaustive_optimum(model, gpus, knobs):
     assert pruned.strategy(j) == full.strategy(i)
     assert pruned.a["step_time"][j] == full.a["step_time"][i]
     assert n_pruned <= n_full
-    keys = sorted({(int(a), int(b), int(c), bool(d)) for a, b, c, d in
-                   zip(full.a["dp"], full.a["tp"], full.a["pp"], full.a["sp"], strict=True)})
-    by_key = {(p.dp, p.tp, p.pp, p.sp): p for p in pars}
-    floors = parallel_search.step_floors(pb, space, [Parallelism(k[0], k[1], k[2], max(
-        q.vp for q in pars if (q.dp, q.tp, q.pp, q.sp) == k), k[3]) for k in keys if k in by_key])
-    for k, f in zip([k for k in keys if k in by_key], floors, strict=True):
-        rows = (full.a["dp"] == k[0]) & (full.a["tp"] == k[1]) & (full.a["pp"] == k[2]) & full.a["feasible"]
-        assert not rows.any() or f <= full.a["step_time"][rows].min() * (1 + 1e-12), k
+    for key in {dataclasses.replace(p, vp=1) for p in pars}:
+        par = dataclasses.replace(key, vp=max(q.vp for q in pars if dataclasses.replace(q, vp=1) == key))
+        rows = full.a["feasible"].copy()
+        for k in ("dp", "tp", "pp", "cp"):
+            rows &= full.a[k] == getattr(key, k)
+        if not rows.any():
+            continue
+        fastest = full.a["step_time"][rows].min() * (1 + 1e-12)
+        assert parallel_search.flops_floor(pb, space, par) <= fastest, key
+        if key.cp == 1:
+            assert parallel_search.step_floors(pb, space, [par])[0] <= fastest, key
 
 
 def test_a_70b_model_fits_on_64_a100_80gb():
@@ -337,3 +341,77 @@ def test_async_tp_is_searched_where_the_stack_offers_it(capsys):
     assert main(["--gpus", "8x8xh100", "--model", "llama-2-70b", "--tp", "1", "--async-tp"]) == 2
     err = capsys.readouterr().err
     assert "--async-tp" in err and len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- context parallelism (ring attention)
+def test_ring_attention_volumes_by_hand():
+    # Llama-2-7B (32 KV heads x 128), 1 sample of 32k tokens over cp = 4: 8192 tokens per rank;
+    # each ring step passes K and V of those tokens, bf16: 2 x 8192 x 4096 x 2 bytes = 128 MiB
+    block = parallel.cp_block_bytes(8192, 4096, 2)
+    assert block == 2 * 8192 * 4096 * 2 == 128 * 2**20
+    fab = comm.Fabric(1, 8, 100e9, 0.0, 0.0, 0.0)
+    par = Parallelism(dp=2, cp=4)
+    # no attention to hide behind: per layer 3 steps forward (128 MiB each) and 3 backward (K/V and
+    # their gradients: 256 MiB each), 32 layers
+    t = parallel.cp_ring_time(block, 0.0, 0.0, 1.0, 32, par, fab)
+    assert t == pytest.approx(32 * (3 * block + 3 * 2 * block) / 100e9)
+    # full recomputation repeats the forward ring
+    assert parallel.cp_ring_time(block, 0.0, 0.0, 2.0, 32, par, fab) == pytest.approx(
+        32 * (2 * 3 * block + 3 * 2 * block) / 100e9)
+    # each step hides behind one of the cp attention blocks: 4 blocks of 2 ms per layer forward
+    hidden = parallel.cp_ring_time(block, 32 * 4 * 2e-3, 32 * 4 * 5e-3, 1.0, 32, par, fab)
+    assert hidden == pytest.approx(32 * (3 * max(0, block / 100e9 - 2e-3) + 3 * max(0, 2 * block / 100e9 - 5e-3)))
+    assert parallel.cp_ring_time(block, 0.0, 0.0, 1.0, 32, Parallelism(dp=8), fab) == 0
+    # the ring crosses nodes when tp x cp GPUs exceed one node: the node's network shared by 8 GPUs
+    two = comm.Fabric(2, 8, 100e9, 0.0, 400e9, 0.0)
+    assert parallel.cp_ring_time(block, 0.0, 0.0, 1.0, 1, Parallelism(dp=1, tp=4, cp=4), two) == pytest.approx(
+        (3 * block + 3 * 2 * block) / 50e9)
+
+
+def _cp_rows(model, gpus, seq, cp, **kw):
+    from simulator import api, parallel_search
+
+    s = api.setup(model, gpus, seq_len=seq, global_batch=16, steps=1)
+    space, _ = api._space(s, {"attention": "sdpa", "compile": True, "precision": "bf16", "offload": "none", **kw})
+    n = s.problem.n_gpus
+    return parallel_search.evaluate_layout(s.problem, space, Parallelism(dp=n // cp, cp=cp), [1])[0]
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_context_parallel_shares_every_flop_and_never_adds_activations(cp):
+    one, split = _cp_rows("llama-2-7b", "8xh100", 32768, 1), _cp_rows("llama-2-7b", "8xh100", 32768, cp)
+    same = [(int(p), int(s), int(m)) for p, s, m in zip(one["pack"], one["sharding"], one["micro_batch"], strict=True)]
+    where = {k: i for i, k in enumerate(same)}
+    for j, k in enumerate(zip(split["pack"], split["sharding"], split["micro_batch"], strict=True)):
+        i = where.get(tuple(int(x) for x in k))
+        if i is None or split["offload"][j] != one["offload"][i]:
+            continue
+        # a replica's cp ranks take cp times the samples at 1/cp of their tokens: every FLOP (GEMMs, the
+        # causal attention load-balanced over the ring, logits) per GPU and step as without cp
+        assert split["hw_flops"][j] == pytest.approx(one["hw_flops"][i], rel=1e-9)
+        assert split["mem_activations"][j] <= one["mem_activations"][i]
+
+
+def test_context_parallelism_is_searched_for_long_sequences_only(capsys):
+    long = run_search("llama-2-7b", "8xh100", seq_len=32768, global_batch=64, steps=10)
+    assert (long.table.a["cp"] > 1).any()
+    assert long.best.strategy["cp"] > 1  # the 32k-token sequences do not fit a GPU otherwise at speed
+    short = run_search("llama-2-7b", "8xh100")
+    assert (short.table.a["cp"] == 1).all()
+    assert main(["--gpus", "8xh100", "--model", "llama-2-7b", "--cp", "2", "--json"]) == 0  # a pin applies at 4k
+    d = json.loads(capsys.readouterr().out)
+    assert d["strategy"]["cp"] == 2 and d["strategy"]["dp"] * d["strategy"]["cp"] == 8 and "cp_comm" in d["breakdown_s"]
+    for args, needle in ((["--cp", "3"], "valid choices: 1, 2, 4, 8"), (["--cp", "2", "--attention", "eager"], "sdpa")):
+        assert main(["--gpus", "8xh100", "--model", "llama-2-7b", *args]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1
+
+
+@SETTINGS
+@given(nodes=st.sampled_from([1, 2, 4]), per=st.sampled_from([1, 2, 4, 8]), heads=st.sampled_from([8, 32, 64]),
+       layers=st.integers(2, 96), seq=st.sampled_from([2048, 8192, 32768, 131072]))
+def test_a_layouts_gpus_with_context_parallelism_multiply_to_the_cluster(nodes, per, heads, layers, seq):
+    n = nodes * per
+    for p in parallel.layouts(n, per, heads, layers, seq_len=seq):
+        assert p.dp * p.tp * p.pp * p.cp == n == p.n_gpus
+        assert p.cp == 1 or (seq >= parallel.CP_MIN_SEQ and seq % (2 * p.cp) == 0)

@@ -228,31 +228,43 @@ def _compute_floors(pb: Problem, space: Space, pars: list[parallel.Parallelism])
     micro-batch (GEMMs get more efficient with more rows, launches and host time amortize), so
     the micro-batches of a step take at least the time of B samples at once; every micro-batch
     takes at least one sample's time (more work never takes less time); recomputation only adds.
+    Under context parallelism the view runs seq/cp tokens and cp attention blocks per layer.
     One vectorized :func:`micro_batch_time` per tensor-parallel view serves all pipeline depths:
     a pass's time is the larger of two sums affine in the stage's layers L (kernels; host
     dispatch), so it is convex in L and f(L) >= f(2) + (L-2) (f(2) - f(1)) for L >= 2, exact
     when the same sum dominates at 1, 2 and L layers."""
     dev = pb.device
-    seq = pb.seq_len
     B = np.array([float(math.ceil(pb.global_batch / p.dp)) for p in pars])
     L = np.array([float(parallel.stage_layers(pb.model.n_layers, p.pp)[0]) for p in pars])
     full, one = np.full(len(pars), np.inf), np.full(len(pars), np.inf)
     compiles = [True] if True in space.compiles else list(space.compiles)
-    combos = [(p, att, c) for p in space.precisions if dev.gemm_peak(p) is not None
-              for att in space.attentions for c in compiles]
-    for key in {(p.tp, p.sp) for p in pars}:
-        idx = np.array([i for i, p in enumerate(pars) if (p.tp, p.sp) == key])
-        base = parallel.ShardView(pb.model, parallel.Parallelism(1, key[0], 1, 1, key[1]))
+    for key in {(p.tp, p.sp, p.cp) for p in pars}:
+        tp, sp, cp = key
+        seq = pb.seq_len // cp
+        idx = np.array([i for i, p in enumerate(pars) if (p.tp, p.sp, p.cp) == key])
+        base = parallel.ShardView(pb.model, parallel.Parallelism(1, tp, 1, 1, sp))
         mb = np.unique(np.concatenate([[1.0], B[idx]]))
         at_b, at_1 = np.searchsorted(mb, B[idx]), np.searchsorted(mb, 1.0)
         memos: tuple[dict, dict] = ({}, {})
-        for p, att, c in combos:
-            f1, f2 = (micro_batch_time(base.with_layers(n), seq, mb, p, att, c, "none", dev, memo, pb.stack).total
+        for p, att, c in [(p, att, c) for p in space.precisions if dev.gemm_peak(p) is not None
+                          for att in space.attentions if cp == 1 or att in parallel.CP_ATTENTIONS for c in compiles]:
+            f1, f2 = (_view_time(base.with_layers(n), seq, mb, p, att, c, cp, pb, memo)
                       for n, memo in zip((1, 2), memos, strict=True))
             fl = np.where(L[idx, None] >= 2, f2 + (L[idx, None] - 2) * (f2 - f1), f1)  # (layouts, mb)
             full[idx] = np.minimum(full[idx], fl[np.arange(idx.size), at_b])
             one[idx] = np.minimum(one[idx], fl[:, at_1])
     return full, one
+
+
+def _view_time(view, seq: int, mb: np.ndarray, precision: str, attention: str, compiled: bool, cp: int,
+               pb: Problem, memo: dict) -> np.ndarray:
+    """A micro-batch's seconds on ``view`` without recomputation at ``seq`` tokens per sequence,
+    with the cp-1 further attention blocks of context parallelism (affine in the layers too)."""
+    t = micro_batch_time(view, seq, mb, precision, attention, compiled, "none", pb.device, memo, pb.stack).total
+    if cp > 1:
+        part = _attention_part(view, seq, mb, precision, attention, pb.device)
+        t = t + (cp - 1) * (part.t_fwd + part.t_bwd)
+    return t
 
 
 def _extra_floor(pb: Problem, space: Space, par: parallel.Parallelism, compute: float, one: float,
@@ -329,12 +341,10 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
     tight: dict[parallel.Parallelism, float] = {}
 
     def floor(key: parallel.Parallelism) -> float:
-        """The tight floor, computed for the key's whole tensor-parallel view at once when needed
-        (context-parallel layouts keep the FLOPs floor)."""
-        if key.cp > 1:
-            return cheap[key]
+        """The tight floor, computed for the key's whole tensor/context-parallel view at once when
+        needed."""
         if key not in tight:
-            same = [k for k in keep if (k.tp, k.sp, k.cp) == (key.tp, key.sp, 1)]
+            same = [k for k in keep if (k.tp, k.sp, k.cp) == (key.tp, key.sp, key.cp)]
             tight.update(zip(same, step_floors(pb, space, [par_of[k] for k in same], async_tp), strict=True))
         return tight[key]
 

@@ -168,6 +168,10 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
                                        global_batch=pb.global_batch * par.cp), sub)
     a = dict(tab.a)
     a["sharding"] = np.array([space.shardings.index(s) for s in shardings])[a["sharding"]]
+    # the sub-problem's fabric holds one gradient group's GPUs per node; the node's host RAM serves
+    # all of its GPUs' offloaded states
+    a["host_need"] = a["host_need"] * (pb.fabric.gpus_per_node / fab.gpus_per_node)
+    a["host_ok"] = a["host_need"] <= pb.host_memory
     packs = tab.packs
     e = np.array([workload.act_bytes(pk[0]) for pk in packs], dtype=float)[a["pack"]]
     # forward + backward, and the forward again for every recomputed layer (full, every:K)

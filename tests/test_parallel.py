@@ -415,3 +415,15 @@ def test_a_layouts_gpus_with_context_parallelism_multiply_to_the_cluster(nodes, 
     for p in parallel.layouts(n, per, heads, layers, seq_len=seq):
         assert p.dp * p.tp * p.pp * p.cp == n == p.n_gpus
         assert p.cp == 1 or (seq >= parallel.CP_MIN_SEQ and seq % (2 * p.cp) == 0)
+
+
+def test_offloaded_states_fill_the_host_ram_of_every_gpu_in_the_node():
+    """With tp = 8 each node's 8 GPUs belong to 8 different gradient groups: its host RAM holds
+    all 8 GPUs' offloaded optimizer states, not one group's share."""
+    plan = simulate("llama-2-70b", "2x8xa100-80gb", tp=8, pp=1, sharding="zero1", offload="optimizer",
+                    precision="bf16", host_memory=100000)
+    v = ShardView(get_model("llama-2-70b"), Parallelism(2, 8, 1, sp=True))
+    P = float(v.n_params())
+    per_gpu = memory.model_states(P, (P - v.n_embedding_params()) / v.n_layers, "bf16", "zero1", "optimizer",
+                                  "adamw", 2)["host"]
+    assert plan.memory_gib["host_offload_per_node"] == pytest.approx(8 * per_gpu / 2**30, rel=1e-9)

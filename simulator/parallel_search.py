@@ -18,7 +18,7 @@ import numpy as np
 from . import memory, parallel, workload
 from .compute import _attention_part, micro_batch_time
 from .estimate import Problem, Space, Table, evaluate, model_flops_per_token
-from .strategy import SHARD_STAGE, Strategy, checkpointed_layers, offload_allowed
+from .strategy import SHARD_STAGE, checkpointed_layers, offload_allowed
 
 #: Sharding modes that combine with pipeline parallelism: Megatron's data-parallel gradient
 #: all-reduce (DDP) and its distributed optimizer (ZeRO-1); DeepSpeed refuses ZeRO-2/3 with
@@ -143,14 +143,14 @@ def _ring_attention(pb: Problem, model, par: parallel.Parallelism, seq: int, pac
     a["forward"], a["backward"], a["recompute"] = a["forward"] + fwd, a["backward"] + bwd, a["recompute"] + rec * fwd
     a["compute"] = a["compute"] + (1 + rec) * fwd + bwd
     a["hw_flops"] = a["hw_flops"] + more * ((1 + rec) * ff1 + fb1) * mb * ga
-    ring = parallel.cp_ring_time(parallel.cp_block_bytes(mb * seq, workload.kv_dim(model), e), par.cp * f1 * mb, par.cp * b1 * mb,
+    ring = parallel.cp_ring_time(parallel.cp_block_bytes(mb * seq, model.kv_dim, e), par.cp * f1 * mb, par.cp * b1 * mb,
                                  1 + rec, L, par, pb.fabric)
     a["cp_comm"] = ga * ring
     a["step_time"] = a["step_time"] + (1 + rec) * fwd + bwd + a["cp_comm"]
 
 
 def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int],
-                    async_tp: bool | None = None) -> list[dict]:
+                    async_tp: bool | None = None) -> list[Table]:
     """Arrays of every strategy under ``par`` for each virtual-stage count in ``vps``;
     ``async_tp``: None = asynchronous TP where the stack offers it and it is faster, True = on
     wherever the layout allows it, False = off."""
@@ -164,9 +164,9 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
     if space.micro_batches is None and (par.tp > 1 or par.pp > 1 or par.cp > 1):
         sub.micro_batches = micro_batch_sizes(per_replica)
     # each of the dp x cp ranks of the gradient group holds the replica's samples at seq/cp tokens
-    tab = evaluate(dataclasses.replace(pb, model=model, fabric=fab, seq_len=seq,
+    tab = evaluate(dataclasses.replace(pb, model=model, fabric=fab, seq_len=seq, dp=par.dp * par.cp,
                                        global_batch=pb.global_batch * par.cp), sub)
-    a = dict(tab.a)
+    a = {f.name: getattr(tab, f.name) for f in dataclasses.fields(Table)[4:]}  # the columns, changed below
     a["sharding"] = np.array([space.shardings.index(s) for s in shardings])[a["sharding"]]
     # the sub-problem's fabric holds one gradient group's GPUs per node; the node's host RAM serves
     # all of its GPUs' offloaded states
@@ -180,7 +180,7 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
     tokens = per_replica * seq / ga  # mean tokens per micro-batch on one GPU
     h = getattr(pb.model, "hidden", 0)  # other families (no layouts): no TP or stage traffic
     tp_mb = model.n_layers * parallel.tp_comm_time(tokens, h, e, par.tp, par.sp, passes,
-                                                   pb.fabric.intra_bw * pb.fabric.busbw_eff, pb.fabric.intra_alpha)
+                                                   pb.fabric.intra_busbw, pb.fabric.intra_alpha)
     tp_sync, use_async = tp_mb, np.zeros(ga.size, dtype=bool)
     if async_allowed(pb, par, async_tp):
         tp_mb, use_async = _async_tp(pb, model, packs, a["pack"], tokens, tp_mb, passes, par.tp, async_tp)
@@ -215,11 +215,10 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
         b["async_tp"] = use_async
         simpler = np.log2(p.tp) + np.log2(p.pp) + np.log2(p.cp) + (vp - 1)
         b["rank_key"] = np.where(b["feasible"], b["step_time"] * (1 + 1e-9 * (a["rank"] + 1000 * simpler)), np.inf)
-        out.append(b)
+        out.append(tab.with_columns(**b))
     if packs != (every := list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))):
         index = np.array([every.index(pk) for pk in packs])  # the layout's packs among the search's
-        for b in out:
-            b["pack"] = index[b["pack"]]
+        out = [b.with_columns(pack=index[b.pack]) for b in out]
     return out
 
 
@@ -281,7 +280,7 @@ def _extra_floor(pb: Problem, space: Space, par: parallel.Parallelism, compute: 
     (:func:`offload_floor`)."""
     per_replica = math.ceil(pb.global_batch / par.dp)
     layers = parallel.stage_layers(pb.model.n_layers, par.pp)[0]
-    bw = pb.fabric.intra_bw * pb.fabric.busbw_eff
+    bw = pb.fabric.intra_busbw
 
     def tp(samples):
         if async_allowed(pb, par, async_tp):
@@ -352,7 +351,7 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
             tight.update(zip(same, step_floors(pb, space, [par_of[k] for k in same], async_tp), strict=True))
         return tight[key]
 
-    parts: list[dict] = []
+    parts: list[Table] = []
     best = np.inf
     done: set[parallel.Parallelism] = set()
     for key in sorted(keep, key=cheap.get):
@@ -363,7 +362,7 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
         done.add(key)
         for b in evaluate_layout(pb, space, key, groups[key], async_tp):
             parts.append(b)
-            fin = b["rank_key"][np.isfinite(b["rank_key"])]
+            fin = b.rank_key[np.isfinite(b.rank_key)]
             best = min(best, float(fin.min()) if fin.size else np.inf)
     # the most promising layout of the other kind (plain data parallelism, or tensor/pipeline),
     # so the winner can be explained against it
@@ -374,10 +373,9 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
             parts.extend(evaluate_layout(pb, space, k, groups[k], async_tp))
     if not parts:
         raise ValueError("no layout to evaluate: pipelining needs --sharding ddp or zero1")
-    a = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
-    tab = LayoutTable(problem=pb, packs=packs, shardings=list(space.shardings), offloads=list(space.offloads), a=a)
-    return tab, len({tuple(int(p[k][0]) for k in ("dp", "tp", "pp", "vp", "cp")) for p in parts})
+    tab = Table.concat(parts, pb, packs, list(space.shardings), list(space.offloads))
+    return tab, len({tuple(int(getattr(p, k)[0]) for k in ("dp", "tp", "pp", "vp", "cp")) for p in parts})
 
 
 def _plain(par: parallel.Parallelism) -> bool:
@@ -385,45 +383,34 @@ def _plain(par: parallel.Parallelism) -> bool:
     return par.tp == 1 and par.pp == 1 and par.cp == 1
 
 
-class LayoutTable(Table):
-    """A :class:`Table` whose rows also carry their layout's asynchronous-TP and context-parallel
-    choices."""
-
-    def strategy(self, i: int) -> Strategy:
-        return super().strategy(i).model_copy(update={"async_tp": bool(self.a["async_tp"][i]),
-                                                      "cp": int(self.a["cp"][i])})
-
-
-def _layout_text(a: dict, i: int) -> str:
-    p = parallel.Parallelism(int(a["dp"][i]), int(a["tp"][i]), int(a["pp"][i]), int(a["vp"][i]), bool(a["sp"][i]),
-                             bool(a["async_tp"][i]), int(a["cp"][i]))
+def _layout_text(tab: Table, i: int) -> str:
+    p = tab.parallelism(i)
     return p.describe() or f"data parallelism over all {p.dp} GPUs"
 
 
 def explain_layout(tab: Table, order: np.ndarray, n_layouts: int, n_evaluated: int, n_gpus: int) -> str:
     """One sentence on why the winning layout won: its bubble and tensor-parallel time, and how
     the best plan of the other kind (pure data parallelism, or tensor/pipeline) compares."""
-    a = tab.a
-    dims = "dp × tp × pp" + (" × cp" if (a["cp"] > 1).any() else "")
+    dims = "dp × tp × pp" + (" × cp" if (tab.cp > 1).any() else "")
     head = (f"considered {n_layouts} layouts {dims} = {n_gpus}, evaluated {n_evaluated} (the rest "
             "cannot fit their model states or cannot beat the winner even at peak speed)"
             if n_layouts > n_evaluated else f"evaluated all {n_layouts} layouts {dims} = {n_gpus}")
     if not order.size:
         return head + "; none fits"
     i = int(order[0])
-    plain = (a["tp"] == 1) & (a["pp"] == 1) & (a["cp"] == 1)
+    plain = (tab.tp == 1) & (tab.pp == 1) & (tab.cp == 1)
     win_plain = bool(plain[i])
-    other = np.nonzero(np.isfinite(a["rank_key"]) & (plain != win_plain))[0]
-    text = f"{head}; {_layout_text(a, i)} wins"
+    other = np.nonzero(np.isfinite(tab.rank_key) & (plain != win_plain))[0]
+    text = f"{head}; {_layout_text(tab, i)} wins"
     if not win_plain:
-        text += (f" (per step: pipeline bubble {a['bubble'][i]:.2f} s, tensor-parallel collectives "
-                 f"{a['tp_comm'][i]:.2f} s, stage sends {a['pp_comm'][i]:.2f} s"
-                 + (f", ring attention {a['cp_comm'][i]:.2f} s" if a["cp"][i] > 1 else "")
-                 + f" of {a['step_time'][i]:.2f} s)")
+        text += (f" (per step: pipeline bubble {tab.bubble[i]:.2f} s, tensor-parallel collectives "
+                 f"{tab.tp_comm[i]:.2f} s, stage sends {tab.pp_comm[i]:.2f} s"
+                 + (f", ring attention {tab.cp_comm[i]:.2f} s" if tab.cp[i] > 1 else "")
+                 + f" of {tab.step_time[i]:.2f} s)")
     if other.size:
-        j = other[np.argmin(a["rank_key"][other])]
+        j = other[np.argmin(tab.rank_key[other])]
         text += (f"; the best {'tensor/pipeline/context' if win_plain else 'pure data-parallel'} plan "
-                 f"({_layout_text(a, j)}) takes {a['step_time'][j] / a['step_time'][i]:.2f}× as long")
+                 f"({_layout_text(tab, j)}) takes {tab.step_time[j] / tab.step_time[i]:.2f}× as long")
     elif not win_plain:
         text += "; no pure data-parallel plan fits"
     return text

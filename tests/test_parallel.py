@@ -178,8 +178,8 @@ def test_a_layouts_gpus_always_multiply_to_the_cluster(nodes, per, heads, layers
 @pytest.mark.parametrize("gpus,model", [("2x8xa100", "llama-2-13b"), ("8x8xh100", "llama-2-70b")])
 def test_search_considers_tensor_and_pipeline_layouts_and_explains_the_winner(gpus, model):
     res = run_search(model, gpus)
-    a = res.table.a
-    assert ((a["tp"] > 1) | (a["pp"] > 1)).any() and ((a["tp"] == 1) & (a["pp"] == 1)).any()
+    t = res.table
+    assert ((t.tp > 1) | (t.pp > 1)).any() and ((t.tp == 1) & (t.pp == 1)).any()
     note = next(n for n in res.notes if "layouts dp × tp × pp" in n)
     assert " wins" in note and "as long" in note
     best = res.best
@@ -209,18 +209,18 @@ def test_pruned_layout_search_finds_the_exhaustive_optimum(model, gpus, knobs):
     pb = s.problem
     full, n_full = parallel_search.evaluate_layouts(pb, space, pars, prune=False)
     pruned, n_pruned = parallel_search.evaluate_layouts(pb, space, pars)
-    i, j = int(np.argmin(full.a["rank_key"])), int(np.argmin(pruned.a["rank_key"]))
+    i, j = int(np.argmin(full.rank_key)), int(np.argmin(pruned.rank_key))
     assert pruned.strategy(j) == full.strategy(i)
-    assert pruned.a["step_time"][j] == full.a["step_time"][i]
+    assert pruned.step_time[j] == full.step_time[i]
     assert n_pruned <= n_full
     for key in {dataclasses.replace(p, vp=1) for p in pars}:
         par = dataclasses.replace(key, vp=max(q.vp for q in pars if dataclasses.replace(q, vp=1) == key))
-        rows = full.a["feasible"].copy()
+        rows = full.feasible.copy()
         for k in ("dp", "tp", "pp", "cp"):
-            rows &= full.a[k] == getattr(key, k)
+            rows &= getattr(full, k) == getattr(key, k)
         if not rows.any():
             continue
-        fastest = full.a["step_time"][rows].min() * (1 + 1e-12)
+        fastest = full.step_time[rows].min() * (1 + 1e-12)
         assert parallel_search.flops_floor(pb, space, par) <= fastest, key
         assert parallel_search.step_floors(pb, space, [par])[0] <= fastest, key
 
@@ -234,9 +234,9 @@ def test_a_70b_model_fits_on_64_a100_80gb():
 def test_pure_data_parallel_pin_matches_the_data_parallel_rows():
     res = run_search("pythia-1b", "8x3090")
     dp = run_search("pythia-1b", "8x3090", tp=1, pp=1)
-    a = res.table.a
-    plain = np.isfinite(a["rank_key"]) & (a["tp"] == 1) & (a["pp"] == 1)
-    assert dp.best.step_time_s == pytest.approx(float(a["step_time"][plain].min()))
+    t = res.table
+    plain = np.isfinite(t.rank_key) & (t.tp == 1) & (t.pp == 1)
+    assert dp.best.step_time_s == pytest.approx(float(t.step_time[plain].min()))
 
 
 def test_pipeline_pays_its_bubble():
@@ -328,13 +328,13 @@ def test_async_tp_speedup_matches_torchtitans_benchmark(model, gpus, gb, ck, mb,
 
 def test_async_tp_is_searched_where_the_stack_offers_it(capsys):
     titan = run_search("llama-2-70b", "8x8xh100", stack="torchtitan")
-    a = titan.table.a
-    assert a["async_tp"].any() and not a["async_tp"][(a["tp"] == 1) | ~a["sp"].astype(bool)].any()
+    a = titan.table
+    assert a.async_tp.any() and not a.async_tp[(a.tp == 1) | ~a.sp.astype(bool)].any()
     # torchtitan's async TP is an Inductor pass: compiled strategies only
-    compiled = np.array([pk[2] for pk in titan.table.packs])[a["pack"]]
-    assert not a["async_tp"][~compiled].any()
+    compiled = np.array([pk[2] for pk in titan.table.packs])[a.pack]
+    assert not a.async_tp[~compiled].any()
     plain = run_search("llama-2-70b", "8x8xh100")  # hf-trainer does not offer it
-    assert not plain.table.a["async_tp"].any()
+    assert not plain.table.async_tp.any()
     assert main(["--gpus", "8x8xh100", "--model", "llama-2-70b", "--tp", "8", "--async-tp", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["strategy"]["async_tp"] and d["breakdown_s"]["tp_comm_hidden"] > 0
@@ -380,24 +380,24 @@ def _cp_rows(model, gpus, seq, cp, **kw):
 @pytest.mark.parametrize("cp", [2, 4, 8])
 def test_context_parallel_shares_every_flop_and_never_adds_activations(cp):
     one, split = _cp_rows("llama-2-7b", "8xh100", 32768, 1), _cp_rows("llama-2-7b", "8xh100", 32768, cp)
-    same = [(int(p), int(s), int(m)) for p, s, m in zip(one["pack"], one["sharding"], one["micro_batch"], strict=True)]
+    same = [(int(p), int(s), int(m)) for p, s, m in zip(one.pack, one.sharding, one.micro_batch, strict=True)]
     where = {k: i for i, k in enumerate(same)}
-    for j, k in enumerate(zip(split["pack"], split["sharding"], split["micro_batch"], strict=True)):
+    for j, k in enumerate(zip(split.pack, split.sharding, split.micro_batch, strict=True)):
         i = where.get(tuple(int(x) for x in k))
-        if i is None or split["offload"][j] != one["offload"][i]:
+        if i is None or split.offload[j] != one.offload[i]:
             continue
         # a replica's cp ranks take cp times the samples at 1/cp of their tokens: every FLOP (GEMMs, the
         # causal attention load-balanced over the ring, logits) per GPU and step as without cp
-        assert split["hw_flops"][j] == pytest.approx(one["hw_flops"][i], rel=1e-9)
-        assert split["mem_activations"][j] <= one["mem_activations"][i]
+        assert split.hw_flops[j] == pytest.approx(one.hw_flops[i], rel=1e-9)
+        assert split.mem_activations[j] <= one.mem_activations[i]
 
 
 def test_context_parallelism_is_searched_for_long_sequences_only(capsys):
     long = run_search("llama-2-7b", "8xh100", seq_len=32768, global_batch=64, steps=10)
-    assert (long.table.a["cp"] > 1).any()
+    assert (long.table.cp > 1).any()
     assert long.best.strategy["cp"] > 1  # the 32k-token sequences do not fit a GPU otherwise at speed
     short = run_search("llama-2-7b", "8xh100")
-    assert (short.table.a["cp"] == 1).all()
+    assert (short.table.cp == 1).all()
     assert main(["--gpus", "8xh100", "--model", "llama-2-7b", "--cp", "2", "--json"]) == 0  # a pin applies at 4k
     d = json.loads(capsys.readouterr().out)
     assert d["strategy"]["cp"] == 2 and d["strategy"]["dp"] * d["strategy"]["cp"] == 8 and "cp_comm" in d["breakdown_s"]

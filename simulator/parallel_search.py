@@ -291,10 +291,9 @@ def _extra_floor(pb: Problem, space: Space, par: parallel.Parallelism, compute: 
     return tp(per_replica) + (par.pp - 1) / par.vp * (one + tp(1)) + offload_floor(pb, space, par)
 
 
-def flops_floor(pb: Problem, space: Space, par: parallel.Parallelism, async_tp: bool | None = None) -> float:
-    """A cheap lower bound on any strategy's step time under ``par`` (seconds): the GPU's share of
-    the model's minimum FLOPs at the fastest searched peak and the profile's best efficiency of any
-    kernel, plus :func:`_extra_floor` (one sample: the batch's share)."""
+def _seconds_per_token(pb: Problem, space: Space) -> float:
+    """The model's minimum training FLOPs per token at the fastest searched peak and the profile's
+    best efficiency of any kernel (seconds per token on one GPU; 0 without a supported precision)."""
     dev, prof = pb.device, pb.device.profile
     precs = [p for p in space.precisions if dev.gemm_peak(p) is not None]
     if not precs:
@@ -303,9 +302,17 @@ def flops_floor(pb: Problem, space: Space, par: parallel.Parallelism, async_tp: 
     at = prof.attention
     eff = min(1.0, max([prof.gemm_for(p).e_max for p in precs]
                        + [at.flash_fwd, at.flash_bwd, at.mem_efficient_fwd, at.mem_efficient_bwd]))
+    return model_flops_per_token(pb.model, pb.seq_len) / (peak * eff)
+
+
+def flops_floor(pb: Problem, space: Space, par: parallel.Parallelism, async_tp: bool | None = None,
+                per_token: float | None = None) -> float:
+    """A cheap lower bound on any strategy's step time under ``par`` (seconds): the GPU's share of
+    the model's minimum FLOPs at :func:`_seconds_per_token` (``per_token``, computed when None),
+    plus :func:`_extra_floor` (one sample: the batch's share)."""
+    per_token = _seconds_per_token(pb, space) if per_token is None else per_token
     per_replica = math.ceil(pb.global_batch / par.dp)
-    compute = model_flops_per_token(pb.model, pb.seq_len) * per_replica * pb.seq_len / (par.tp * par.pp * par.cp) \
-        / (peak * eff)
+    compute = per_token * per_replica * pb.seq_len / (par.tp * par.pp * par.cp)
     return float(compute) + _extra_floor(pb, space, par, compute, compute / per_replica, async_tp)
 
 
@@ -340,7 +347,9 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
     keep = [k for k in groups if floors[k] <= pb.device.usable_memory] or [min(floors, key=floors.get)]
     par_of = {k: dataclasses.replace(k, vp=max(groups[k])) for k in keep}
     prune = prune and len(keep) > 1
-    cheap = {k: flops_floor(pb, space, par_of[k], async_tp) for k in keep} if prune else dict.fromkeys(keep, 0.0)
+    per_token = _seconds_per_token(pb, space) if prune else 0.0
+    cheap = {k: flops_floor(pb, space, par_of[k], async_tp, per_token) for k in keep} if prune \
+        else dict.fromkeys(keep, 0.0)
     tight: dict[parallel.Parallelism, float] = {}
 
     def floor(key: parallel.Parallelism) -> float:

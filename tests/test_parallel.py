@@ -427,3 +427,16 @@ def test_offloaded_states_fill_the_host_ram_of_every_gpu_in_the_node():
     per_gpu = memory.model_states(P, (P - v.n_embedding_params()) / v.n_layers, "bf16", "zero1", "optimizer",
                                   "adamw", 2)["host"]
     assert plan.memory_gib["host_offload_per_node"] == pytest.approx(8 * per_gpu / 2**30, rel=1e-9)
+
+
+@pytest.mark.parametrize("cp,seq,measured", [(4, 131072, 1071), (8, 262144, 548)])
+def test_ring_attention_throughput_against_torchtitans_table(cp, seq, measured):
+    """pytorch/torchtitan docs/performance.md, Table 2: Llama 3.1 8B on 8 H100, FSDP + CP, compiled,
+    full activation checkpointing, one sequence per replica; tokens/s per GPU. Its linear layers
+    ran in Float8, which is not modelled; at 128k and 256k tokens the bf16 attention is most of the
+    step, so bf16 predictions stay comparable (measured: -5% and -1%)."""
+    p = simulate("llama-3-8b", "8xh100", stack="torchtitan", seq_len=seq, global_batch=8 // cp, steps=1,
+                 precision="bf16", attention="sdpa", compile=True, checkpointing="full", sharding="fsdp-full",
+                 offload="none", micro_batch=1, tp=1, pp=1, cp=cp)
+    assert p.feasible
+    assert p.tokens_per_s / 8 == pytest.approx(measured, rel=0.15)

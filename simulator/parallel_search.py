@@ -149,6 +149,28 @@ def _ring_attention(pb: Problem, model, par: parallel.Parallelism, seq: int, pac
     a["step_time"] = a["step_time"] + (1 + rec) * fwd + bwd + a["cp_comm"]
 
 
+def _node_sharing(pb: Problem, space: Space, model, par: parallel.Parallelism, fab, a: dict) -> None:
+    """Corrects the rows ``a`` (in place) for what a node shares among all its GPUs, not only the
+    gradient group's ``fab.gpus_per_node`` of them that the sub-problem's fabric holds: the host
+    RAM holds every GPU's offloaded states, and the CPU runs every GPU's offloaded optimizer step
+    (the CPU Adam share of :func:`simulator.optimizer_time.offload_step_time` scales with the GPUs
+    per node)."""
+    scale = pb.fabric.gpus_per_node / fab.gpus_per_node
+    if scale == 1:
+        return
+    a["host_need"] = a["host_need"] * scale
+    a["host_ok"] = a["host_need"] <= pb.host_memory
+    offloaded = np.array([o != "none" for o in space.offloads])[a["offload"]]
+    if offloaded.any():
+        P = float(model.n_params())
+        stage = np.array([SHARD_STAGE[x] for x in space.shardings])[a["sharding"]]
+        local = np.where(stage >= 1, P / (par.dp * par.cp), P)
+        rate = pb.device.profile.cpu_adam_gparams_per_s * 1e9 / fab.gpus_per_node  # as the sub-problem counted it
+        extra = np.where(offloaded, (scale - 1) * local / rate, 0.0)
+        a["offload_time"] = a["offload_time"] + extra
+        a["step_time"] = a["step_time"] + extra
+
+
 def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int],
                     async_tp: bool | None = None) -> list[Table]:
     """Arrays of every strategy under ``par`` for each virtual-stage count in ``vps``;
@@ -168,10 +190,7 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
                                        global_batch=pb.global_batch * par.cp), sub)
     a = {f.name: getattr(tab, f.name) for f in dataclasses.fields(Table)[4:]}  # the columns, changed below
     a["sharding"] = np.array([space.shardings.index(s) for s in shardings])[a["sharding"]]
-    # the sub-problem's fabric holds one gradient group's GPUs per node; the node's host RAM serves
-    # all of its GPUs' offloaded states
-    a["host_need"] = a["host_need"] * (pb.fabric.gpus_per_node / fab.gpus_per_node)
-    a["host_ok"] = a["host_need"] <= pb.host_memory
+    _node_sharing(pb, space, model, par, fab, a)
     packs = tab.packs
     e = np.array([workload.act_bytes(pk[0]) for pk in packs], dtype=float)[a["pack"]]
     # forward + backward, and the forward again for every recomputed layer (full, every:K)

@@ -417,9 +417,10 @@ def test_a_layouts_gpus_with_context_parallelism_multiply_to_the_cluster(nodes, 
         assert p.cp == 1 or (seq >= parallel.CP_MIN_SEQ and seq % (2 * p.cp) == 0)
 
 
-def test_offloaded_states_fill_the_host_ram_of_every_gpu_in_the_node():
+def test_offloaded_states_fill_the_host_ram_and_cpu_of_every_gpu_in_the_node():
     """With tp = 8 each node's 8 GPUs belong to 8 different gradient groups: its host RAM holds
-    all 8 GPUs' offloaded optimizer states, not one group's share."""
+    all 8 GPUs' offloaded optimizer states, and its CPU runs all 8 optimizer steps, not one
+    group's share."""
     plan = simulate("llama-2-70b", "2x8xa100-80gb", tp=8, pp=1, sharding="zero1", offload="optimizer",
                     precision="bf16", host_memory=100000)
     v = ShardView(get_model("llama-2-70b"), Parallelism(2, 8, 1, sp=True))
@@ -427,6 +428,11 @@ def test_offloaded_states_fill_the_host_ram_of_every_gpu_in_the_node():
     per_gpu = memory.model_states(P, (P - v.n_embedding_params()) / v.n_layers, "bf16", "zero1", "optimizer",
                                   "adamw", 2)["host"]
     assert plan.memory_gib["host_offload_per_node"] == pytest.approx(8 * per_gpu / 2**30, rel=1e-9)
+    # and the node's CPU runs all 8 GPUs' Adam steps: each GPU's share of it is 1/8 of the CPU
+    from simulator.api import setup
+
+    cpu = setup("llama-2-70b", "2x8xa100-80gb").problem.device.profile.cpu_adam_gparams_per_s * 1e9
+    assert plan.breakdown_s["offload"] >= P / 2 / (cpu / 8)
 
 
 @pytest.mark.parametrize("cp,seq,measured", [(4, 131072, 1071), (8, 262144, 548)])

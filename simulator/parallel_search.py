@@ -294,18 +294,19 @@ def _extra_floor(pb: Problem, space: Space, par: parallel.Parallelism, compute: 
     """What a layout adds at least to ``compute`` seconds of the replica's batch, given a floor
     ``one`` on one sample's compute: the pipeline bubble, (pp-1)/vp micro-batches, each at least
     one sample's compute and tensor-parallel bytes; the tensor-parallel bytes of the whole batch at
-    the link's bandwidth without latency (none where asynchronous TP may hide them,
+    the link's bandwidth without latency (less the most asynchronous TP may hide, where allowed:
     :func:`async_allowed`); the CPU optimizer step where the model states fit only offloaded
     (:func:`offload_floor`)."""
     per_replica = math.ceil(pb.global_batch / par.dp)
     layers = parallel.stage_layers(pb.model.n_layers, par.pp)[0]
     bw = pb.fabric.intra_busbw
 
+    # asynchronous TP hides at most the overlap fraction of the collectives (parallel.async_tp_time)
+    exposed = 1.0 - pb.stack.async_tp_overlap if async_allowed(pb, par, async_tp) else 1.0
+
     def tp(samples):
-        if async_allowed(pb, par, async_tp):
-            return 0.0
-        return layers * float(parallel.tp_comm_time(samples * pb.seq_len / par.cp, pb.model.hidden, 2, par.tp, par.sp,
-                                                    2, bw, 0.0))
+        return exposed * layers * float(parallel.tp_comm_time(samples * pb.seq_len / par.cp, pb.model.hidden, 2,
+                                                              par.tp, par.sp, 2, bw, 0.0))
 
     return tp(per_replica) + (par.pp - 1) / par.vp * (one + tp(1)) + offload_floor(pb, space, par)
 

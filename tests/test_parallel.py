@@ -195,6 +195,7 @@ def test_search_considers_tensor_and_pipeline_layouts_and_explains_the_winner(gp
     ("llama-2-7b", "2x8xh100", {"seq_len": 32768, "global_batch": 32}),  # context parallelism competes
     ("pythia-1b", "8x3090", {}),
     ("llama-2-70b", "4x8xa100-80gb", {"sharding": "zero1"}),  # pipelines and offload compete
+    ("llama-2-70b", "8x8xh100", {"stack": "torchtitan"}),  # asynchronous TP searched
 ])
 def test_pruned_layout_search_finds_the_exhaustive_optimum(model, gpus, knobs):
     """The pruned search (layouts taken in order of a lower bound on their step time, stopped once

@@ -353,6 +353,11 @@ def _reasons(s: Setup, tab: Table, i: int) -> list[str]:
     return out
 
 
+#: Table columns that make two strategies different plans (all but micro-batch and accumulation;
+#: ``pack`` is precision, attention, compile and checkpointing together).
+_DISTINCT_COLUMNS = ("pack", "sharding", "offload", "tp", "pp", "vp", "sp")
+
+
 @dataclass
 class SearchResult:
     """All evaluated strategies of one search; ``plans`` are the best first."""
@@ -361,32 +366,36 @@ class SearchResult:
     table: Table
     order: np.ndarray  # indices of feasible strategies, fastest first
     n_evaluated: int
-    elapsed_ms: float
+    elapsed_ms: float  # the search alone: after the model, catalog, profile and stack are loaded
     notes: list[str]
 
     def plans(self, top: int | None = None, distinct: bool = False) -> list[Plan]:
         """The ``top`` fastest plans (all if None). ``distinct``: one plan per strategy apart from
-        the micro-batch (the fastest micro-batch of each), and plans whose step times tie within
-        :data:`TIE` ordered simplest first (SDPA before eager attention, compiled before not, then
-        less checkpointing, offload and sharding)."""
-        if not distinct:
-            idx = self.order if top is None else self.order[:top]
-            return [_plan(self.setup, self.table, int(i), self.notes, self.n_evaluated) for i in idx]
-        seen: dict[tuple, int] = {}
-        for i in self.order:
-            st = self.table.strategy(int(i))
-            key = (st.precision, st.attention, st.compile, st.checkpointing, st.sharding, st.offload)
-            seen.setdefault(key, int(i))
+        the micro-batch and accumulation (the fastest micro-batch of each; see :meth:`distinct`)."""
+        idx = self.distinct() if distinct else self.order
+        idx = idx if top is None else idx[:top]
+        return [_plan(self.setup, self.table, int(i), self.notes, self.n_evaluated) for i in idx]
+
+    def distinct(self) -> np.ndarray:
+        """Indices of the feasible strategies that differ in more than micro-batch and gradient
+        accumulation (precision, attention, compile, checkpointing, sharding, offload, layout): the
+        fastest micro-batch of each. Ordered by step time, and plans whose step times tie within
+        :data:`TIE` simplest first (SDPA before eager attention, compiled before not, then less
+        checkpointing, offload, sharding and model parallelism). What ``--top`` and the app list."""
+        if not self.order.size:
+            return self.order
+        keys = np.stack([getattr(self.table, k)[self.order] for k in _DISTINCT_COLUMNS], axis=1)
+        _, first = np.unique(keys, axis=0, return_index=True)  # first in order = fastest micro-batch
+        kept = self.order[np.sort(first)]
         step = self.table.step_time
 
-        def simplicity(item):
-            (prec, att, comp, ck, sh, off), i = item
-            return (math.floor(math.log(step[i]) / math.log1p(TIE)), att != "sdpa", not comp,
-                    ck != "none", OFFLOADS.index(off), SHARDINGS.index(sh), step[i])
+        def simplicity(i):
+            st = self.table.strategy(int(i))
+            return (math.floor(math.log(step[i]) / math.log1p(TIE)), st.attention != "sdpa", not st.compile,
+                    st.checkpointing != "none", OFFLOADS.index(st.offload), SHARDINGS.index(st.sharding),
+                    st.tp * st.pp, st.vp, step[i])
 
-        idx = [i for _, i in sorted(seen.items(), key=simplicity)]
-        idx = idx if top is None else idx[:top]
-        return [_plan(self.setup, self.table, i, self.notes, self.n_evaluated) for i in idx]
+        return np.array(sorted(kept, key=simplicity), dtype=kept.dtype)
 
     @property
     def best(self) -> Plan:
@@ -429,9 +438,9 @@ def _split(knobs: dict) -> tuple[dict, dict]:
 
 def run_search(model, gpus, **knobs) -> SearchResult:
     """Evaluate every strategy allowed by the pinned knobs; see :func:`search`."""
-    t0 = time.perf_counter()
     sk, pins = _split(knobs)
     s = setup(model, gpus, **sk)
+    t0 = time.perf_counter()  # reading the catalog, profile and presets (cached per process) is not searching
     lay = {k: pins.pop(k) for k in _LAYOUT_KEYS if k in pins}
     space, notes = _space(s, pins)
     pars = _batch_fits(s, layout_space(s, lay, space), pins.get("micro_batch"))
@@ -541,7 +550,7 @@ def answer(model, gpus, prices=None, top: int = 0, **knobs) -> Answer:
     else:
         plan.fixes = suggest_fixes(model, gpus, knobs, res)
         plan.suggestions = [f["text"] for f in plan.fixes]
-    plans = res.plans(top) if top else []
+    plans = res.plans(top, distinct=True) if top else []
     for p in plans:
         p.cost = plan_cost(p, prices)
     for p in (plan, *plans):

@@ -1,6 +1,7 @@
 """The `simulate` command: one model on one cluster, plus subcommands.
 
-Exit status: 0 = a feasible plan, 1 = nothing fits, 2 = usage error (one line, no traceback).
+Exit status: 0 = a feasible plan (or a reader that closed the pipe early, ``| head``), 1 = nothing
+fits, 2 = usage error (one line, no traceback), 3 = internal error (simulator.errors.run_cli).
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ import argparse
 import json
 import re
 import sys
-
-from rich.console import Console
 
 from .errors import UsageError, run_cli
 
@@ -155,7 +154,7 @@ def _knobs(a: argparse.Namespace) -> dict:
 def run(argv: list[str]) -> int:
     from . import api
     from .costs import prices_from_args
-    from .report import render_plan
+    from .report import Console, render_plan
 
     args = build_parser().parse_args(argv)
     knobs = _knobs(args)

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+import rich.console
 from rich.table import Table
 
 from .plan import Plan, format_days
+
+
+class Console(rich.console.Console):
+    """A rich Console whose closed stdout (``simulate ... | head -1``) raises BrokenPipeError,
+    which :func:`simulator.errors.run_cli` ends quietly with exit 0; rich's own handling exits
+    with status 1, which here means "nothing fits"."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
 
 
 def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> None:

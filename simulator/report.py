@@ -36,7 +36,8 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
                   f"bwd {b['backward']:.2f} · recompute {b['recompute']:.2f}) · exposed comm {b['exposed_comm']:.2f} · "
                   f"optimizer {b['optimizer']:.3f} · offload {b['offload']:.2f}"
                   + "".join(f" · {label} {b[k]:.2f}" for k, label in (("bubble", "pipeline bubble"),
-                            ("tp_comm", "TP comm"), ("pp_comm", "PP sends")) if b.get(k)))
+                            ("tp_comm", "TP comm"), ("tp_comm_hidden", "TP comm hidden by async TP"),
+                            ("pp_comm", "PP sends"), ("cp_comm", "ring attention sends")) if b.get(k)))
     console.print(f"  throughput  {plan.tokens_per_s:,.0f} tokens/s · MFU {plan.mfu:.0%} · HFU {plan.hfu:.0%}")
     mg = plan.memory_gib
     console.print(f"  memory/GPU  {mg['total']:.1f} of {mg['capacity']:.1f} GiB   weights {mg['weights']:.1f} · "

@@ -121,24 +121,21 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     """
     g = graph(model, seq_len, mb, precision, attention, compiled, stack)
     z = np.zeros_like(np.asarray(mb, dtype=float))
-
-    def total(ops, policy="none"):
-        return sum((op.count * np.asarray(op.kept_under(policy), float) for op in ops), z)
-
     trunk, live = z, [z]
     for b in g.blocks:
-        full = total(b.ops)
+        full = b.kept_under("none") + z
         c = checkpointed_layers(checkpointing, b.repeat)
         if c:
             kept = np.asarray(b.input_bytes, float) + z
         elif checkpointing != "none":
-            c, kept = b.repeat, total(b.ops, checkpointing)
+            c, kept = b.repeat, b.kept_under(checkpointing) + z
         else:
             kept = full
         trunk = trunk + (b.repeat - c) * full + c * kept
         if c:
             live.append(full - kept)
-    return trunk + np.max(live, axis=0) + total(g.outside)
+    outside = sum((op.count * np.asarray(op.kept_under("none"), float) for op in g.outside), z)
+    return trunk + np.max(live, axis=0) + outside
 
 
 def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool,

@@ -27,7 +27,7 @@ def graph(model, seq_len: int, mb, precision: str, attention: str, compiled: boo
     g = _GRAPHS.get(key)
     if g is None:
         g = family_of(model).graph(model, mb, seq_len, Knobs(precision, attention, compiled, stack))
-        if len(_GRAPHS) >= 64:
+        if len(_GRAPHS) >= 256:
             _GRAPHS.pop(next(iter(_GRAPHS)))
         _GRAPHS[key] = g
     return g

@@ -177,6 +177,17 @@ class ShardView:
         out.n_layers = n_layers
         return out
 
+    def _key(self) -> tuple:
+        return (self._spec, *sorted((k, v) for k, v in self.__dict__.items() if k != "_spec"))
+
+    def __eq__(self, other) -> bool:
+        """Views of the same spec holding the same shard are equal (caches keyed on the model
+        then serve every view a search builds of one layout)."""
+        return type(other) is ShardView and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
     def __getattr__(self, name):
         if name in ("_spec", "_emb", "_params"):  # not set yet (copying): never recurse into the spec
             raise AttributeError(name)

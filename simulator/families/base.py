@@ -96,6 +96,14 @@ class Block:
     ops: tuple[Op, ...]
     repeat: int
     input_bytes: np.ndarray | float
+    _kept: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def kept_under(self, policy: str) -> np.ndarray | float:
+        """Bytes one repetition keeps under an op-granular policy (``none``: everything its ops
+        save); computed once per policy, since a search asks for every micro-batch size at once."""
+        if policy not in self._kept:
+            self._kept[policy] = sum(op.count * np.asarray(op.kept_under(policy), float) for op in self.ops)
+        return self._kept[policy]
 
 
 @dataclass(frozen=True)

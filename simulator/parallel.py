@@ -166,8 +166,8 @@ class ShardView:
 
     @property
     def __class__(self):
-        """The spec's class: isinstance(view, ModelSpec) holds, so the transformer paths of
-        compute, memory and estimate (not the other families' operation layer) handle a view."""
+        """The spec's class: isinstance(view, ModelSpec) holds, so a view answers like the spec
+        it shards (the transformer family builds its operations)."""
         return type(self._spec)
 
     def with_layers(self, n_layers: int) -> ShardView:

@@ -3,6 +3,7 @@ bytes and activation memory of Mamba and ConvNeXt by hand; the transformer's ope
 from a tensor-parallel view (its per-layer bytes by hand: test_physics, test_stacks_checkpointing,
 test_architectures)."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -243,6 +244,29 @@ def test_transformer_time_by_parts(name, seq, precision, attention, compiled, ck
     if ckpt == "none":
         np.testing.assert_allclose(t.hw_flops, fl, rtol=1e-12)
         assert (t.recompute == 0).all()
+
+
+def test_shard_views_of_one_layout_are_equal():
+    """Views are compared by value (the graph and timing caches serve every view of a layout)."""
+    spec = get_model("llama-2-7b")
+    a, b = ShardView(spec, Parallelism(2, 4, 1, sp=True)), ShardView(spec, Parallelism(2, 4, 1, sp=True))
+    assert a == b and hash(a) == hash(b)
+    assert a != ShardView(spec, Parallelism(2, 4, 1)) and a != ShardView(spec, Parallelism(1, 8, 1, sp=True))
+    assert a != a.with_layers(spec.n_layers - 1) and a != spec
+
+
+def test_bandwidth_classes_price_their_ops():
+    """A profile's bandwidth efficiency of one op class (calibrated apart on CPU profiles) slows
+    exactly the ops of that class: eager attention's softmax, not fused attention; the same graph
+    timed on another device is timed anew."""
+    m, seq, mb = get_model("pythia-160m"), 1024, np.array([2.0])
+    dev = _device()
+    slow = dataclasses.replace(dev, profile=dev.profile.model_copy(update={"bw_eff_ops": {"softmax": 0.05}}))
+    for att, slower in (("eager", True), ("sdpa", False)):
+        base = compute.micro_batch_time(m, seq, mb, "bf16", att, False, "none", dev).total
+        other = compute.micro_batch_time(m, seq, mb, "bf16", att, False, "none", slow).total
+        assert (other > base).all() if slower else (other == base).all()
+        assert (compute.micro_batch_time(m, seq, mb, "bf16", att, False, "none", dev).total == base).all()
 
 
 def test_equality_cases_exercise_the_new_physics():

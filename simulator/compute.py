@@ -64,24 +64,16 @@ def fused_attention_rate(dev: Device, precision: str, head_dim: float, seq_len: 
 def op_times(op: Op, dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of one repetition of ``op``, without kernel launches.
 
-    GEMMs: the profile's shape-dependent efficiency (forward layout; backward layout for the two
-    backward GEMMs (m,k,n) and (k,n,m)), or their operand traffic if slower. Fused attention: its
-    FLOPs at :func:`fused_attention_rate`. Scan, conv and elementwise ops: roofline of their
-    FLOPs on the CUDA-core fp32 peak and their bytes at the profile's bandwidth efficiency (of the
-    op's ``bandwidth`` class where the profile calibrates one).
+    GEMMs: :func:`gemm_times`. Fused attention: its FLOPs at :func:`fused_attention_rate`.
+    Scan, conv and elementwise ops: roofline of their FLOPs on the CUDA-core fp32 peak and their
+    bytes at the profile's bandwidth efficiency (of the op's ``bandwidth`` class where the
+    profile calibrates one).
     """
+    if op.kind == "gemm":
+        t_f, t_b = gemm_times([op], dev, precision)
+        return t_f[0], t_b[0]
     prof = dev.profile
     bw, bw_eff = dev.mem_bw, prof.memory_bw_eff
-    if op.kind == "gemm":
-        g, gb = prof.gemm_for(precision), prof.gemm_bwd_for(precision)
-        peak, e = dev.gemm_peak(precision), workload.act_bytes(precision)
-        w = np.asarray(op.batch, float)
-
-        def t(m, n, k, eff):
-            return w * kernels.gemm_time(m, n, k, peak, eff.e_max, eff.x_half, e, bw, bw_eff, 0.0)
-
-        m = np.asarray(op.m, float)
-        return t(m, op.n, op.k, g), t(m, op.k, op.n, gb) + t(op.k, op.n, m, gb)
     if op.kind == "attention":
         peak, e_f, e_b = fused_attention_rate(dev, precision, op.head_dim, op.seq, op.causal)
         return op.fwd_flops() / (peak * e_f), op.bwd_flops() / (peak * e_b)
@@ -113,6 +105,7 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
     backward, on top of any checkpointing. ``stack`` (default hf-trainer) decides whether eager
     norms write fp32 and whether the loss is one fused kernel. On CPU devices with a
     ``fresh_memory`` fit, first touches of fresh pages are added (:mod:`simulator.fresh_memory`).
+    ``memo``: a dict shared by the calls of one search (one model, sequence length and ``mb``).
     """
     mb = np.asarray(mb, dtype=float)
     memo = {} if memo is None else memo
@@ -212,29 +205,38 @@ def _gemm_key(precision: str, where: str, op: Op) -> tuple:
     return ("gemm", precision, where, op.name)
 
 
-def _time_gemms(ops: list[tuple[Op, str]], dev: Device, precision: str, memo: dict) -> None:
-    """(forward, backward) seconds of one repetition of each GEMM op not yet in ``memo``, all in
-    one vectorized call per pass (as :func:`op_times`; a GEMM's time depends on its shape and the
-    precision only, so a search times each once)."""
-    todo = [(op, where) for op, where in ops if _gemm_key(precision, where, op) not in memo]
-    if not todo:
-        return
+def gemm_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of one repetition of each GEMM op (first axis), all at once:
+    the profile's shape-dependent efficiency (forward layout; backward layout for the two
+    backward GEMMs (m,k,n) and (k,n,m)), or the operand traffic if slower."""
     prof = dev.profile
     g, gb = prof.gemm_for(precision), prof.gemm_bwd_for(precision)
     peak, e = dev.gemm_peak(precision), workload.act_bytes(precision)
     bw, bw_eff = dev.mem_bw, prof.memory_bw_eff
-    shape = np.broadcast_shapes(*(np.shape(op.m) for op, _ in todo), *(np.shape(op.batch) for op, _ in todo))
-    m = np.stack([np.broadcast_to(np.asarray(op.m, float), shape) for op, _ in todo])
-    w = np.stack([np.broadcast_to(np.asarray(op.batch, float), shape) for op, _ in todo])
-    n = np.array([float(op.n) for op, _ in todo]).reshape((-1,) + (1,) * len(shape))
-    k = np.array([float(op.k) for op, _ in todo]).reshape(n.shape)
+    shape = np.broadcast_shapes(*(np.shape(op.m) for op in ops), *(np.shape(op.batch) for op in ops))
+    m = np.stack([np.broadcast_to(np.asarray(op.m, float), shape) for op in ops])
+    w = np.stack([np.broadcast_to(np.asarray(op.batch, float), shape) for op in ops])
+    n = np.array([float(op.n) for op in ops]).reshape((-1,) + (1,) * len(shape))
+    k = np.array([float(op.k) for op in ops]).reshape(n.shape)
 
     def t(mm, nn, kk, eff):
         return w * kernels.gemm_time(mm, nn, kk, peak, eff.e_max, eff.x_half, e, bw, bw_eff, 0.0)
 
-    t_f, t_b = t(m, n, k, g), t(m, k, n, gb) + t(k, n, m, gb)
-    for i, (op, where) in enumerate(todo):
-        memo[_gemm_key(precision, where, op)] = (t_f[i], t_b[i])
+    return t(m, n, k, g), t(m, k, n, gb) + t(k, n, m, gb)
+
+
+def _gemm_key(precision: str, where: str, op: Op) -> tuple:
+    return ("gemm", precision, where, op.name)
+
+
+def _time_gemms(ops: list[tuple[Op, str]], dev: Device, precision: str, memo: dict) -> None:
+    """Times the GEMM ops (each with its block's name) not yet in ``memo`` in one call: a GEMM's
+    time depends on its shape and the precision only, so a search times each once."""
+    todo = [(op, where) for op, where in ops if _gemm_key(precision, where, op) not in memo]
+    if todo:
+        t_f, t_b = gemm_times([op for op, _ in todo], dev, precision)
+        for i, (op, where) in enumerate(todo):
+            memo[_gemm_key(precision, where, op)] = (t_f[i], t_b[i])
 
 
 def _row(op: Op, reps: float, block: int | None, dev: Device, precision: str, memo: dict, where: str) -> _Row:

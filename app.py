@@ -23,6 +23,7 @@ from simulator import api, budget, compare, costs, hardware
 from simulator.errors import UsageError
 from simulator.hf_config import model_from_hf_config
 from simulator.models import ModelSpec, get_model, list_models, model_from_dict
+from simulator.plan import format_days
 from simulator.profile import Profile, parse_profile
 from simulator.recipes import default_recipe
 from simulator.strategy import (
@@ -244,12 +245,6 @@ def strategy_words(plan) -> str:
 
 
 # --------------------------------------------------------------------------- formatting
-def fmt_days(d: float) -> str:
-    if not math.isfinite(d):
-        return "∞"
-    return f"{d:,.1f}" if d < 100 else f"{d:,.0f}"
-
-
 def fmt_money(x: float | None) -> str:
     return "—" if x is None or not math.isfinite(x) else f"${x:,.0f}"
 
@@ -532,7 +527,7 @@ def sidebar_hardware() -> tuple[str, dict]:
         knobs["inter_node"] = float(inter)
     if host:
         knobs["host_memory"] = float(host)
-    text = f"{int(per)}x{gid}" if nodes == 1 else f"{int(nodes)}x{int(per)}x{gid}"
+    text = hardware.cluster_text(int(nodes), int(per), gid)
     return text, knobs
 
 
@@ -659,11 +654,11 @@ def show_plan(plan, top: list, table: pd.DataFrame, prices_json: str) -> None:
     c_ = plan_cost(plan, prices_json)
     iv = plan.interval_days
     c = st.columns(4)
-    c[0].metric("Days, likely range", f"{fmt_days(iv[0])}–{fmt_days(iv[1])}" if iv else "no range",
+    c[0].metric("Days, likely range", f"{format_days(iv[0])}–{format_days(iv[1])}" if iv else "no range",
                 help="8 in 10 comparable real runs fell in this range (see below)")
-    c[1].metric("Days, estimate", fmt_days(plan.days),
+    c[1].metric("Days, estimate", format_days(plan.days),
                 help="optimizer steps × estimated step time; real runs were usually slower")
-    c[2].metric("Floor at 100% of peak", f"{fmt_days(plan.days_at_peak)} days",
+    c[2].metric("Floor at 100% of peak", f"{format_days(plan.days_at_peak)} days",
                 help="the same tokens at the GPUs' full dense speed: no real run is faster")
     c[3].metric("Step time", f"{plan.step_time_s:.2f} s", help="seconds per optimizer step")
     st.info(interval_words(plan))
@@ -772,7 +767,7 @@ def _canonical(gpus: str) -> str:
         cl = hardware.parse_cluster(gpus)
     except UsageError:
         return gpus
-    return f"{cl.gpus_per_node}x{cl.gpu.id}" if cl.nodes == 1 else f"{cl.nodes}x{cl.gpus_per_node}x{cl.gpu.id}"
+    return cl.text
 
 
 def show_downloads(plan, table: pd.DataFrame, model_key: str, recipe_json: str, prices_json: str,

@@ -119,8 +119,8 @@ class _RunModel:
         pb = self.setup.problem
         pb = replace(pb, device=device_from_spec(self.gpu, prof), fabric=replace(pb.fabric, **comm_params(prof)))
         if self.layout is None:
-            return float(evaluate(pb, self.space).a["step_time"][0])
-        return float(evaluate_layout(pb, self.space, self.layout, [self.layout.vp])[0]["step_time"][0])
+            return float(evaluate(pb, self.space).step_time[0])
+        return float(evaluate_layout(pb, self.space, self.layout, [self.layout.vp])[0].step_time[0])
 
 
 def _resolve(run: pd.Series, prof: Profile) -> _RunModel:

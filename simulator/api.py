@@ -19,19 +19,21 @@ from . import hardware, uncertainty
 from .device import GIB, device_from_profile, device_from_spec
 from .errors import UsageError
 from .estimate import Problem, Space, Table
-from .models import ModelSpec, resolve_model
+from .models import ModelSpec
 from .opcost import model_flops_per_token, palm_flops_per_token
 from .parallel import Parallelism, layouts, stage_layers
 from .parallel_search import PIPELINE_SHARDINGS, evaluate_layouts, explain_layout
 from .plan import SECONDS_PER_DAY, Plan
 from .profile import Profile, comm_params, load_profile
 from .recipes import Recipe, make_recipe
+from .resolve import resolve_model
 from .stacks import get_stack
 from .strategy import (
     ATTENTIONS,
     CHECKPOINTINGS,
     COMPILES,
     OFFLOADS,
+    PRECISIONS,
     SHARDINGS,
     check_choice,
     check_pins,
@@ -194,7 +196,7 @@ def _space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
     check_pins(pins)
     notes: list[str] = []
     dev = s.problem.device
-    supported = [p for p in ("fp32", "tf32", "bf16", "fp16")
+    supported = [p for p in PRECISIONS
                  if (p in dev.peak_flops if p == "tf32" else dev.gemm_peak(p) is not None)]
     if pins.get("precision"):
         if pins["precision"] not in supported:
@@ -275,10 +277,9 @@ def _gib(x: float) -> float:
 
 
 def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> Plan:
-    a = tab.a
     model, recipe, pb = s.model, s.recipe, s.problem
     st = tab.strategy(i)
-    step = float(a["step_time"][i])
+    step = float(tab.step_time[i])
     tokens_step = recipe.global_batch * recipe.seq_len
     tps = tokens_step / step
     peak = pb.device.gemm_peak(st.precision) or float("nan")
@@ -286,13 +287,14 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
     mfu = tps * model_flops_per_token(model, recipe.seq_len) / (n * peak)
     mfu_6nd = tps * palm_flops_per_token(model, recipe.seq_len) / (n * peak)
     # executed FLOPs: the busiest GPU's per-step FLOPs, times GPUs, over the step time
-    hfu = float(a["hw_flops"][i]) / step / peak
+    hfu = float(tab.hw_flops[i]) / step / peak
     days = recipe.steps * step / SECONDS_PER_DAY * (1.0 + s.overhead)
     days_at_peak = recipe.tokens * model_flops_per_token(model, recipe.seq_len) / (n * peak) / SECONDS_PER_DAY
-    mem = {k: _gib(a["mem_" + k][i]) for k in ("weights", "gradients", "optimizer", "activations", "logits", "other")}
-    mem["total"] = _gib(a["mem_total"][i])
+    mem = {k: _gib(getattr(tab, "mem_" + k)[i])
+           for k in ("weights", "gradients", "optimizer", "activations", "logits", "other")}
+    mem["total"] = _gib(tab.mem_total[i])
     mem["capacity"] = _gib(pb.device.usable_memory)
-    mem["host_offload_per_node"] = _gib(a["host_need"][i])
+    mem["host_offload_per_node"] = _gib(tab.host_need[i])
     reasons = _reasons(s, tab, i)
     prof = s.profile
     iv = uncertainty.interval(days, prof.validation)
@@ -304,14 +306,14 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
         hardware=s.hardware,
         profile={"name": prof.name, "method": prof.provenance.method, "date": prof.provenance.date},
         strategy=st.model_dump(),
-        feasible=bool(a["feasible"][i]),
+        feasible=bool(tab.feasible[i]),
         reasons=reasons,
         step_time_s=step,
-        breakdown_s={"compute": float(a["compute"][i]), "forward": float(a["forward"][i]),
-                     "backward": float(a["backward"][i]), "recompute": float(a["recompute"][i]),
-                     "exposed_comm": float(a["exposed_comm"][i]), "optimizer": float(a["optimizer"][i]),
-                     "offload": float(a["offload_time"][i]),
-                     **{k: float(a[k][i]) for k in ("bubble", "tp_comm", "pp_comm") if k in a}},
+        breakdown_s={"compute": float(tab.compute[i]), "forward": float(tab.forward[i]),
+                     "backward": float(tab.backward[i]), "recompute": float(tab.recompute[i]),
+                     "exposed_comm": float(tab.exposed_comm[i]), "optimizer": float(tab.optimizer[i]),
+                     "offload": float(tab.offload_time[i]), "bubble": float(tab.bubble[i]),
+                     "tp_comm": float(tab.tp_comm[i]), "pp_comm": float(tab.pp_comm[i])},
         tokens_per_s=tps, mfu=float(mfu), mfu_6nd=float(mfu_6nd), hfu=float(hfu), memory_gib=mem, days=float(days),
         days_at_peak=float(days_at_peak), interval_days=iv,
         interval_source=(f"80% interval from {prof.validation.n} validation residuals (real runs "
@@ -328,27 +330,26 @@ def _bias(v) -> str:
 
 
 def _reasons(s: Setup, tab: Table, i: int) -> list[str]:
-    a = tab.a
     out = []
     st = tab.strategy(i)
     cap = _gib(s.problem.device.usable_memory)
     label = s.hardware["gpu"]
     if s.problem.device.gemm_peak(st.precision) is None:
         out.append(f"{label} does not support {st.precision}")
-    if not a["valid"][i]:
+    if not tab.valid[i]:
         out.append(f"--offload {st.offload} does not work with --sharding {st.sharding}")
-    if not a["fits"][i]:
-        states = _gib(a["mem_weights"][i] + a["mem_gradients"][i] + a["mem_optimizer"][i])
-        tot = _gib(a["mem_total"][i])
+    if not tab.fits[i]:
+        states = _gib(tab.mem_weights[i] + tab.mem_gradients[i] + tab.mem_optimizer[i])
+        tot = _gib(tab.mem_total[i])
         if states > cap:
             out.append(f"weights + gradients + optimizer states need {states:.1f} GiB per GPU; "
                        f"one {label} has {cap:.1f} GiB usable")
         else:
             out.append(f"needs {tot:.1f} GiB per GPU (states {states:.1f} + activations "
-                       f"{_gib(a['mem_activations'][i]):.1f} + logits {_gib(a['mem_logits'][i]):.1f} + other "
-                       f"{_gib(a['mem_other'][i]):.1f}); one {label} has {cap:.1f} GiB usable")
-    if not a["host_ok"][i]:
-        out.append(f"offloaded states need {_gib(a['host_need'][i]):.0f} GiB of host RAM per node; "
+                       f"{_gib(tab.mem_activations[i]):.1f} + logits {_gib(tab.mem_logits[i]):.1f} + other "
+                       f"{_gib(tab.mem_other[i]):.1f}); one {label} has {cap:.1f} GiB usable")
+    if not tab.host_ok[i]:
+        out.append(f"offloaded states need {_gib(tab.host_need[i]):.0f} GiB of host RAM per node; "
                    f"assumed {_gib(s.problem.host_memory):.0f} GiB (set --host-memory)")
     return out
 
@@ -377,7 +378,7 @@ class SearchResult:
             st = self.table.strategy(int(i))
             key = (st.precision, st.attention, st.compile, st.checkpointing, st.sharding, st.offload)
             seen.setdefault(key, int(i))
-        step = self.table.a["step_time"]
+        step = self.table.step_time
 
         def simplicity(item):
             (prec, att, comp, ck, sh, off), i = item
@@ -393,10 +394,10 @@ class SearchResult:
         """Fastest feasible plan; if none fits, the least-memory valid one (feasible=False)."""
         if self.order.size:
             return _plan(self.setup, self.table, int(self.order[0]), self.notes, self.n_evaluated)
-        a = self.table.a
-        key = np.where(a["valid"], a["mem_total"], np.inf)
+        tab = self.table
+        key = np.where(tab.valid, tab.mem_total, np.inf)
         if not np.isfinite(key).any():
-            key = a["mem_total"]
+            key = tab.mem_total
         p = _plan(self.setup, self.table, int(np.argmin(key)), self.notes, self.n_evaluated)
         pb = self.setup.problem
         st = p.strategy
@@ -436,7 +437,7 @@ def run_search(model, gpus, **knobs) -> SearchResult:
     space, notes = _space(s, pins)
     pars = _batch_fits(s, layout_space(s, lay, space), pins.get("micro_batch"))
     tab, n_layouts = evaluate_layouts(s.problem, space, pars)
-    key = tab.a["rank_key"]
+    key = tab.rank_key
     feas = np.nonzero(np.isfinite(key))[0]
     order = feas[np.argsort(key[feas], kind="stable")]
     if len(pars) > 1:
@@ -630,7 +631,7 @@ def suggest_fixes(model, gpus, knobs: dict, res: SearchResult) -> list[dict]:
     same = {k: v for k, v in sk.items() if k != "intra_node"}
     other = {k: v for k, v in sk.items() if k not in ("profile", "profile_any_gpu", "intra_node")}
     sizes = [(n, p) for n, p in ((1, 2), (1, 4), (1, 8), (2, 8), (4, 8), (8, 8)) if n * p > hw["n_gpus"]]
-    got = attempt([f"{p}x{gid}" if n == 1 else f"{n}x{p}x{gid}" for n, p in sizes], same)
+    got = attempt([hardware.cluster_text(n, p, gid) for n, p in sizes], same)
     if got and not (got[2] and simpler()):
         fix("more_gpus", got[0], {}, got[2], got[1],
             f"more GPUs: {got[0]} fits ({got[1].strategy_line()}; {got[1].days:,.0f} days)")

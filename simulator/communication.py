@@ -34,6 +34,16 @@ class Fabric:
     def n(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    @property
+    def intra_busbw(self) -> float:
+        """Bus bandwidth per GPU collectives sustain inside a node in training, bytes/s."""
+        return self.intra_bw * self.busbw_eff
+
+    @property
+    def inter_busbw(self) -> float:
+        """Bus bandwidth per node collectives sustain between nodes in training, bytes/s."""
+        return self.inter_bw * self.busbw_eff
+
 
 def all_reduce(f: Fabric, nbytes, pieces=1) -> np.ndarray:
     """Seconds to all-reduce ``nbytes`` across all GPUs (hierarchical), sent as ``pieces``
@@ -41,7 +51,7 @@ def all_reduce(f: Fabric, nbytes, pieces=1) -> np.ndarray:
     s = np.asarray(nbytes, dtype=float)
     k = np.asarray(pieces, dtype=float)
     g, N = f.gpus_per_node, f.nodes
-    intra_bw, inter_bw = f.intra_bw * f.busbw_eff, f.inter_bw * f.busbw_eff
+    intra_bw, inter_bw = f.intra_busbw, f.inter_busbw
     t = np.zeros_like(s)
     if g > 1:
         if N == 1:
@@ -61,9 +71,9 @@ def gather_or_scatter(f: Fabric, nbytes, pieces=1) -> np.ndarray:
     g, N = f.gpus_per_node, f.nodes
     t = np.zeros_like(s)
     if g > 1:
-        t = t + k * f.intra_alpha + (g - 1) / g * s / (f.intra_bw * f.busbw_eff)
+        t = t + k * f.intra_alpha + (g - 1) / g * s / f.intra_busbw
     if N > 1:
-        t = t + k * (f.inter_alpha + (N - 1) * f.hop_alpha) + (N - 1) / N * s / (f.inter_bw * f.busbw_eff)
+        t = t + k * (f.inter_alpha + (N - 1) * f.hop_alpha) + (N - 1) / N * s / f.inter_busbw
     return np.where(s > 0, t, 0.0)
 
 

@@ -23,6 +23,7 @@ from . import hardware
 from .cli import add_recipe_args, recipe_knobs
 from .costs import Prices, add_cost_args, default_prices, plan_cost, prices_from_args, usd
 from .errors import UsageError
+from .plan import format_days
 
 COUNTS = (1, 2, 4, 8)
 MULTI_NODE = (2, 4)  # nodes of gpus_per_node = the GPU's max (8) when --multi-node
@@ -58,8 +59,7 @@ class Option:
     @property
     def cluster(self) -> str:
         """--gpus text for this option, e.g. '4xa100-80gb-sxm' or '2x8xh100-sxm'."""
-        return (f"{self.gpus_per_node}x{self.gpu_id}" if self.nodes == 1
-                else f"{self.nodes}x{self.gpus_per_node}x{self.gpu_id}")
+        return hardware.cluster_text(self.nodes, self.gpus_per_node, self.gpu_id)
 
     @property
     def label(self) -> str:
@@ -151,7 +151,7 @@ def evaluate_option(model, gpu_id: str, nodes: int, per: int, prices: Prices, kn
     from .api import run_search
 
     g = hardware.get_gpu(gpu_id)
-    text = f"{per}x{gpu_id}" if nodes == 1 else f"{nodes}x{per}x{gpu_id}"
+    text = hardware.cluster_text(nodes, per, gpu_id)
     try:
         res = run_search(model, text, **knobs)
     except UsageError as exc:
@@ -330,9 +330,7 @@ def short_strategy(st: dict | None) -> str:
 
 
 def _days(d: float | None) -> str:
-    if d is None:
-        return "—"
-    return f"{d:,.1f}" if d < 100 else f"{d:,.0f}"
+    return "—" if d is None else format_days(d)
 
 
 def _counts(text: str) -> tuple[int, ...]:

@@ -1,32 +1,30 @@
 """Vectorized evaluation of a whole strategy space for one model, recipe and cluster.
 
 Every strategy (precision x attention x compile x checkpointing x sharding x offload x
-micro-batch) becomes one element of flat numpy arrays: step time and its parts (seconds),
-memory per GPU by component (bytes), feasibility. No I/O
-docs/architecture.md, physics 1-7.
+micro-batch) becomes one element of the flat numpy columns of a :class:`Table`: step time and its
+parts (seconds), memory per GPU by component (bytes), feasibility. :func:`evaluate` runs named
+steps, each a pure function over arrays shaped (packs K, micro-batches M, shardings Z, offloads
+NO): micro-batch candidates, compute per pack, model states, the sharding schedule's
+communication, optimizer and offload (:mod:`simulator.optimizer_time`), assembly with
+feasibility, and ranking. No I/O. docs/architecture.md, physics 1-7.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from itertools import product
 
 import numpy as np
 
 from . import communication as comm
-from . import fresh_memory, memory, workload
+from . import fresh_memory, memory, optimizer_time, workload
 from .compute import micro_batch_time
 from .device import Device
+from .parallel import Parallelism
 from .stacks import Stack, default_stack
-from .strategy import SHARD_STAGE, Strategy, checkpointing_rank, offload_allowed
-
-#: Bytes a sharded/unsharded Adam-family step moves per parameter (read master weights,
-#: gradient, moments; write weights, moments; plus a half copy in mixed precision), and the
-#: gradient-norm clipping pass (read for the norm, read + write to scale: 3 x grad bytes).
-OPT_MOMENT_BYTES = {"adam": 8, "adamw": 8, "lion": 4, "sgd": 4}
-OPT_KERNELS_PER_LAYER = 12
+from .strategy import HALF_PRECISIONS, SHARD_STAGE, Strategy, checkpointing_rank, offload_allowed
 
 
 @dataclass(frozen=True)
@@ -42,15 +40,23 @@ class Problem:
     host_memory: float  # bytes of host RAM per node available for offloaded states
     gpu_label: str  # e.g. "RTX 3090 24 GB" for messages
     stack: Stack = field(default_factory=default_stack)  # the training software (not searched)
+    dp: int | None = None  # data-parallel ranks; None: every GPU of the fabric
 
     @property
     def n_gpus(self) -> int:
         return self.fabric.n
 
     @property
+    def dp_ranks(self) -> int:
+        """Data-parallel ranks: the batch is split and the states are sharded over them (the
+        fabric's GPUs unless a layout says otherwise; the fabric then describes the links of one
+        data-parallel group, whose node count may round up)."""
+        return self.dp if self.dp is not None else self.n_gpus
+
+    @property
     def per_gpu_batch(self) -> int:
-        """Samples each GPU processes per optimizer step (the slowest rank's share)."""
-        return math.ceil(self.global_batch / self.n_gpus)
+        """Samples each data-parallel rank processes per optimizer step (the slowest rank's share)."""
+        return math.ceil(self.global_batch / self.dp_ranks)
 
 
 @dataclass
@@ -71,29 +77,90 @@ class Space:
                 * len(self.checkpointings) * len(self.shardings) * len(self.offloads))
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
 class Table:
-    """Flat arrays, one element per evaluated strategy."""
+    """Every evaluated strategy, one element of each column per strategy (flat numpy arrays of
+    equal length). Units: seconds per optimizer step (times), FLOPs per step on the busiest GPU
+    (``hw_flops``), bytes per GPU (``mem_*``), bytes of host RAM per node (``host_need``)."""
 
     problem: Problem
-    packs: list[tuple[str, str, bool, str]]
+    packs: list[tuple[str, str, bool, str]]  # (precision, attention, compile, checkpointing)
     shardings: list[str]
     offloads: list[str]
-    a: dict[str, np.ndarray] = field(default_factory=dict)
+    # the strategy: indices into packs, shardings and offloads; micro-batch size (samples) and count
+    pack: np.ndarray
+    sharding: np.ndarray
+    offload: np.ndarray
+    micro_batch: np.ndarray
+    grad_accum: np.ndarray
+    # step time and its parts (s per optimizer step); compute = forward + backward + recompute + casts
+    step_time: np.ndarray
+    compute: np.ndarray
+    forward: np.ndarray
+    backward: np.ndarray
+    recompute: np.ndarray
+    exposed_comm: np.ndarray
+    optimizer: np.ndarray
+    offload_time: np.ndarray
+    hw_flops: np.ndarray
+    # memory per GPU (bytes) and offloaded states per node (bytes)
+    mem_weights: np.ndarray
+    mem_gradients: np.ndarray
+    mem_optimizer: np.ndarray
+    mem_activations: np.ndarray
+    mem_logits: np.ndarray
+    mem_other: np.ndarray
+    mem_total: np.ndarray
+    host_need: np.ndarray
+    # feasibility: a combination the frameworks offer, fits the GPU, fits the host RAM; all three
+    valid: np.ndarray
+    fits: np.ndarray
+    host_ok: np.ndarray
+    feasible: np.ndarray
+    # ordering: simplicity rank (ties), and the sort key (step time, inf when infeasible)
+    rank: np.ndarray
+    rank_key: np.ndarray
+    # layout (simulator.parallel): degrees, sequence parallelism, and what the layout adds (s per step)
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    vp: np.ndarray
+    sp: np.ndarray
+    bubble: np.ndarray
+    tp_comm: np.ndarray
+    pp_comm: np.ndarray
 
     def __len__(self) -> int:
-        return int(self.a["step_time"].size)
+        return int(self.step_time.size)
+
+    def with_columns(self, **cols: np.ndarray) -> Table:
+        """The same strategies with some columns replaced."""
+        return replace(self, **cols)
+
+    @classmethod
+    def concat(cls, parts: list[Table], problem: Problem, packs: list, shardings: list[str],
+               offloads: list[str]) -> Table:
+        """One table of the rows of ``parts`` (whose pack, sharding and offload indices refer to
+        ``packs``, ``shardings``, ``offloads``) for ``problem``."""
+        return cls(problem=problem, packs=packs, shardings=shardings, offloads=offloads,
+                   **{k: np.concatenate([getattr(p, k) for p in parts]) for k in _COLUMNS})
+
+    def parallelism(self, i: int) -> Parallelism:
+        """The layout of strategy ``i``."""
+        return Parallelism(int(self.dp[i]), int(self.tp[i]), int(self.pp[i]), int(self.vp[i]), bool(self.sp[i]))
 
     def strategy(self, i: int) -> Strategy:
-        p, att, c, ck = self.packs[int(self.a["pack"][i])]
-        layout = {k: int(self.a[k][i]) for k in ("dp", "tp", "pp", "vp") if k in self.a}
-        if "sp" in self.a:
-            layout["sequence_parallel"] = bool(self.a["sp"][i])
+        """Strategy ``i`` with its knob values and layout."""
+        p, att, c, ck = self.packs[int(self.pack[i])]
         return Strategy(precision=p, attention=att, compile=c, checkpointing=ck,
-                        sharding=self.shardings[int(self.a["sharding"][i])],
-                        offload=self.offloads[int(self.a["offload"][i])],
-                        micro_batch=int(self.a["micro_batch"][i]), grad_accum=int(self.a["grad_accum"][i]),
-                        **layout)
+                        sharding=self.shardings[int(self.sharding[i])],
+                        offload=self.offloads[int(self.offload[i])],
+                        micro_batch=int(self.micro_batch[i]), grad_accum=int(self.grad_accum[i]),
+                        parallelism=self.parallelism(i))
+
+
+#: The per-strategy columns: every field of Table after the problem and the knob values.
+_COLUMNS = tuple(f.name for f in fields(Table))[4:]
 
 
 def _layer_params(model) -> float:
@@ -101,216 +168,299 @@ def _layer_params(model) -> float:
     return max(1.0, (model.n_params() - emb) / model.n_layers)
 
 
-def evaluate(pb: Problem, space: Space) -> Table:
-    """Evaluate every strategy of ``space`` on ``pb``
-    returns a Table of flat arrays."""
-    model, dev, fab = pb.model, pb.device, pb.fabric
-    n, B, seq = pb.n_gpus, pb.per_gpu_batch, pb.seq_len
-    P = float(model.n_params())
-    PL = _layer_params(model)
-    L = model.n_layers
-    packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
-    K = len(packs)
-    supported = np.array([dev.gemm_peak(pk[0]) is not None for pk in packs])
+@dataclass(frozen=True)
+class MicroBatches:
+    """Micro-batch candidates of one search (sizes in samples) and the sizes evaluated: every
+    candidate and the last, possibly smaller, micro-batch of each step."""
 
-    # --- micro-batch candidates: pinned, or every size whose activations could fit at all
-    # (activation and logit memory are linear in the micro-batch, so one sample decides the bound)
+    sizes: np.ndarray  # (M,) candidate micro-batch sizes
+    grad_accum: np.ndarray  # (M,) micro-batches per optimizer step
+    evaluated: np.ndarray  # (E,) sizes to evaluate, float
+    mi: np.ndarray  # (M,) index of each candidate in ``evaluated``
+    li: np.ndarray  # (M,) index of each candidate's last micro-batch in ``evaluated``
+
+    def per_step(self, x: np.ndarray) -> np.ndarray:
+        """A (K, E) per-micro-batch quantity summed over one optimizer step: (K, M)."""
+        return (self.grad_accum - 1) * x[:, self.mi] + x[:, self.li]
+
+
+def micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray) -> MicroBatches:
+    """The pinned micro-batch sizes, or every size from 1 whose activations could fit at all next
+    to the least model states any precision allows (ZeRO-3, everything offloaded): activation and
+    logit memory are linear in the micro-batch, so one sample decides the bound. Units: samples."""
+    model, dev, n = pb.model, pb.device, pb.dp_ranks
     if space.micro_batches is not None:
         mbs = np.asarray(space.micro_batches, dtype=int)
     else:
         one = np.array([1.0])
-        per_sample = min(float((memory.activations(model, seq, one, p, att, ck, c, pb.stack)
-                                + memory.logits_bytes(model, seq, one, p, c, pb.stack))[0])
+        per_sample = min(float((memory.activations(model, pb.seq_len, one, p, att, ck, c, pb.stack)
+                                + memory.logits_bytes(model, pb.seq_len, one, p, c, pb.stack))[0])
                          for (p, att, c, ck), ok in zip(packs, supported, strict=True) if ok) \
             if supported.any() else 1.0
+        P, PL = float(model.n_params()), _layer_params(model)
         floor_states = min(sum(memory.model_states(P, PL, p, "zero3", "all", pb.optimizer, n)[k]
                                for k in ("weights", "gradients", "optimizer")) for p in space.precisions)
         room = dev.usable_memory - floor_states
         last_fit = int(room // (per_sample * (1 + pb.stack.fragmentation))) if room > 0 else 1
-        mbs = np.arange(1, min(B, max(1, last_fit)) + 1)
-    M = mbs.size
-    ga = np.ceil(B / mbs).astype(int)  # (M,)
-    last = B - (ga - 1) * mbs  # size of the last (possibly smaller) micro-batch
-    mb_eval = np.unique(np.concatenate([mbs, last])).astype(float)  # sizes to evaluate
-    E = mb_eval.size
-    mi = np.searchsorted(mb_eval, mbs)
-    li = np.searchsorted(mb_eval, last)
+        mbs = np.arange(1, min(pb.per_gpu_batch, max(1, last_fit)) + 1)
+    ga = np.ceil(pb.per_gpu_batch / mbs).astype(int)
+    last = pb.per_gpu_batch - (ga - 1) * mbs  # size of the last (possibly smaller) micro-batch
+    mb_eval = np.unique(np.concatenate([mbs, last])).astype(float)
+    return MicroBatches(mbs, ga, mb_eval, np.searchsorted(mb_eval, mbs), np.searchsorted(mb_eval, last))
 
-    # --- per pack, per evaluated micro-batch size: compute time and activation memory
-    fwd = np.full((K, E), np.inf)
-    bwd = np.full((K, E), np.inf)
-    rec = np.full((K, E), np.inf)
-    hw = np.full((K, E), np.inf)
-    act = np.full((K, E), np.inf)
-    logit = np.full((K, E), np.inf)
+
+@dataclass(frozen=True)
+class PackCompute:
+    """Per pack (precision, attention, compile, checkpointing) and evaluated micro-batch size, (K, E):
+    seconds of forward, backward and recompute, executed FLOPs, activation and logit bytes; and
+    seconds of autocast's weight casts per micro-batch (K,). Unsupported precisions: inf."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    rec: np.ndarray
+    hw: np.ndarray
+    act: np.ndarray
+    logit: np.ndarray
+    cast: np.ndarray
+
+
+def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, sizes: np.ndarray) -> PackCompute:
+    """Compute time and activation memory of one micro-batch of each of ``sizes`` samples, for
+    every pack (:class:`PackCompute`)."""
+    model, dev, seq = pb.model, pb.device, pb.seq_len
+    P = float(model.n_params())
+    K, E = len(packs), sizes.size
+    fwd, bwd, rec, hw, act, logit = (np.full((K, E), np.inf) for _ in range(6))
     cast = np.zeros(K)
     memo: dict = {}
     for i, (p, att, c, ck) in enumerate(packs):
         if not supported[i]:
             continue
-        t = micro_batch_time(model, seq, mb_eval, p, att, c, ck, dev, memo, pb.stack)
+        t = micro_batch_time(model, seq, sizes, p, att, c, ck, dev, memo, pb.stack)
         fwd[i], bwd[i], rec[i], hw[i] = t.fwd, t.bwd, t.recompute, t.hw_flops
-        act[i] = memory.activations(model, seq, mb_eval, p, att, ck, c, pb.stack)
-        logit[i] = memory.logits_bytes(model, seq, mb_eval, p, c, pb.stack)
+        act[i] = memory.activations(model, seq, sizes, p, att, ck, c, pb.stack)
+        logit[i] = memory.logits_bytes(model, seq, sizes, p, c, pb.stack)
         # autocast weight casts once per micro-batch, only where the weights stay fp32 (DDP)
         cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / (
             dev.mem_bw * dev.profile.bw_eff("cast"))
+    return PackCompute(fwd, bwd, rec, hw, act, logit, cast)
 
-    grad_fresh, opt_fresh = fresh_memory.step_fresh(model, dev.profile)  # fresh pages (CPU), per step
 
-    def step_sum(x):  # (K,B) per-micro-batch quantity -> (K,M) per optimizer step
-        return (ga - 1) * x[:, mi] + x[:, li]
+@dataclass(frozen=True)
+class States:
+    """Model states per pack, sharding and offload (K, Z, NO): bytes per GPU of weights, gradients
+    and optimizer states, and bytes each GPU puts in host RAM. Per pack and sharding (K, Z): bytes
+    per parameter of weights and gradients before sharding, whether autocast keeps fp32 weights,
+    and bytes of communication buffers and autocast weight copies."""
 
-    tmb = fwd + bwd + rec
-    compute = step_sum(tmb) + grad_fresh  # (K,M); gradients are allocated once per step
-    hw_step = step_sum(hw)
+    weights: np.ndarray
+    gradients: np.ndarray
+    optimizer: np.ndarray
+    host: np.ndarray
+    weight_bpp: np.ndarray
+    grad_bpp: np.ndarray
+    fp32_params: np.ndarray
+    buffers: np.ndarray
 
-    Z, NO = len(space.shardings), len(space.offloads)
-    shape = (K, M, Z, NO)
+
+def model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
+    """Weights, gradients, optimizer states and buffers of every pack, sharding and offload
+    (:class:`States`). They depend on the precision only (not attention, compile or
+    checkpointing): one row per distinct precision, gathered to packs."""
+    model, n, stack = pb.model, pb.dp_ranks, pb.stack
+    P, PL = float(model.n_params()), _layer_params(model)
     prec = [pk[0] for pk in packs]
-    stage = np.array([SHARD_STAGE[s] for s in space.shardings])
-    # model states depend on the precision only (not attention, compile or checkpointing): one
-    # row per distinct precision, gathered to packs
     precs = list(dict.fromkeys(prec))
     pi = np.array([precs.index(p) for p in prec])
+    D, Z, NO = len(precs), len(space.shardings), len(space.offloads)
     # weights kept fp32 and cast by autocast each micro-batch (DDP; PyTorch's ZeRO in some stacks)
-    fp32p = np.array([[memory.autocast_fp32_params(p, s, pb.stack) for s in space.shardings] for p in precs])[pi]
-
-    # --- model states (K, Z, NO) and host RAM
-    D = len(precs)
+    fp32p = np.array([[memory.autocast_fp32_params(p, s, stack) for s in space.shardings] for p in precs])
     w, g, o, host = (np.zeros((D, Z, NO)) for _ in range(4))
-    gc = np.zeros((D, Z))
-    wc = np.zeros((D, Z))
+    gc, wc = np.zeros((D, Z)), np.zeros((D, Z))
     for i, p in enumerate(precs):
         for j, s in enumerate(space.shardings):
-            wb, gb, _ = memory.state_bytes_per_param(p, s, pb.optimizer, pb.stack)
+            wb, gb, _ = memory.state_bytes_per_param(p, s, pb.optimizer, stack)
             gc[i, j], wc[i, j] = gb, wb
             for k, off in enumerate(space.offloads):
-                st = memory.model_states(P, PL, p, s, off, pb.optimizer, n, pb.stack)
+                st = memory.model_states(P, PL, p, s, off, pb.optimizer, n, stack)
                 w[i, j, k], g[i, j, k], o[i, j, k], host[i, j, k] = (
                     st["weights"], st["gradients"], st["optimizer"], st["host"])
-    w, g, o, host, gc, wc = w[pi], g[pi], o[pi], host[pi], gc[pi], wc[pi]
+    buffers = np.array([[memory.comm_buffers(P, p, sh, n, stack) + memory.autocast_weight_copies(P, p, sh, stack)
+                         for sh in space.shardings] for p in precs])
+    return States(w[pi], g[pi], o[pi], host[pi], wc[pi], gc[pi], fp32p[pi], buffers[pi])
 
-    # --- communication (K, M, Z)
-    bwd_mb = (bwd + rec)[:, mi][:, :, None]
-    bwd_last = (bwd + rec)[:, li][:, :, None]
-    fwd_mb = fwd[:, mi][:, :, None]
-    fwd_last = fwd[:, li][:, :, None]
-    gaz = ga[None, :, None]
+
+def sharding_schedule(pb: Problem, shardings: list[str], st: States, pc: PackCompute,
+                      mb: MicroBatches) -> np.ndarray:
+    """Seconds per optimizer step of data-parallel communication not hidden behind compute, (K, M, Z).
+
+    DDP all-reduces the gradients once per step behind the last backward; ZeRO-1 reduce-scatters
+    them there and all-gathers the updated weights after the step; ZeRO-2 reduce-scatters every
+    micro-batch; FSDP shard-grad-op and ZeRO-3 / FSDP full shard gather weights unit by unit in
+    forward (and again in backward under full sharding) and reduce-scatter gradients in
+    backward. Collectives are issued in pieces, each paying the latency and each a unit of
+    overlap: DDP buckets of 25 MiB (bucket_cap_mb default), DeepSpeed ZeRO buckets of 5e8
+    elements, ZeRO-3 / FSDP one gather / reduce-scatter per unit (L layers + the root)."""
+    model, fab, n = pb.model, pb.fabric, pb.dp_ranks
+    K, M, Z = len(pc.cast), mb.sizes.size, len(shardings)
+    out = np.zeros((K, M, Z))
+    if n <= 1:
+        return out
+    P, PL, L = float(model.n_params()), _layer_params(model), model.n_layers
+    mi, li = mb.mi, mb.li
+    bwd_mb = (pc.bwd + pc.rec)[:, mi][:, :, None]
+    bwd_last = (pc.bwd + pc.rec)[:, li][:, :, None]
+    fwd_mb = pc.fwd[:, mi][:, :, None]
+    fwd_last = pc.fwd[:, li][:, :, None]
+    gaz = mb.grad_accum[None, :, None]
+    gc = st.grad_bpp
     grad_bytes = (P * gc)[:, None, :]
-    w_bytes = (P * wc)[:, None, :]
-    # collectives are issued in pieces, each paying the latency and each a unit of overlap:
-    # DDP buckets of 25 MiB (bucket_cap_mb default), DeepSpeed ZeRO buckets of 5e8 elements,
-    # ZeRO-3 / FSDP one gather / reduce-scatter per unit (L layers + the root)
+    w_bytes = (P * st.weight_bpp)[:, None, :]
     buckets = np.maximum(1.0, np.ceil(grad_bytes / (25.0 * memory.MIB)))
     zbuckets = max(1.0, math.ceil(P / memory.ZERO_BUCKET_ELEMENTS))
-    exposed_comm = np.zeros((K, M, Z))
     exposed = partial(comm.exposed, overlap=fab.overlap)
-    if n > 1:
-        ar = comm.all_reduce(fab, grad_bytes, buckets)
-        rs_z = comm.gather_or_scatter(fab, grad_bytes, zbuckets)
-        ag_z = comm.gather_or_scatter(fab, w_bytes, zbuckets)
-        rs_l = comm.gather_or_scatter(fab, grad_bytes, L + 1)
-        ag_l = comm.gather_or_scatter(fab, w_bytes, L + 1)
-        # ZeRO-3 / FSDP gather and reduce unit by unit: L layers and the root unit (embeddings,
-        # head); the root is gathered first and reduced last, so its collective (or one layer's,
-        # if larger) can never hide behind compute
-        # the last bucket to fill cannot overlap: at worst a full bucket (monotone in model size)
-        ar_bucket = comm.all_reduce(fab, np.minimum(grad_bytes, 25.0 * memory.MIB))
-        rs_bucket = comm.gather_or_scatter(fab, np.minimum(grad_bytes, memory.ZERO_BUCKET_ELEMENTS * gc[:, None, :]))
-        unit = max(P - L * PL, PL) / P
-        ag_unit = comm.gather_or_scatter(fab, w_bytes * unit)
-        rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
-        per_mb = lambda c, win_mb, win_last, floor: (  # noqa: E731
-            (gaz - 1) * exposed(c, win_mb, floor) + exposed(c, win_last, floor))
-        for j, s in enumerate(space.shardings):
-            sl = (slice(None), slice(None), slice(j, j + 1))
-            if s == "ddp":
-                e = exposed(ar[sl], bwd_last, ar_bucket[sl])
-            elif s == "zero1":
-                e = exposed(rs_z[sl], bwd_last, rs_bucket[sl]) + ag_z[sl]
-            elif s == "zero2":
-                e = per_mb(rs_z[sl], bwd_mb, bwd_last, rs_bucket[sl]) + ag_z[sl]
-            elif s == "fsdp-grad-op":
-                e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) + per_mb(rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
-            else:  # zero3 / fsdp-full: gather in forward, gather + reduce-scatter in backward
-                e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) \
-                    + per_mb(ag_l[sl] + rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
-            exposed_comm[:, :, j] = np.broadcast_to(e, (K, M, 1))[:, :, 0]
+    ar = comm.all_reduce(fab, grad_bytes, buckets)
+    rs_z = comm.gather_or_scatter(fab, grad_bytes, zbuckets)
+    ag_z = comm.gather_or_scatter(fab, w_bytes, zbuckets)
+    rs_l = comm.gather_or_scatter(fab, grad_bytes, L + 1)
+    ag_l = comm.gather_or_scatter(fab, w_bytes, L + 1)
+    # the last bucket to fill cannot overlap: at worst a full bucket (monotone in model size)
+    ar_bucket = comm.all_reduce(fab, np.minimum(grad_bytes, 25.0 * memory.MIB))
+    rs_bucket = comm.gather_or_scatter(fab, np.minimum(grad_bytes, memory.ZERO_BUCKET_ELEMENTS * gc[:, None, :]))
+    # ZeRO-3 / FSDP gather and reduce unit by unit: L layers and the root unit (embeddings,
+    # head); the root is gathered first and reduced last, so its collective (or one layer's,
+    # if larger) can never hide behind compute
+    unit = max(P - L * PL, PL) / P
+    ag_unit = comm.gather_or_scatter(fab, w_bytes * unit)
+    rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
 
-    # --- optimizer step and offload (K, Z, NO) / (K, M, Z, NO)
+    def per_mb(c, win_mb, win_last, floor):  # every micro-batch communicates
+        return (gaz - 1) * exposed(c, win_mb, floor) + exposed(c, win_last, floor)
+
+    for j, s in enumerate(shardings):
+        sl = (slice(None), slice(None), slice(j, j + 1))
+        if s == "ddp":
+            e = exposed(ar[sl], bwd_last, ar_bucket[sl])
+        elif s == "zero1":
+            e = exposed(rs_z[sl], bwd_last, rs_bucket[sl]) + ag_z[sl]
+        elif s == "zero2":
+            e = per_mb(rs_z[sl], bwd_mb, bwd_last, rs_bucket[sl]) + ag_z[sl]
+        elif s == "fsdp-grad-op":
+            e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) + per_mb(rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
+        else:  # zero3 / fsdp-full: gather in forward, gather + reduce-scatter in backward
+            e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) \
+                + per_mb(ag_l[sl] + rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
+        out[:, :, j] = np.broadcast_to(e, (K, M, 1))[:, :, 0]
+    return out
+
+
+def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: States, pc: PackCompute,
+                          mb: MicroBatches, opt_fresh: float) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds per optimizer step of the optimizer step on the GPU (K, Z, NO; 0 where it runs on
+    the CPU) and of offload (K, M, Z, NO): the CPU step and the host-link traffic
+    (:mod:`simulator.optimizer_time`). Each rank updates its shard under ZeRO-1 and above."""
+    model, dev, fab, n = pb.model, pb.device, pb.fabric, pb.dp_ranks
     prof = dev.profile
+    P, L = float(model.n_params()), model.n_layers
+    K, Z, NO = len(packs), len(space.shardings), len(space.offloads)
+    stage = np.array([SHARD_STAGE[s] for s in space.shardings])
     local = np.where(stage >= 1, P / n, P)[None, :, None]  # params each rank updates
-    opt_bytes = np.zeros((K, Z, 1))
-    for i, p in enumerate(prec):
-        for j in range(Z):
-            gb = gc[i, j]
-            # a half copy of the updated weights, where ZeRO/FSDP keep fp32 masters (DDP's casts
-            # happen per micro-batch, see cast_step)
-            half_copy = 2.0 if p in ("bf16", "fp16") and not fp32p[i, j] else 0.0
-            opt_bytes[i, j, 0] = 4 + gb + OPT_MOMENT_BYTES[pb.optimizer] * 2 + 4 + half_copy + 3 * gb
-    opt_eff = prof.optimizer_bw_eff.get("foreach", min(prof.optimizer_bw_eff.values()))
-    # launches: PyTorch's foreach Adam(W) issues about a dozen multi-tensor kernels (moment updates,
-    # bias corrections, sqrt, division, parameter update, weight decay) per group of tensors; one
-    # group per layer is assumed here (the bandwidth term dominates for any model worth simulating)
     share = local / P  # (1, Z, 1) fraction of the parameters each rank updates
+    # a half copy of the updated weights, where ZeRO/FSDP keep fp32 masters (DDP's casts happen
+    # per micro-batch, see assemble)
+    half = np.array([pk[0] in HALF_PRECISIONS for pk in packs])[:, None] & ~st.fp32_params
+    step_bytes = optimizer_time.bytes_per_param(pb.optimizer, st.grad_bpp, np.where(half, 2.0, 0.0))[:, :, None]
+    opt_eff = prof.optimizer_bw_eff.get("foreach", min(prof.optimizer_bw_eff.values()))
     loop = fresh_memory.optimizer_loop_time(model, prof)  # per-tensor host loop, where calibrated
-    gpu_opt = local * opt_bytes / (dev.mem_bw * opt_eff) + share * opt_fresh + (
-        OPT_KERNELS_PER_LAYER * L * 1e-6 * prof.launch_overhead_us if loop is None else share * loop)
+    gpu_opt = optimizer_time.gpu_step_time(local, share, step_bytes, dev.mem_bw, opt_eff, opt_fresh, loop, L,
+                                           prof.launch_overhead_us)
     offl = np.array(space.offloads)[None, None, :]
     cpu_rate = prof.cpu_adam_gparams_per_s * 1e9 / fab.gpus_per_node  # node's CPU shared by its GPUs
-    off_step = np.where(offl != "none",
-                        local / cpu_rate + local * (gc + wc)[:, :, None] / dev.host_bw, 0.0)
-    optimizer_t = np.where(offl == "none", gpu_opt, 0.0)  # (K,Z,NO); offloaded steps run on the CPU
-    optimizer_t = np.broadcast_to(optimizer_t, (K, Z, NO))
-    stream = (2 * P * wc / n + P * gc / n)[:, :, None] / dev.host_bw  # per micro-batch, offload 'all'
-    win = (tmb[:, mi])[:, :, None, None]
-    win_last = (tmb[:, li])[:, :, None, None]
+    off_step = np.where(offl != "none", optimizer_time.offload_step_time(
+        local, st.grad_bpp[:, :, None], st.weight_bpp[:, :, None], cpu_rate, dev.host_bw), 0.0)
+    optimizer_t = np.broadcast_to(np.where(offl == "none", gpu_opt, 0.0), (K, Z, NO))
+    stream = optimizer_time.offload_stream_time(P, st.weight_bpp, st.grad_bpp, n, dev.host_bw)[:, :, None]
+    tmb = pc.fwd + pc.bwd + pc.rec
     stream4 = np.where(offl == "all", stream, 0.0)[:, None, :, :]
-    offload_t = off_step[:, None, :, :] + (gaz[..., None] - 1) * comm.exposed(stream4, win, stream4 / L) \
-        + comm.exposed(stream4, win_last, stream4 / L)
+    offload_t = optimizer_time.offload_time(off_step[:, None, :, :], stream4, tmb[:, mb.mi][:, :, None, None],
+                                            tmb[:, mb.li][:, :, None, None], mb.grad_accum[None, :, None, None], L)
+    return optimizer_t, offload_t
 
-    cast_step = (cast[:, None] * ga[None, :])[:, :, None] * fp32p[:, None, :]  # (K,M,Z)
 
-    # --- assemble (K, M, Z, NO)
+def rank_strategies(packs: list[tuple], shardings: list[str], pack: np.ndarray, sharding: np.ndarray,
+                    offload: np.ndarray, micro_batch: np.ndarray, step_time: np.ndarray,
+                    feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Simplicity rank (ties are broken towards no offload, no checkpointing, plain DDP, a larger
+    micro-batch) and the sort key: the step time (s) nudged by the rank, inf when infeasible."""
+    ck_rank = np.array([checkpointing_rank(pk[3]) for pk in packs])
+    stage = np.array([SHARD_STAGE[s] for s in shardings])
+    rank = (offload * 100 + ck_rank[pack] * 10 + stage[sharding]
+            + 1.0 - micro_batch / (micro_batch.max() + 1.0)).astype(float)
+    return rank, np.where(feasible, step_time * (1 + 1e-9 * rank), np.inf)
+
+
+def evaluate(pb: Problem, space: Space) -> Table:
+    """Evaluate every strategy of ``space`` on ``pb``: micro-batch candidates, compute per pack,
+    model states, the sharding schedule's communication, optimizer and offload, then assembly,
+    feasibility and ranking. Returns a :class:`Table`, plain data parallelism over all GPUs."""
+    dev = pb.device
+    packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
+    supported = np.array([dev.gemm_peak(pk[0]) is not None for pk in packs])
+    mb = micro_batch_candidates(pb, space, packs, supported)
+    pc = compute_per_pack(pb, packs, supported, mb.evaluated)
+    st = model_states(pb, space, packs)
+    grad_fresh, opt_fresh = fresh_memory.step_fresh(pb.model, dev.profile)  # fresh pages (CPU), per step
+    exposed_comm = sharding_schedule(pb, space.shardings, st, pc, mb)
+    optimizer_t, offload_t = optimizer_and_offload(pb, space, packs, st, pc, mb, opt_fresh)
+    return assemble(pb, space, packs, supported, mb, pc, st, grad_fresh, exposed_comm, optimizer_t, offload_t)
+
+
+def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray, mb: MicroBatches,
+             pc: PackCompute, st: States, grad_fresh: float, exposed_comm: np.ndarray,
+             optimizer_t: np.ndarray, offload_t: np.ndarray) -> Table:
+    """The step (s) = compute (micro-batches, gradient first touches, autocast casts) + exposed
+    communication + optimizer + offload; memory per GPU (bytes) = states + activations + logits +
+    buffers and fragmentation; feasibility; all flattened over (K, M, Z, NO) into a :class:`Table`."""
+    K, M, Z, NO = len(packs), mb.sizes.size, len(space.shardings), len(space.offloads)
+    shape = (K, M, Z, NO)
+    mi, ga = mb.mi, mb.grad_accum
+    compute = mb.per_step(pc.fwd + pc.bwd + pc.rec) + grad_fresh  # gradients are allocated once per step
+    cast_step = (pc.cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]  # (K,M,Z)
     comp4 = (compute[:, :, None] + cast_step)[..., None]
     step = comp4 + exposed_comm[..., None] + optimizer_t[:, None] + offload_t
-    act4 = act[:, mi][:, :, None, None]
-    log4 = logit[:, mi][:, :, None, None]
-    mem_w = np.broadcast_to(w[:, None], shape)
-    mem_g = np.broadcast_to(g[:, None], shape)
-    mem_o = np.broadcast_to(o[:, None], shape)
-    buffers = np.array([[memory.comm_buffers(P, p, sh, n, pb.stack) + memory.autocast_weight_copies(P, p, sh, pb.stack)
-                         for sh in space.shardings] for p in precs])[pi]  # (K, Z)
-    other = buffers[:, None, :, None] + pb.stack.fragmentation * act4
+    act4 = pc.act[:, mi][:, :, None, None]
+    log4 = pc.logit[:, mi][:, :, None, None]
+    mem_w = np.broadcast_to(st.weights[:, None], shape)
+    mem_g = np.broadcast_to(st.gradients[:, None], shape)
+    mem_o = np.broadcast_to(st.optimizer[:, None], shape)
+    other = st.buffers[:, None, :, None] + pb.stack.fragmentation * act4
     total = mem_w + mem_g + mem_o + act4 + log4 + other
     valid = np.array([[offload_allowed(s, off) for off in space.offloads] for s in space.shardings])
     valid4 = np.broadcast_to(valid[None, None] & supported[:, None, None, None], shape)
-    host_need = host[:, None] * fab.gpus_per_node  # per node
+    host_need = st.host[:, None] * pb.fabric.gpus_per_node  # per node
     host_ok = np.broadcast_to(host_need <= pb.host_memory, shape)
-    fits = total <= dev.usable_memory
-    feasible = valid4 & fits & host_ok
+    fits = total <= pb.device.usable_memory
+    feasible = (valid4 & fits & host_ok).ravel()
 
-    tab = Table(problem=pb, packs=packs, shardings=list(space.shardings), offloads=list(space.offloads))
     idx = np.indices(shape)
+    pack, sharding, offload = idx[0].ravel(), idx[2].ravel(), idx[3].ravel()
     bc = lambda x: np.broadcast_to(x, shape).ravel()  # noqa: E731
-    tab.a = {
-        "pack": idx[0].ravel(), "sharding": idx[2].ravel(), "offload": idx[3].ravel(),
-        "micro_batch": bc(mbs[None, :, None, None]), "grad_accum": bc(ga[None, :, None, None]),
-        "step_time": bc(step), "compute": bc(comp4), "exposed_comm": bc(exposed_comm[..., None]),
-        "optimizer": bc(optimizer_t[:, None]), "offload_time": bc(offload_t),
-        "forward": bc(step_sum(fwd)[:, :, None, None]), "backward": bc((step_sum(bwd) + grad_fresh)[:, :, None, None]),
-        "recompute": bc(step_sum(rec)[:, :, None, None]),
-        "hw_flops": bc(hw_step[:, :, None, None]),
-        "mem_weights": bc(mem_w), "mem_gradients": bc(mem_g), "mem_optimizer": bc(mem_o),
-        "mem_activations": bc(act4), "mem_logits": bc(log4), "mem_other": bc(other), "mem_total": bc(total),
-        "host_need": bc(host_need),
-        "valid": valid4.ravel(), "fits": bc(fits), "host_ok": host_ok.ravel(), "feasible": feasible.ravel(),
-    }
-    # Simplicity rank breaks ties: no offload, no checkpointing, plain DDP, larger micro-batch.
-    ck_rank = np.array([checkpointing_rank(pk[3]) for pk in packs])
-    rank = (tab.a["offload"] * 100 + ck_rank[tab.a["pack"]] * 10 + stage[tab.a["sharding"]]
-            + 1.0 - tab.a["micro_batch"] / (mbs.max() + 1.0)).astype(float)
-    tab.a["rank"] = rank
-    tab.a["rank_key"] = np.where(feasible.ravel(), tab.a["step_time"] * (1 + 1e-9 * rank), np.inf)
-    return tab
+    micro_batch, step_time = bc(mb.sizes[None, :, None, None]), bc(step)
+    rank, rank_key = rank_strategies(packs, space.shardings, pack, sharding, offload, micro_batch, step_time, feasible)
+    size = step_time.size
+    zeros = np.zeros(size)
+    return Table(
+        problem=pb, packs=packs, shardings=list(space.shardings), offloads=list(space.offloads),
+        pack=pack, sharding=sharding, offload=offload, micro_batch=micro_batch,
+        grad_accum=bc(ga[None, :, None, None]),
+        step_time=step_time, compute=bc(comp4), forward=bc(mb.per_step(pc.fwd)[:, :, None, None]),
+        backward=bc((mb.per_step(pc.bwd) + grad_fresh)[:, :, None, None]),
+        recompute=bc(mb.per_step(pc.rec)[:, :, None, None]), exposed_comm=bc(exposed_comm[..., None]),
+        optimizer=bc(optimizer_t[:, None]), offload_time=bc(offload_t), hw_flops=bc(mb.per_step(pc.hw)[:, :, None, None]),
+        mem_weights=bc(mem_w), mem_gradients=bc(mem_g), mem_optimizer=bc(mem_o), mem_activations=bc(act4),
+        mem_logits=bc(log4), mem_other=bc(other), mem_total=bc(total), host_need=bc(host_need),
+        valid=valid4.ravel(), fits=bc(fits), host_ok=host_ok.ravel(), feasible=feasible,
+        rank=rank, rank_key=rank_key,
+        dp=np.full(size, pb.dp_ranks), tp=np.ones(size, dtype=int), pp=np.ones(size, dtype=int),
+        vp=np.ones(size, dtype=int), sp=np.zeros(size, dtype=bool), bubble=zeros, tp_comm=zeros, pp_comm=zeros,
+    )

@@ -48,7 +48,7 @@ def param_tensor_sizes(model) -> np.ndarray:
     tensor per layer."""
     try:
         h, f, L, v = model.hidden, model.ffn_hidden, model.n_layers, model.vocab_size
-        kv = workload.kv_dim(model)
+        kv = model.kv_dim
     except AttributeError:
         L = max(1, int(getattr(model, "n_layers", 1)))
         return np.full(L, model.n_params() / L)

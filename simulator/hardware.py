@@ -28,8 +28,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from .errors import UsageError, did_you_mean, unknown
+from .strategy import PRECISIONS
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+#: Precisions a datasheet peak (and a profile's efficiency) may be given for: the training
+#: precisions and fp8 (listed in datasheets, not trained here).
+PEAK_PRECISIONS = (*PRECISIONS, "fp8")
 CATALOG_ENV = "SIMULATOR_CATALOG_DIR"
 
 
@@ -77,7 +80,7 @@ class GPUSpec(_Strict):
     memory_gib: Sourced  # label capacity
     usable_memory_gib: Sourced  # what a PyTorch process can allocate after the CUDA context
     mem_bw_gbs: Sourced  # DRAM bandwidth, GB/s
-    peak_tflops: dict[str, Sourced]  # dense, FP32 accumulate; keys among PRECISIONS
+    peak_tflops: dict[str, Sourced]  # dense, FP32 accumulate; keys among PEAK_PRECISIONS
     board_power_w: Sourced
     intra_node_link: str  # default link id between GPUs of one node
     host_link: str  # link id host <-> device
@@ -89,8 +92,8 @@ class GPUSpec(_Strict):
     @model_validator(mode="after")
     def _check(self) -> GPUSpec:
         for key in self.peak_tflops:
-            if key not in PRECISIONS:
-                raise ValueError(f"peak_tflops: unknown precision {key!r}; valid: {', '.join(PRECISIONS)}")
+            if key not in PEAK_PRECISIONS:
+                raise ValueError(f"peak_tflops: unknown precision {key!r}; valid: {', '.join(PEAK_PRECISIONS)}")
         if "fp32" not in self.peak_tflops:
             raise ValueError("peak_tflops needs at least 'fp32'")
         for key, val in self.peak_tflops.items():
@@ -108,7 +111,7 @@ class GPUSpec(_Strict):
     @property
     def precisions(self) -> tuple[str, ...]:
         """Precisions this GPU has a peak for, in canonical order."""
-        return tuple(p for p in PRECISIONS if p in self.peak_tflops)
+        return tuple(p for p in PEAK_PRECISIONS if p in self.peak_tflops)
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak in FLOP/s for ``precision`` (fp32 = CUDA cores, tf32/bf16/fp16/fp8 = tensor cores).
@@ -190,6 +193,11 @@ class Cluster(_Strict):
     def n_gpus(self) -> int:
         """Total number of GPUs."""
         return self.nodes * self.gpus_per_node
+
+    @property
+    def text(self) -> str:
+        """The canonical --gpus text, e.g. '8xrtx3090' or '2x8xa100-80gb-sxm'."""
+        return cluster_text(self.nodes, self.gpus_per_node, self.gpu.id)
 
     def describe(self) -> str:
         """One line, e.g. '8 × RTX 3090 24 GB · PCIe 4.0 x16, no peer-to-peer'."""
@@ -418,6 +426,12 @@ def _inter_link(base: LinkSpec, gbits: float) -> LinkSpec:
         gbits_per_node=gbits,
         efficiency=eff,
     )
+
+
+def cluster_text(nodes: int, gpus_per_node: int, gpu_id: str) -> str:
+    """The --gpus text of ``nodes`` x ``gpus_per_node`` GPUs ``gpu_id`` (what :func:`parse_cluster`
+    reads): '8x3090' on one node, '2x8xa100' on several."""
+    return f"{gpus_per_node}x{gpu_id}" if nodes == 1 else f"{nodes}x{gpus_per_node}x{gpu_id}"
 
 
 def parse_cluster(text: str, intra_node: str | None = None,

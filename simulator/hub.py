@@ -1,6 +1,6 @@
 """Hugging Face Hub ids: find a model's ``config.json`` (never its weights).
 
-``org/name`` or ``org/name@revision`` resolves (see :func:`simulator.models.resolve_model`) to a
+``org/name`` or ``org/name@revision`` resolves (see :func:`simulator.resolve.resolve_model`) to a
 preset with that ``hf_id`` first; else to the ``config.json`` in the local Hugging Face cache,
 so it works offline; else, when online and ``huggingface_hub`` is installed (the optional
 ``hub`` extra), to ``huggingface_hub.hf_hub_download(repo_id, "config.json", revision=...)``,

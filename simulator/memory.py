@@ -11,7 +11,7 @@ import numpy as np
 from .families import family_of
 from .opcost import graph
 from .stacks import Stack
-from .strategy import SHARD_STAGE, checkpointed_layers
+from .strategy import HALF_PRECISIONS, SHARD_STAGE, checkpointed_layers
 
 MIB = 1024**2
 #: DeepSpeed ZeRO's default reduce_bucket_size and allgather_bucket_size (5e8 elements each,
@@ -21,17 +21,21 @@ ZERO_BUCKET_ELEMENTS = 5e8
 OPTIMIZER_MOMENTS = {"adam": 2, "adamw": 2, "lion": 1, "sgd": 1}
 
 
+def moment_bytes(optimizer: str) -> int:
+    """Bytes of optimizer moments per parameter: fp32 (4 bytes) per moment."""
+    return 4 * OPTIMIZER_MOMENTS[optimizer]
+
+
 def autocast_fp32_params(precision: str, sharding: str, stack=None) -> bool:
     """Whether mixed precision keeps fp32 weights and gradients that torch.autocast casts to half
     (DDP; and ZeRO-1/2 where the stack's ZeRO is PyTorch's ZeroRedundancyOptimizer or apex's
-    DistributedFusedAdam over autocast, ``stack.zero_params == 'fp32'``). Otherwise ZeRO/FSDP
+    DistributedFusedAdam over autocast, ``stack.torch_zero``). Otherwise ZeRO/FSDP
     keep half weights and gradients with an fp32 master copy in the optimizer."""
-    if precision not in ("bf16", "fp16"):
+    if precision not in HALF_PRECISIONS:
         return False
     if sharding == "ddp":
         return True
-    torch_zero = stack is not None and stack.zero_params == "fp32"
-    return torch_zero and sharding in ("zero1", "zero2")
+    return stack is not None and stack.torch_zero and sharding in ("zero1", "zero2")
 
 
 def state_bytes_per_param(precision: str, sharding: str, optimizer: str, stack=None) -> tuple[int, int, int]:
@@ -42,8 +46,8 @@ def state_bytes_per_param(precision: str, sharding: str, optimizer: str, stack=N
     (half weights and gradients, fp32 master copy in the optimizer): 2 + 2 + (4 + 4*moments).
     Adam: 16 B/param either way.
     """
-    k = 4 * OPTIMIZER_MOMENTS[optimizer]
-    if precision in ("bf16", "fp16") and not autocast_fp32_params(precision, sharding, stack):
+    k = moment_bytes(optimizer)
+    if precision in HALF_PRECISIONS and not autocast_fp32_params(precision, sharding, stack):
         return 2, 2, 4 + k
     return 4, 4, k
 
@@ -93,11 +97,11 @@ def comm_buffers(n_params: float, precision: str, sharding: str, n_gpus: int, st
     default) copies every gradient into flat buckets: one more gradient-sized buffer. DeepSpeed
     ZeRO keeps a reduce and an all-gather bucket of up to 5e8 elements each; FSDP communicates
     from its flat per-unit parameters (counted in the gathered working set). PyTorch's
-    ZeroRedundancyOptimizer runs under DDP (``stack.zero_params == 'fp32'``): DDP's buckets."""
+    ZeroRedundancyOptimizer runs under DDP (``stack.torch_zero``): DDP's buckets."""
     if n_gpus <= 1:
         return 0.0
     w, g, _ = state_bytes_per_param(precision, sharding, "sgd", stack)
-    if sharding == "ddp" or (sharding.startswith("zero") and stack is not None and stack.zero_params == "fp32"):
+    if sharding == "ddp" or (sharding.startswith("zero") and stack is not None and stack.torch_zero):
         return n_params * g
     if sharding.startswith("zero"):
         return min(n_params, ZERO_BUCKET_ELEMENTS) * (g + w)

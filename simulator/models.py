@@ -19,9 +19,7 @@ Presets live in ``simulator/data/models.yaml`` (data, each with its ``hf_id`` an
 from __future__ import annotations
 
 import functools
-import os
 from importlib import resources
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
@@ -420,43 +418,6 @@ def get_model(name: str) -> ModelSpec:
     if spec is None:
         raise unknown("model", name, list_models())
     return spec
-
-
-def resolve_model(arg: str | os.PathLike[str]) -> ModelSpec:
-    """A preset name; a Hugging Face ``config.json`` (an existing file, any ``*.json`` path, or a
-    folder holding ``config.json``); or a Hub id ``org/name[@revision]``: the preset with that
-    ``hf_id``, else the config in the local Hugging Face cache, else the config alone downloaded
-    with ``huggingface_hub`` when installed and online (:mod:`simulator.hub`)."""
-    text = os.fspath(arg)
-    path = Path(text)
-    if text.lower().endswith(".json") or path.is_file() or (path / "config.json").is_file():
-        from simulator.hf_config import model_from_hf_config
-
-        return model_from_hf_config(text)
-    from simulator import hub
-
-    parsed = hub.parse_hub_id(text)
-    if parsed is None:
-        return get_model(text)
-    repo_id, revision = parsed
-    preset = find_preset(repo_id)
-    if preset is not None:
-        return preset
-    try:
-        config, where = hub.find_config(repo_id, revision)
-    except UsageError as exc:
-        near = find_preset(repo_id.rsplit("/", 1)[1])
-        hint = f"; or use the preset {near.name!r}" if near is not None else ""
-        raise UsageError(f"{exc}{hint}") from None
-    from simulator.hf_config import model_from_hf_config
-
-    label = repo_id + (f"@{revision}" if revision else "")
-    spec = model_from_hf_config(config, name=repo_id.rsplit("/", 1)[1])
-    return spec.model_copy(update={
-        "display": label,
-        "hf_id": repo_id,
-        "source": f"huggingface.co/{repo_id} config.json, revision {revision or 'main'} ({where}: {config})",
-    })
 
 
 def model_from_dict(data: dict[str, Any]) -> ModelSpec:

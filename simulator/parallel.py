@@ -118,10 +118,10 @@ def p2p_time(tokens, hidden: int, e: int, par: Parallelism, fab: comm.Fabric) ->
     if par.pp <= 1:
         return np.zeros_like(np.asarray(tokens, dtype=float))
     if fab.nodes > 1:
-        bw, alpha = fab.inter_bw / fab.gpus_per_node, fab.inter_alpha
+        bw, alpha = fab.inter_busbw / fab.gpus_per_node, fab.inter_alpha
     else:
-        bw, alpha = fab.intra_bw, fab.intra_alpha
-    return 2.0 * par.vp * (alpha + p2p_bytes(tokens, hidden, e, par.tp, par.sp) / (bw * fab.busbw_eff))
+        bw, alpha = fab.intra_busbw, fab.intra_alpha
+    return 2.0 * par.vp * (alpha + p2p_bytes(tokens, hidden, e, par.tp, par.sp) / bw)
 
 
 def dp_fabric(fab: comm.Fabric, par: Parallelism) -> comm.Fabric:
@@ -148,8 +148,7 @@ class ShardView:
         self.seq_shards = tp if par.sp else 1
         self.n_layers = stage_layers(spec.n_layers, par.pp)[0]
         self.n_heads = spec.n_heads // tp
-        kvh = spec.n_kv_heads or spec.n_heads
-        self.n_kv_heads = max(1, kvh // tp)
+        self.n_kv_heads = max(1, spec.kv_heads // tp)
         self.head_dim = spec.head_dim
         self.ffn_hidden = math.ceil(spec.ffn_hidden / tp)
         self.vocab_size = math.ceil(spec.vocab_size / tp)
@@ -198,7 +197,13 @@ class ShardView:
         return self.n_kv_heads
 
     @property
+    def q_dim(self) -> int:
+        """Width of this GPU's query projection and attention output (its heads x head_dim)."""
+        return self.n_heads * self.head_dim
+
+    @property
     def kv_dim(self) -> int:
+        """Width of this GPU's K (or V) projection (its KV heads x head_dim)."""
         return self.n_kv_heads * self.head_dim
 
     def n_params(self) -> int:

@@ -66,53 +66,53 @@ def states_floor(pb: Problem, space: Space, par: parallel.Parallelism) -> float:
     return best
 
 
-def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -> list[dict]:
-    """Arrays of every strategy under ``par`` for each virtual-stage count in ``vps``."""
+def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int]) -> list[Table]:
+    """Every strategy under ``par``, one Table for each virtual-stage count in ``vps``."""
     model = parallel.view(pb.model, par)
     fab = parallel.dp_fabric(pb.fabric, par)
     shardings = [s for s in space.shardings if par.pp == 1 or s in PIPELINE_SHARDINGS]
     sub = dataclasses.replace(space, shardings=shardings)
     if space.micro_batches is None and (par.tp > 1 or par.pp > 1):
         sub.micro_batches = micro_batch_sizes(math.ceil(pb.global_batch / par.dp))
-    tab = evaluate(dataclasses.replace(pb, model=model, fabric=fab), sub)
-    a = dict(tab.a)
-    a["sharding"] = np.array([space.shardings.index(s) for s in shardings])[a["sharding"]]
+    tab = evaluate(dataclasses.replace(pb, model=model, fabric=fab, dp=par.dp), sub)
     packs = tab.packs
-    e = np.array([workload.act_bytes(pk[0]) for pk in packs], dtype=float)[a["pack"]]
+    tab = tab.with_columns(sharding=np.array([space.shardings.index(s) for s in shardings])[tab.sharding])
+    e = np.array([workload.act_bytes(pk[0]) for pk in packs], dtype=float)[tab.pack]
     # forward + backward, and the forward again for every recomputed layer (full, every:K)
-    passes = np.array([2.0 + checkpointed_layers(pk[3], model.n_layers) / model.n_layers for pk in packs])[a["pack"]]
-    ga = a["grad_accum"].astype(float)
+    passes = np.array([2.0 + checkpointed_layers(pk[3], model.n_layers) / model.n_layers for pk in packs])[tab.pack]
+    ga = tab.grad_accum.astype(float)
     tokens = math.ceil(pb.global_batch / par.dp) * pb.seq_len / ga  # mean tokens per micro-batch
     h = getattr(pb.model, "hidden", 0)  # other families (no layouts): no TP or stage traffic
     tp_mb = model.n_layers * parallel.tp_comm_time(tokens, h, e, par.tp, par.sp, passes,
-                                                   pb.fabric.intra_bw * pb.fabric.busbw_eff, pb.fabric.intra_alpha)
-    t_mb = (a["forward"] + a["backward"] + a["recompute"]) / ga
-    act, log = a["mem_activations"], a["mem_logits"]
+                                                   pb.fabric.intra_busbw, pb.fabric.intra_alpha)
+    t_mb = (tab.forward + tab.backward + tab.recompute) / ga
+    act, log = tab.mem_activations, tab.mem_logits
     F = 1 + pb.stack.fragmentation
-    rest = a["mem_total"] - act * F - log
-    stored = stored_activations(model, pb.seq_len, packs, a["pack"], a["micro_batch"], act) if par.pp > 1 else act
+    rest = tab.mem_total - act * F - log
+    stored = stored_activations(model, pb.seq_len, packs, tab.pack, tab.micro_batch, act) if par.pp > 1 else act
     out = []
     for vp in vps:
         p = dataclasses.replace(par, vp=vp)
         p2p_mb = parallel.p2p_time(tokens, h, e, p, pb.fabric)
         bubble = (p.pp - 1) / vp * (t_mb + tp_mb + p2p_mb)
-        b = dict(a)
-        b["bubble"], b["tp_comm"], b["pp_comm"] = bubble, ga * tp_mb, ga * p2p_mb
-        b["step_time"] = a["step_time"] + bubble + b["tp_comm"] + b["pp_comm"]
+        tp_comm, pp_comm = ga * tp_mb, ga * p2p_mb
+        step_time = tab.step_time + bubble + tp_comm + pp_comm
         # first stage: in-flight micro-batches' stored activations + one working set; last: one + logits
         first = act + (parallel.in_flight(p.pp, ga, vp) - 1) * stored
         first_binds = first * F >= act * F + log
-        b["mem_activations"] = np.where(first_binds, first, act)
-        b["mem_logits"] = np.where(first_binds, 0.0, log)
-        b["mem_other"] = a["mem_other"] + pb.stack.fragmentation * (b["mem_activations"] - act)
-        b["mem_total"] = rest + np.maximum(first * F, act * F + log)
-        b["fits"] = b["mem_total"] <= pb.device.usable_memory
-        b["feasible"] = a["valid"] & b["fits"] & a["host_ok"]
-        for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp)):
-            b[k] = np.full(ga.size, val)
+        mem_activations = np.where(first_binds, first, act)
+        mem_total = rest + np.maximum(first * F, act * F + log)
+        fits = mem_total <= pb.device.usable_memory
+        feasible = tab.valid & fits & tab.host_ok
         simpler = np.log2(p.tp) + np.log2(p.pp) + (vp - 1)
-        b["rank_key"] = np.where(b["feasible"], b["step_time"] * (1 + 1e-9 * (a["rank"] + 1000 * simpler)), np.inf)
-        out.append(b)
+        n = ga.size
+        out.append(tab.with_columns(
+            bubble=bubble, tp_comm=tp_comm, pp_comm=pp_comm, step_time=step_time,
+            mem_activations=mem_activations, mem_logits=np.where(first_binds, 0.0, log),
+            mem_other=tab.mem_other + pb.stack.fragmentation * (mem_activations - act), mem_total=mem_total,
+            fits=fits, feasible=feasible,
+            dp=np.full(n, p.dp), tp=np.full(n, p.tp), pp=np.full(n, p.pp), vp=np.full(n, vp), sp=np.full(n, p.sp),
+            rank_key=np.where(feasible, step_time * (1 + 1e-9 * (tab.rank + 1000 * simpler)), np.inf)))
     return out
 
 
@@ -122,7 +122,7 @@ def _extra_floor(pb: Problem, par: parallel.Parallelism, compute: float, layers:
     per_replica = math.ceil(pb.global_batch / par.dp)
     bubble = compute * parallel.bubble_fraction(par.pp, per_replica, par.vp)
     tp = layers * parallel.tp_comm_time(per_replica * pb.seq_len, pb.model.hidden, 2, par.tp, par.sp, 2,
-                                        pb.fabric.intra_bw * pb.fabric.busbw_eff, 0.0)
+                                        pb.fabric.intra_busbw, 0.0)
     return float(bubble + tp)
 
 
@@ -172,7 +172,7 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
     keep = [k for k in groups if floors[k] <= pb.device.usable_memory] or [min(floors, key=floors.get)]
     par_of = {k: parallel.Parallelism(k[0], k[1], k[2], max(groups[k]), k[3]) for k in keep}
     cheap = {k: flops_floor(pb, space, par_of[k]) for k in keep} if len(keep) > 1 else {keep[0]: 0.0}
-    parts: list[dict] = []
+    parts: list[Table] = []
     best = np.inf
     done: set[tuple] = set()
     for key in sorted(keep, key=cheap.get):
@@ -183,7 +183,7 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
         done.add(key)
         for b in evaluate_layout(pb, space, parallel.Parallelism(key[0], key[1], key[2], 1, key[3]), groups[key]):
             parts.append(b)
-            fin = b["rank_key"][np.isfinite(b["rank_key"])]
+            fin = b.rank_key[np.isfinite(b.rank_key)]
             best = min(best, float(fin.min()) if fin.size else np.inf)
     # the most promising layout of the other kind (plain data parallelism, or tensor/pipeline),
     # so the winner can be explained against it
@@ -194,38 +194,36 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
             parts.extend(evaluate_layout(pb, space, parallel.Parallelism(k[0], k[1], k[2], 1, k[3]), groups[k]))
     if not parts:
         raise ValueError("no layout to evaluate: pipelining needs --sharding ddp or zero1")
-    a = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
-    tab = Table(problem=pb, packs=packs, shardings=list(space.shardings), offloads=list(space.offloads), a=a)
-    return tab, len({(int(p["dp"][0]), int(p["tp"][0]), int(p["pp"][0]), int(p["vp"][0])) for p in parts})
+    tab = Table.concat(parts, pb, packs, list(space.shardings), list(space.offloads))
+    return tab, len({(int(p.dp[0]), int(p.tp[0]), int(p.pp[0]), int(p.vp[0])) for p in parts})
 
 
-def _layout_text(a: dict, i: int) -> str:
-    p = parallel.Parallelism(int(a["dp"][i]), int(a["tp"][i]), int(a["pp"][i]), int(a["vp"][i]), bool(a["sp"][i]))
+def _layout_text(tab: Table, i: int) -> str:
+    p = tab.parallelism(i)
     return p.describe() or f"data parallelism over all {p.dp} GPUs"
 
 
 def explain_layout(tab: Table, order: np.ndarray, n_layouts: int, n_evaluated: int, n_gpus: int) -> str:
     """One sentence on why the winning layout won: its bubble and tensor-parallel time, and how
     the best plan of the other kind (pure data parallelism, or tensor/pipeline) compares."""
-    a = tab.a
     head = (f"considered {n_layouts} layouts dp × tp × pp = {n_gpus}, evaluated {n_evaluated} (the rest "
             "cannot fit their model states or cannot beat the winner even at peak speed)"
             if n_layouts > n_evaluated else f"evaluated all {n_layouts} layouts dp × tp × pp = {n_gpus}")
     if not order.size:
         return head + "; none fits"
     i = int(order[0])
-    plain = (a["tp"] == 1) & (a["pp"] == 1)
+    plain = (tab.tp == 1) & (tab.pp == 1)
     win_plain = bool(plain[i])
-    other = np.nonzero(np.isfinite(a["rank_key"]) & (plain != win_plain))[0]
-    text = f"{head}; {_layout_text(a, i)} wins"
+    other = np.nonzero(np.isfinite(tab.rank_key) & (plain != win_plain))[0]
+    text = f"{head}; {_layout_text(tab, i)} wins"
     if not win_plain:
-        text += (f" (per step: pipeline bubble {a['bubble'][i]:.2f} s, tensor-parallel collectives "
-                 f"{a['tp_comm'][i]:.2f} s, stage sends {a['pp_comm'][i]:.2f} s of {a['step_time'][i]:.2f} s)")
+        text += (f" (per step: pipeline bubble {tab.bubble[i]:.2f} s, tensor-parallel collectives "
+                 f"{tab.tp_comm[i]:.2f} s, stage sends {tab.pp_comm[i]:.2f} s of {tab.step_time[i]:.2f} s)")
     if other.size:
-        j = other[np.argmin(a["rank_key"][other])]
+        j = other[np.argmin(tab.rank_key[other])]
         text += (f"; the best {'tensor/pipeline' if win_plain else 'pure data-parallel'} plan "
-                 f"({_layout_text(a, j)}) takes {a['step_time'][j] / a['step_time'][i]:.2f}× as long")
+                 f"({_layout_text(tab, j)}) takes {tab.step_time[j] / tab.step_time[i]:.2f}× as long")
     elif not win_plain:
         text += "; no pure data-parallel plan fits"
     return text

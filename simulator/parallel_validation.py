@@ -20,13 +20,14 @@ import numpy as np
 import pandas as pd
 
 from .errors import UsageError
+from .hardware import cluster_text
 
 #: Assumption: the GPU of nanotron's published scaling runs (not stated in the figure).
 NANOTRON_GPU = "h100-sxm"
 
 
 def _cluster(n_gpus: int, gpu: str, per_node: int = 8) -> str:
-    return f"{n_gpus // per_node}x{per_node}x{gpu}" if n_gpus > per_node else f"{n_gpus}x{gpu}"
+    return cluster_text(n_gpus // per_node, per_node, gpu) if n_gpus > per_node else cluster_text(1, n_gpus, gpu)
 
 
 def korthikanti_rows(profile=None) -> pd.DataFrame:

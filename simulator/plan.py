@@ -9,6 +9,14 @@ GIB = 1024**3
 SECONDS_PER_DAY = 86400.0
 
 
+def format_days(d: float) -> str:
+    """Days as every front end shows them: one decimal below 100 ('12.3'), whole days from 100
+    ('1,234'), '∞' when not finite."""
+    if not math.isfinite(d):
+        return "∞"
+    return f"{d:,.1f}" if d < 100 else f"{d:,.0f}"
+
+
 @dataclass
 class Plan:
     """The answer for one strategy. Times in seconds, memory in GiB, throughput in tokens/s."""

@@ -20,9 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .atomic import write_text_atomic
 from .errors import UsageError
+from .hardware import PEAK_PRECISIONS
 
 SCHEMA_VERSION = 1
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
 
 class _Strict(BaseModel):
@@ -119,8 +119,8 @@ class DeviceInfo(_Strict):
     @classmethod
     def _peaks(cls, v: dict[str, float]) -> dict[str, float]:
         for key, val in v.items():
-            if key not in PRECISIONS:
-                raise ValueError(f"unknown precision {key!r}; valid: {', '.join(PRECISIONS)}")
+            if key not in PEAK_PRECISIONS:
+                raise ValueError(f"unknown precision {key!r}; valid: {', '.join(PEAK_PRECISIONS)}")
             if not (math.isfinite(val) and val > 0):
                 raise ValueError(f"peak_tflops[{key}] must be a positive finite number")
         if "fp32" not in v:
@@ -249,8 +249,8 @@ class Profile(_Strict):
         if "fp32" not in v:
             raise ValueError("gemm needs at least 'fp32'")
         for key in v:
-            if key not in PRECISIONS:
-                raise ValueError(f"gemm: unknown precision {key!r}; valid: {', '.join(PRECISIONS)}")
+            if key not in PEAK_PRECISIONS:
+                raise ValueError(f"gemm: unknown precision {key!r}; valid: {', '.join(PEAK_PRECISIONS)}")
         return v
 
     @field_validator("optimizer_bw_eff")

@@ -12,18 +12,19 @@ import math
 import re
 from decimal import Decimal, InvalidOperation
 from importlib import resources
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from simulator.errors import UsageError, unknown
 from simulator.models import ModelSpec, get_model
+from simulator.strategy import OPTIMIZERS, PRECISIONS, Optimizer
 
-Optimizer = Literal["adamw", "adam", "lion", "sgd"]
-Precision = Literal["fp32", "fp16", "bf16"]
-OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
-PRECISIONS: tuple[str, ...] = get_args(Precision)
+#: A recipe's own precision: a training precision but TF32, which is a way to run an fp32
+#: recipe's GEMMs (a strategy the search tries where the GPU has it).
+RECIPE_PRECISIONS: tuple[str, ...] = tuple(p for p in PRECISIONS if p != "tf32")
+RecipePrecision = Literal[RECIPE_PRECISIONS]
 
 
 class Recipe(BaseModel):
@@ -40,7 +41,7 @@ class Recipe(BaseModel):
     global_batch: int = Field(gt=0)
     steps: int = Field(gt=0)
     optimizer: Optimizer = "adamw"
-    precision: Precision = "bf16"
+    precision: RecipePrecision = "bf16"
     source: str = ""
 
     @property
@@ -222,8 +223,8 @@ def make_recipe(
     prec = base.precision
     if precision is not None:
         prec = str(precision).strip().lower()
-        if prec not in PRECISIONS:
-            raise unknown("precision", str(precision), PRECISIONS)
+        if prec not in RECIPE_PRECISIONS:
+            raise unknown("precision", str(precision), RECIPE_PRECISIONS)
 
     if model.family == "vit" and sl != model.seq_len_default:
         raise UsageError(

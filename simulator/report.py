@@ -5,11 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from .plan import Plan
-
-
-def _fmt_days(d: float) -> str:
-    return f"{d:,.1f}" if d < 100 else f"{d:,.0f}"
+from .plan import Plan, format_days
 
 
 def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> None:
@@ -37,9 +33,9 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
                   f"grads {mg['gradients']:.1f} · optimizer {mg['optimizer']:.1f} · activations "
                   f"{mg['activations']:.1f} · logits {mg['logits']:.1f} · other {mg['other']:.1f}"
                   + (f" · host {mg['host_offload_per_node']:.0f} GiB/node" if mg.get("host_offload_per_node") else ""))
-    iv = f"  (80% interval {_fmt_days(plan.interval_days[0])}–{_fmt_days(plan.interval_days[1])})" if plan.interval_days else ""
-    console.print(f"  days        [bold]{_fmt_days(plan.days)}[/]{iv}        floor at 100% of peak: "
-                  f"{_fmt_days(plan.days_at_peak)} days")
+    iv = f"  (80% interval {format_days(plan.interval_days[0])}–{format_days(plan.interval_days[1])})" if plan.interval_days else ""
+    console.print(f"  days        [bold]{format_days(plan.days)}[/]{iv}        floor at 100% of peak: "
+                  f"{format_days(plan.days_at_peak)} days")
     if plan.cost:
         from .costs import format_line
 
@@ -58,5 +54,5 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
             t.add_column(col, justify="right" if col not in ("strategy",) else "left")
         for i, p in enumerate(top, 1):
             t.add_row(str(i), p.strategy_line(), f"{p.step_time_s:.2f}", f"{p.tokens_per_s:,.0f}",
-                      f"{p.mfu:.0%}", f"{p.memory_gib['total']:.1f}", _fmt_days(p.days))
+                      f"{p.mfu:.0%}", f"{p.memory_gib['total']:.1f}", format_days(p.days))
         console.print(t)

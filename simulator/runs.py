@@ -24,7 +24,9 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import UsageError
-from .models import ModelSpec, get_model, model_from_dict, resolve_model
+from .hardware import cluster_text
+from .models import ModelSpec, get_model, model_from_dict
+from .resolve import resolve_model
 
 DATA = Path(__file__).parent / "data"
 DEV_FILE = DATA / "validation_dev.csv"
@@ -156,7 +158,7 @@ def _finish(r: dict) -> dict:
         r["nodes"] = nodes
         r["gpus_per_node"] = r["gpus_per_node"] or n // nodes
         if r["gpu"]:
-            r["gpus"] = f"{nodes}x{r['gpus_per_node']}x{r['gpu']}" if nodes > 1 else f"{n}x{r['gpu']}"
+            r["gpus"] = cluster_text(nodes, r["gpus_per_node"] if nodes > 1 else n, r["gpu"])
     if n and r["micro_batch"] and r["global_batch"]:
         dp = n // ((r["tp"] or 1) * (r["pp"] or 1))
         r["grad_accum"] = math.ceil(r["global_batch"] / max(1, dp) / r["micro_batch"])

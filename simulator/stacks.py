@@ -57,6 +57,13 @@ class Stack(BaseModel):
         return 2.0 * e if (compiled or self.loss == "fused") else e + 8.0
 
     @property
+    def torch_zero(self) -> bool:
+        """Whether the stack's ZeRO keeps fp32 module weights that torch.autocast casts
+        (PyTorch's ZeroRedundancyOptimizer under DDP, apex's DistributedFusedAdam), not
+        DeepSpeed's half weights with an fp32 master copy."""
+        return self.zero_params == "fp32"
+
+    @property
     def fused_loss(self) -> bool:
         """Whether the eager loss is one fused kernel (reads and writes the logits about twice)."""
         return self.loss != "upcast"

@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from .errors import UsageError, unknown
+from .parallel import Parallelism
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+Precision = Literal["fp32", "tf32", "bf16", "fp16"]
+#: Training precisions (fp32, fp32 with TF32 GEMMs, bf16 / fp16 mixed precision): the one list;
+#: a recipe's precisions (simulator.recipes) and a datasheet's peaks (simulator.hardware) build on it.
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+#: Mixed precisions: half activations (and half weights and gradients under ZeRO / FSDP).
+HALF_PRECISIONS = ("bf16", "fp16")
 ATTENTIONS = ("eager", "sdpa")
 COMPILES = (False, True)
 #: Activation checkpointing policies searched when the knob is free (``every:K`` pins any K):
@@ -23,18 +36,29 @@ CHECKPOINTING_POLICIES = ("none", "selective", "op", "full", "every:K")
 _EVERY_RE = re.compile(r"^every:(\S*)$")
 SHARDINGS = ("ddp", "zero1", "zero2", "zero3", "fsdp-grad-op", "fsdp-full")
 OFFLOADS = ("none", "optimizer", "all")
-OPTIMIZERS = ("adamw", "adam", "lion", "sgd")
+Optimizer = Literal["adamw", "adam", "lion", "sgd"]
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 
 #: ZeRO stage equivalent of each sharding mode (what is partitioned across data-parallel ranks).
 SHARD_STAGE = {"ddp": 0, "zero1": 1, "zero2": 2, "fsdp-grad-op": 2, "zero3": 3, "fsdp-full": 3}
 
 
+#: The layout as flat keys (``Strategy`` input and output; JSON stays flat).
+LAYOUT_KEYS = ("dp", "tp", "pp", "vp", "sequence_parallel")
+
+
 class Strategy(BaseModel):
-    """One fully specified way to run a training step."""
+    """One fully specified way to run a training step.
+
+    ``parallelism``: the layout (:class:`simulator.parallel.Parallelism`); None means every GPU is
+    a data-parallel rank (the degree is the cluster's GPU count). Input and output also take the
+    layout as the flat keys of :data:`LAYOUT_KEYS` (``dp`` None, ``tp``, ``pp``, ``vp``,
+    ``sequence_parallel``), the JSON form of a plan's strategy.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    precision: Literal["fp32", "tf32", "bf16", "fp16"]
+    precision: Precision
     attention: Literal["eager", "sdpa", "n/a"]  # n/a: the model has no attention (Mamba, ConvNeXt)
     compile: bool
     checkpointing: str  # one of CHECKPOINTING_POLICIES, every:K with K >= 1
@@ -42,12 +66,55 @@ class Strategy(BaseModel):
     offload: Literal["none", "optimizer", "all"]
     micro_batch: int
     grad_accum: int
-    # layout (simulator.parallel): None = every GPU a data-parallel rank
-    dp: int | None = None
-    tp: int = 1
-    pp: int = 1
-    vp: int = 1
-    sequence_parallel: bool = False
+    parallelism: Parallelism | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_layout(cls, data: Any) -> Any:
+        """Accept the layout as flat keys (``dp``, ``tp``, ``pp``, ``vp``, ``sequence_parallel``)."""
+        if not isinstance(data, dict) or not any(k in data for k in LAYOUT_KEYS):
+            return data
+        if data.get("parallelism") is not None:
+            raise ValueError("give the layout as parallelism or as dp/tp/pp/vp/sequence_parallel, not both")
+        flat = {k: data.get(k) for k in LAYOUT_KEYS}
+        out = {k: v for k, v in data.items() if k not in LAYOUT_KEYS}
+        tp, pp, vp = (int(flat[k]) if flat[k] is not None else 1 for k in ("tp", "pp", "vp"))
+        sp = bool(flat["sequence_parallel"])
+        if flat["dp"] is not None:
+            out["parallelism"] = Parallelism(int(flat["dp"]), tp, pp, vp, sp)
+        elif (tp, pp, vp, sp) != (1, 1, 1, False):
+            raise ValueError("a tensor- or pipeline-parallel layout needs its data-parallel degree dp")
+        return out
+
+    @model_serializer(mode="wrap")
+    def _flat_dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Dump the layout as the flat keys of :data:`LAYOUT_KEYS` (the plans' JSON form)."""
+        out = handler(self)
+        out.pop("parallelism", None)
+        p = self.parallelism
+        out.update(dp=p.dp if p else None, tp=self.tp, pp=self.pp, vp=self.vp, sequence_parallel=self.sequence_parallel)
+        return out
+
+    @property
+    def dp(self) -> int | None:
+        """Data-parallel degree; None: every GPU of the cluster."""
+        return self.parallelism.dp if self.parallelism else None
+
+    @property
+    def tp(self) -> int:
+        return self.parallelism.tp if self.parallelism else 1
+
+    @property
+    def pp(self) -> int:
+        return self.parallelism.pp if self.parallelism else 1
+
+    @property
+    def vp(self) -> int:
+        return self.parallelism.vp if self.parallelism else 1
+
+    @property
+    def sequence_parallel(self) -> bool:
+        return self.parallelism.sp if self.parallelism else False
 
     @field_validator("checkpointing")
     @classmethod
@@ -69,9 +136,7 @@ class Strategy(BaseModel):
         parts.append(f"micro-batch {self.micro_batch} × {self.grad_accum} "
                      + ("micro-batches" if self.pp > 1 else "accumulation"))
         if self.tp > 1 or self.pp > 1:
-            from .parallel import Parallelism
-
-            parts.insert(0, Parallelism(self.dp or 1, self.tp, self.pp, self.vp, self.sequence_parallel).describe())
+            parts.insert(0, self.parallelism.describe())
         return " · ".join(parts)
 
 

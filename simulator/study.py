@@ -76,14 +76,14 @@ def naive(model: str, gpus: str, precision: str) -> tuple[float | None, int | No
     from .api import run_search
 
     res = run_search(model, gpus, precision=precision, **NAIVE_PINS)
-    a = res.table.a
-    mb = a["micro_batch"].astype(int)
-    ok = np.isfinite(a["rank_key"]) & ((mb & (mb - 1)) == 0)
+    tab = res.table
+    mb = tab.micro_batch.astype(int)
+    ok = np.isfinite(tab.rank_key) & ((mb & (mb - 1)) == 0)
     idx = np.nonzero(ok)[0]
     if not idx.size:
         return None, None, "; ".join(res.best.reasons) or "no power-of-two micro-batch fits"
     i = int(idx[np.argmax(mb[idx])])
-    return float(res.setup.recipe.steps * a["step_time"][i] / SECONDS_PER_DAY), int(mb[i]), ""
+    return float(res.setup.recipe.steps * tab.step_time[i] / SECONDS_PER_DAY), int(mb[i]), ""
 
 
 def cell(model: str, gpu_id: str, n: int, prices: Prices, pub: dict) -> Cell:
@@ -254,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     from . import hardware
     from .atomic import write_text_atomic
-    from .models import resolve_model
+    from .resolve import resolve_model
 
     a = build_parser().parse_args(argv)
     models = [m.strip() for m in a.models.split(",") if m.strip()] if a.models else list(MODELS)

@@ -50,17 +50,6 @@ def is_causal(model) -> bool:
     return model.kind == "decoder"
 
 
-def kv_dim(model) -> int:
-    kvh = model.n_kv_heads or model.n_heads
-    return kvh * model.head_dim
-
-
-def q_dim(model) -> int:
-    """Width of the query projection and the attention output (heads x head_dim, elements);
-    the hidden size itself unless a tensor-parallel view holds only some of the heads."""
-    return model.n_heads * model.head_dim
-
-
 def seq_shards(model) -> int:
     """Shards of the hidden-sized activations (norms, residuals): the tensor-parallel degree
     under Megatron sequence parallelism (a ``parallel.ShardView``), else 1."""
@@ -73,9 +62,9 @@ def layer_gemms(model, tokens: np.ndarray) -> list[Gemm]:
     divided), the output projection and MLP-down row-parallel (k divided)."""
     h, f, L = model.hidden, model.ffn_hidden, model.n_layers
     up = 2 * f if model.gated_mlp else f
-    q = q_dim(model)
+    q = model.q_dim
     return [
-        Gemm("qkv", tokens, q + 2 * kv_dim(model), h, L),
+        Gemm("qkv", tokens, q + 2 * model.kv_dim, h, L),
         Gemm("attn_out", tokens, h, q, L),
         Gemm("mlp_up", tokens, up, h, L),
         Gemm("mlp_down", tokens, h, f, L),
@@ -133,7 +122,7 @@ def attention_flops_fwd(model, mb: np.ndarray, seq_len: int, fused: bool) -> np.
     """Executed forward FLOPs of attention scores + values, all layers: 2*s^2*(heads*head_dim)
     each per sample and layer, times :func:`attention_layer_weight` (fused causal skips half,
     and sliding-window layers skip what lies outside the window)."""
-    return 4.0 * mb * seq_len**2 * q_dim(model) * attention_layer_weight(model, seq_len, fused)
+    return 4.0 * mb * seq_len**2 * model.q_dim * attention_layer_weight(model, seq_len, fused)
 
 
 def eager_attention_gemms(model, mb: np.ndarray, seq_len: int) -> list[Gemm]:
@@ -168,7 +157,7 @@ def layer_activation_bytes_per_token(model, seq_len: int, e: int, attention: str
     ``parallel.ShardView``) heads and f are the GPU's shard; the hidden-sized inputs of the norms
     and of QKV / FC1 are divided only with sequence parallelism (Korthikanti eq. 2-4)."""
     h, f = model.hidden / seq_shards(model), model.ffn_hidden
-    kv, q = kv_dim(model), q_dim(model)
+    kv, q = model.kv_dim, model.q_dim
     up = 2 * f if model.gated_mlp else f
     norms = getattr(model, "norms_per_layer", 2)
     attn = e * (h + h + (q + 2 * kv) + q)
@@ -197,7 +186,7 @@ def op_kept_bytes_per_token(model, e: int, attention: str) -> float:
     head_dim wide (q); the hidden-sized tensors are the GPU's sequence shard under sequence
     parallelism."""
     h = model.hidden / seq_shards(model)
-    kv, q = kv_dim(model), q_dim(model)
+    kv, q = model.kv_dim, model.q_dim
     up = 2 * model.ffn_hidden if model.gated_mlp else model.ffn_hidden
     lse = 4.0 * model.n_heads if attention == "sdpa" else 0.0
     return e * (h + (q + 2 * kv) + h + q + up + h) + lse
@@ -227,7 +216,7 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     """
     if fp32_norm is None:
         fp32_norm = e == 2 and not compiled
-    h, f, kv, q = model.hidden / seq_shards(model), model.ffn_hidden, kv_dim(model), q_dim(model)
+    h, f, kv, q = model.hidden / seq_shards(model), model.ffn_hidden, model.kv_dim, model.q_dim
     rotary = model.pos_embedding == "rotary"
     rot = getattr(model, "rotary_pct", 1.0)  # fraction of each head's dims rotated (Pythia 0.25)
     extra_norms = getattr(model, "norms_per_layer", 2) - 2

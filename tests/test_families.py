@@ -19,8 +19,9 @@ from simulator.errors import UsageError
 from simulator.families import family_of, registered, spec_from_dict
 from simulator.families.mamba import SCAN_CHUNK, MambaSpec
 from simulator.hardware import default_profile, get_gpu
-from simulator.models import get_model, resolve_model
+from simulator.models import get_model
 from simulator.parallel import Parallelism, ShardView
+from simulator.resolve import resolve_model
 from simulator.stacks import get_stack
 
 DATA = Path(__file__).parent / "data"
@@ -292,7 +293,7 @@ def test_knobs_that_do_not_apply():
     assert p.strategy["attention"] == "n/a" and any("--attention eager ignored" in n for n in p.notes)
     assert p.strategy["compile"] is False
     res = run_search("mamba-2.8b", "4xa100")
-    assert set(res.table.a["pack"]) and all(pk[1] == "n/a" and pk[2] is False for pk in res.table.packs)
+    assert set(res.table.pack) and all(pk[1] == "n/a" and pk[2] is False for pk in res.table.packs)
     env = {"PYTHONPATH": str(Path(__file__).parents[1])}
     for args in (["--model", "mamba-2.8b", "--compile"], ["--model", "convnext-xlarge-22k", "--checkpointing", "full"],
                  ["--model", "convnext-xlarge-22k", "--seq-len", "4"]):

@@ -16,9 +16,9 @@ from simulator.models import (
     ModelSpec,
     get_model,
     list_models,
-    resolve_model,
 )
 from simulator.recipes import Recipe, default_recipe, make_recipe, parse_count
+from simulator.resolve import resolve_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 #: the packaged copy of the llm-foundry table (with its source column), so the test always runs
@@ -458,3 +458,15 @@ def test_hf_bad_rotary_pct() -> None:
 def test_resolve_model_folder(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text((FIXTURES / "mistral-7b.json").read_text())
     assert resolve_model(str(tmp_path)).n_params() == EXACT["mistral-7b"]
+
+
+def test_models_does_not_depend_on_hf_config():
+    # one-directional: hf_config and resolve build on models; models imports neither (nor the Hub)
+    import ast
+
+    import simulator.models
+
+    tree = ast.parse(Path(simulator.models.__file__).read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert not [m for m in names if any(bad in m for bad in ("hf_config", "resolve", "hub"))]

@@ -177,8 +177,8 @@ def test_a_layouts_gpus_always_multiply_to_the_cluster(nodes, per, heads, layers
 @pytest.mark.parametrize("gpus,model", [("2x8xa100", "llama-2-13b"), ("8x8xh100", "llama-2-70b")])
 def test_search_considers_tensor_and_pipeline_layouts_and_explains_the_winner(gpus, model):
     res = run_search(model, gpus)
-    a = res.table.a
-    assert ((a["tp"] > 1) | (a["pp"] > 1)).any() and ((a["tp"] == 1) & (a["pp"] == 1)).any()
+    t = res.table
+    assert ((t.tp > 1) | (t.pp > 1)).any() and ((t.tp == 1) & (t.pp == 1)).any()
     note = next(n for n in res.notes if "layouts dp × tp × pp" in n)
     assert " wins" in note and "as long" in note
     best = res.best
@@ -196,9 +196,9 @@ def test_a_70b_model_fits_on_64_a100_80gb():
 def test_pure_data_parallel_pin_matches_the_data_parallel_rows():
     res = run_search("pythia-1b", "8x3090")
     dp = run_search("pythia-1b", "8x3090", tp=1, pp=1)
-    a = res.table.a
-    plain = np.isfinite(a["rank_key"]) & (a["tp"] == 1) & (a["pp"] == 1)
-    assert dp.best.step_time_s == pytest.approx(float(a["step_time"][plain].min()))
+    t = res.table
+    plain = np.isfinite(t.rank_key) & (t.tp == 1) & (t.pp == 1)
+    assert dp.best.step_time_s == pytest.approx(float(t.step_time[plain].min()))
 
 
 def test_pipeline_pays_its_bubble():

@@ -172,10 +172,10 @@ def test_fragmentation_and_shardings_come_from_the_stack():
     s = stacks.get_stack("torchtitan")
     res = run_search("pythia-160m", "8xa100", steps=10, stack="torchtitan", micro_batch=2)
     assert set(res.table.shardings) == set(s.shardings)
-    a = res.table.a
-    fsdp = np.array(res.table.shardings)[a["sharding"]] == "fsdp-full"  # no buffers beyond the allocator's
+    t = res.table
+    fsdp = np.array(t.shardings)[t.sharding] == "fsdp-full"  # no buffers beyond the allocator's
     assert fsdp.any()
-    assert np.allclose(a["mem_other"][fsdp], s.fragmentation * a["mem_activations"][fsdp])
+    assert np.allclose(t.mem_other[fsdp], s.fragmentation * t.mem_activations[fsdp])
     with pytest.raises(UsageError, match="not offered by --stack llm-foundry"):
         simulate("pythia-160m", "8xa100", steps=10, stack="llm-foundry", sharding="zero2")
 

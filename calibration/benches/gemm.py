@@ -44,11 +44,10 @@ def model_tokens(n: int, k: int, flop_cap: float, most: int = 512) -> int:
 
 def model_shapes(model, flop_cap: float = 4e9) -> set[tuple[int, int, int]]:
     """Forward GEMMs of one layer of ``model`` and its LM head (tokens per :func:`model_tokens`)."""
-    from simulator import workload
 
     h, f = model.hidden, model.ffn_hidden
     up = 2 * f if model.gated_mlp else f
-    nk = [(h + 2 * workload.kv_dim(model), h), (h, h), (up, h), (h, f), (model.vocab_size, h)]
+    nk = [(h + 2 * model.kv_dim, h), (h, h), (up, h), (h, f), (model.vocab_size, h)]
     return {(model_tokens(n, k, flop_cap), n, k) for n, k in nk}
 
 

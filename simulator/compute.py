@@ -116,7 +116,7 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
                            compiled, memo)
     tm: _Timed = memo[key]
     g = tm.graph
-    share = {i: checkpointed_layers(checkpointing, b.repeat) / b.repeat for i, b in enumerate(g.blocks)}
+    share = {i: checkpointed_layers(checkpointing, b.repeat) / max(b.repeat, 1) for i, b in enumerate(g.blocks)}
     if any(share.values()):  # layer-granular: whole repetitions re-run
         rerun = [r for r in tm.rows if r.block is not None and share[r.block]]
         scale = [share[r.block] for r in rerun]

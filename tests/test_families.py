@@ -256,6 +256,16 @@ def test_shard_views_of_one_layout_are_equal():
     assert a != a.with_layers(spec.n_layers - 1) and a != spec
 
 
+def test_a_stage_view_without_layers_keeps_only_the_embedding_output():
+    """Pipeline stages ask for one layer fewer than they hold (stored activations per layer): a
+    view of no layers saves the embedding output and final-norm input and nothing else."""
+    spec, seq, mb = get_model("pythia-160m"), 1024, np.array([1.0, 2.0])
+    empty = ShardView(spec, Parallelism(1, 1, 12)).with_layers(0)
+    for ck in ("none", "full", "selective", "op", "every:2"):
+        np.testing.assert_array_equal(memory.activations(empty, seq, mb, "bf16", "eager", ck), mb * seq * 768 * 2 * 2)
+        assert compute.micro_batch_time(empty, seq, mb, "bf16", "sdpa", False, ck, _device()).recompute.sum() == 0
+
+
 def test_bandwidth_classes_price_their_ops():
     """A profile's bandwidth efficiency of one op class (calibrated apart on CPU profiles) slows
     exactly the ops of that class: eager attention's softmax, not fused attention; the same graph

@@ -29,13 +29,14 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
     e = workload.act_bytes(knobs.precision)
     stack = knobs.stack
     L = model.n_layers
+    L1 = max(L, 1)  # workload gives totals over the layers; a pipeline stage's view may hold none
     tokens = mb * seq_len
     h_act = model.hidden / workload.seq_shards(model)  # hidden-sized activations on this GPU
     # each GEMM saves its input and owns its weight (+ bias); under op-level checkpointing it
     # keeps its output instead. What a layer saves, keeps and owns beyond that (Q/K/V, norm and
     # activation inputs; norms) goes with the norms/residual/activation op, so the totals are
     # Korthikanti's per-layer bytes and the parameter count exactly
-    ops = [Op(g.name, "gemm", count=g.count / L, m=g.m, n=g.n, k=g.k, batch=g.batch, kernels_fwd=1,
+    ops = [Op(g.name, "gemm", count=g.count / L1, m=g.m, n=g.n, k=g.k, batch=g.batch, kernels_fwd=1,
               kernels_bwd=2, saved=tokens * e * g.k, kept={"op": tokens * e * g.n},
               params=int(g.k * g.n + (g.n if model.linear_bias else 0)))
            for g in workload.layer_gemms(model, tokens)]
@@ -45,7 +46,7 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
     # re-runs eager attention's scores and softmax, not the fused kernel
     core = 0.0
     if knobs.attention == "sdpa":
-        fl = workload.attention_flops_fwd(model, mb, seq_len, fused=True) / L
+        fl = workload.attention_flops_fwd(model, mb, seq_len, fused=True) / L1
         ops.append(Op("attention", "attention", flops_fwd=fl, flops_bwd=FLASH_BWD_FLOPS * fl, kernels_fwd=1,
                       kernels_bwd=1, recompute=frozenset({"selective"}), head_dim=model.head_dim, seq=seq_len,
                       causal=workload.is_causal(model), heads=model.n_heads))
@@ -53,18 +54,18 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
         core = workload.eager_scores_bytes_per_token(model, seq_len, e)
         sf, sb = workload.eager_softmax_bytes(model, mb, seq_len, e)
         for g in workload.eager_attention_gemms(model, mb, seq_len):
-            ops.append(Op(g.name, "gemm", count=g.count / L, m=g.m, n=g.n, k=g.k, batch=g.batch, kernels_fwd=1,
+            ops.append(Op(g.name, "gemm", count=g.count / L1, m=g.m, n=g.n, k=g.k, batch=g.batch, kernels_fwd=1,
                           kernels_bwd=2, recompute=frozenset({"selective", "op"})))
-        ops.append(Op("softmax", "elementwise", bytes_fwd=sf.nbytes / L, bytes_bwd=sb.nbytes / L,
-                      kernels_fwd=float(sf.kernels) / L, kernels_bwd=float(sb.kernels) / L,
+        ops.append(Op("softmax", "elementwise", bytes_fwd=sf.nbytes / L1, bytes_bwd=sb.nbytes / L1,
+                      kernels_fwd=float(sf.kernels) / L1, kernels_bwd=float(sb.kernels) / L1,
                       saved=tokens * core, recompute=frozenset({"selective", "op"}), bandwidth="softmax"))
     lf, lb = workload.layer_elementwise(model, mb, seq_len, e, knobs.compiled, stack.fp32_norm(e, knobs.compiled))
     projections = [op for op in ops if op.kind == "gemm" and not op.recompute]
     rest_saved = per_layer - core - sum(e * op.k for op in projections)
     rest_kept = op_kept - sum(e * op.n for op in projections)
     rest_params = model.param_breakdown()["layer_per_layer"] - sum(op.params for op in ops)
-    ops.append(Op("norms_residual_activation", "elementwise", bytes_fwd=lf.nbytes / L, bytes_bwd=lb.nbytes / L,
-                  kernels_fwd=float(lf.kernels) / L, kernels_bwd=float(lb.kernels) / L,
+    ops.append(Op("norms_residual_activation", "elementwise", bytes_fwd=lf.nbytes / L1, bytes_bwd=lb.nbytes / L1,
+                  kernels_fwd=float(lf.kernels) / L1, kernels_bwd=float(lb.kernels) / L1,
                   saved=tokens * rest_saved, recompute=frozenset({"op"}), kept={"op": tokens * rest_kept},
                   bandwidth="elementwise", params=rest_params))
     layer = Block("layer", tuple(ops), L, tokens * h_act * e)

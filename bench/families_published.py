@@ -10,6 +10,17 @@ pinned in the simulator, predicted images/s against the published images/s. Sour
   the listed batch per row, ImageNet-1k heads);
 * InceptionNeXt README (sail-sg/inceptionnext; timm 0.6.11 ``benchmark.py``): A100, "full
   precision" (PyTorch 1.13 defaults: fp32 matmuls, TF32 cuDNN convolutions), batch 128.
+
+Mamba (second table, tokens/s): the only published Mamba-1 training throughput found with a
+stated batch, sequence and GPU is github.com/fla-org/flash-linear-attention issue #32 (2024-07,
+``benchmarks/benchmark_training_throughput.py --name mamba``: one GPU, bf16 weights, fused AdamW,
+no compile, one optimizer step per batch). Settings the thread does not state are INFERRED and
+labelled so: the model is the script's default ``MambaConfig`` (hidden 2048, 48 layers, state 16,
+expand 2, vocab 32,000, untied: 1.40 B parameters, read from fla/models/mamba/configuration_mamba.py
+at a later commit); "A100" is the A100-SXM4-40GB the reporter's environment lists, "H100" is taken
+as the SXM board; whether mamba-ssm's fused kernels were installed is not stated (the reporter
+notes fla ran without them at first; the unfused path would not fit these sequences). Treat these
+rows as a plausibility check, not validation.
 """
 
 from __future__ import annotations
@@ -33,6 +44,18 @@ ROWS = [
 ]
 
 
+#: fla's default MambaConfig (INFERRED, see the module docstring)
+FLA_MAMBA = dict(name="fla-mamba-1.4b", family="mamba", n_layers=48, hidden=2048, state_size=16, expand=2,
+                 vocab_size=32000, tied_embeddings=False)
+FLA_SOURCE = "fla-org/flash-linear-attention#32 (settings partly inferred)"
+#: (GPU, batch, sequence, measured tokens/s)
+MAMBA_ROWS = [
+    ("h100-sxm", 1, 32768, 18535.8), ("h100-sxm", 2, 16384, 16121.99), ("h100-sxm", 1, 16384, 18017.0),
+    ("h100-sxm", 4, 8192, 16203.86), ("h100-sxm", 2, 8192, 15749.19),
+    ("a100-40gb-sxm", 1, 16384, 13811.72), ("a100-40gb-sxm", 2, 8192, 11941.12),
+]
+
+
 def _model(name: str):
     if name.startswith("convnext-"):
         d, w = CONVNEXT[name.split("-", 1)[1]]
@@ -53,6 +76,17 @@ def main() -> None:
         per_sample = p.recipe["seq_len"]  # ViT: tokens per image; ConvNeXt: 1
         pred = p.tokens_per_s / per_sample
         print(f"| {name} | {gpu} | {prec} | {batch} | {measured:,.0f} | {pred:,.0f} | {pred / measured - 1:+.0%} | {src} |")
+    spec = spec_from_dict(FLA_MAMBA)
+    print(f"\n{spec.display_name} ({spec.n_params() / 1e9:.2f} B parameters), bf16, AdamW, one GPU, eager:\n")
+    print("| GPU | batch | sequence | published tok/s | predicted tok/s | error | predicted memory | source |")
+    print("|---|---:|---:|---:|---:|---:|---|---|")
+    for gpu, batch, seq, measured in MAMBA_ROWS:
+        p = simulate(spec, f"1x{gpu}", precision="bf16", compile=False, micro_batch=batch, global_batch=batch,
+                     seq_len=seq, steps=1, optimizer="adamw", sharding="ddp", checkpointing="none", offload="none")
+        mem = p.memory_gib
+        fit = f"{mem['total']:.0f} of {mem['capacity']:.0f} GiB" + ("" if p.feasible else " (does not fit)")
+        print(f"| {gpu} | {batch} | {seq} | {measured:,.0f} | {p.tokens_per_s:,.0f} | "
+              f"{p.tokens_per_s / measured - 1:+.0%} | {fit} | {FLA_SOURCE} |")
 
 
 if __name__ == "__main__":

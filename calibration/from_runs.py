@@ -23,6 +23,7 @@ The CSV format is documented in docs/calibrate_from_runs.md; the loader is :mod:
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -112,32 +113,32 @@ class _RunModel:
     measured_s: float  # step time
     layout: object = None  # simulator.parallel.Parallelism when tp or pp > 1 (pinned), else None
 
-    def step_time(self, prof: Profile) -> float:
+    def step_time(self, prof: Profile, device=None) -> float:
+        """Seconds per step under ``prof`` (``device``: ``prof`` on this run's GPU, when the caller
+        already built it)."""
         from simulator.estimate import evaluate
         from simulator.parallel_search import evaluate_layout
 
         pb = self.setup.problem
-        pb = replace(pb, device=device_from_spec(self.gpu, prof), fabric=replace(pb.fabric, **comm_params(prof)))
+        dev = device if device is not None else device_from_spec(self.gpu, prof)
+        pb = replace(pb, device=dev, fabric=replace(pb.fabric, **comm_params(prof)))
         if self.layout is None:
             return float(evaluate(pb, self.space).step_time[0])
         return float(evaluate_layout(pb, self.space, self.layout, [self.layout.vp])[0].step_time[0])
 
 
 def _resolve(run: pd.Series, prof: Profile) -> _RunModel:
+    """The run under its exact strategy (:func:`simulator.runs.run_knobs`, as ``validate-published``
+    simulates it), resolved once."""
     from simulator import api
-    from simulator.published import stack_preset
 
-    st = api.setup(run["spec"], run["gpus"], profile=prof, global_batch=int(run["global_batch"]),
-                   seq_len=int(run["seq_len"]), steps=1, optimizer="adamw", stack=stack_preset(run["stack"]))
-    pins = {"precision": run["precision"], "attention": run["attention"], "compile": bool(run["compile"]),
-            "checkpointing": run["checkpointing"], "sharding": run["sharding"], "offload": "none",
-            "micro_batch": int(run["micro_batch"])}
+    setup_knobs, pins = api._split(runs.run_knobs(run))
+    lay = {k: pins.pop(k) for k in api._LAYOUT_KEYS if k in pins}
+    st = api.setup(run["spec"], run["gpus"], profile=prof, **setup_knobs)
     space, _ = api._space(st, pins)
-    tp, pp = int(run["tp"] or 1), int(run["pp"] or 1)
     layout = None
-    if tp > 1 or pp > 1:  # tensor/pipeline parallel: the run's one layout, as the layout search evaluates it
-        (layout,) = api.layout_space(st, {"tp": tp, "pp": pp, "vp": 1,
-                                          "sequence_parallel": bool(run["sequence_parallel"])}, space)
+    if lay["tp"] > 1 or lay["pp"] > 1:  # tensor/pipeline parallel: the run's one layout, as the layout search evaluates it
+        (layout,) = api.layout_space(st, lay, space)
     measured = int(run["global_batch"]) * int(run["seq_len"]) / float(run["measured_tok_s"])
     return _RunModel(run, hardware.parse_cluster(run["gpus"]).gpu, st, space, measured, layout)
 
@@ -192,7 +193,9 @@ class Fitter:
         self.bases = bases
         self.run_group = [self.group_of.get(g, g) for g in self.table["gpu"]]
         self.groups = sorted(set(self.run_group))
+        self.run_gpu = list(self.table["gpu"])
         self.models = [_resolve(r, bases[r["gpu"]]) for _, r in self.table.iterrows()]
+        self._memo: dict[tuple, float] = {}  # (run, its group's values) -> step time
         self.measured = np.array([m.measured_s for m in self.models])
         self.sources = np.array([runs.source_key(s) for s in self.table["source"]])
         lay = _layout(self.params, self.groups)
@@ -201,10 +204,24 @@ class Fitter:
         self.ub = np.array([PARAMS[p][2] for p, _ in lay])
 
     def predict(self, x: np.ndarray, idx=None) -> np.ndarray:
+        """Predicted step times (s) of the runs ``idx`` (default all) under parameters ``x``. Each
+        GPU's profile and device are built once per parameter vector; a run whose own group's
+        values were already evaluated (a finite-difference step of another group's parameter, a
+        refit starting where another did) is not simulated again."""
         vals = _unpack(self.params, self.groups, x)
         idx = range(len(self.models)) if idx is None else idx
-        return np.array([self.models[i].step_time(apply(self.bases[self.table.at[i, "gpu"]],
-                                                        vals[self.run_group[i]])) for i in idx])
+        built: dict[tuple[str, str], tuple[Profile, object]] = {}
+        out = []
+        for i in idx:
+            gpu, group = self.run_gpu[i], self.run_group[i]
+            key = (i, tuple(vals[group].values()))
+            if key not in self._memo:
+                if (gpu, group) not in built:
+                    prof = apply(self.bases[gpu], vals[group])
+                    built[gpu, group] = prof, device_from_spec(self.models[i].gpu, prof)
+                self._memo[key] = self.models[i].step_time(*built[gpu, group])
+            out.append(self._memo[key])
+        return np.array(out)
 
     def residuals(self, x: np.ndarray, idx=None) -> np.ndarray:
         idx = np.arange(len(self.models)) if idx is None else np.asarray(idx)
@@ -304,7 +321,13 @@ def report(fitter: Fitter, f: Fit) -> str:
 
 
 def microbenchmark_profile(gpu_id: str) -> Profile:
-    """The published-microbenchmark profile of a catalog GPU: the starting point of every fit."""
+    """The published-microbenchmark profile of a catalog GPU: the starting point of every fit
+    (read once per process; each call returns its own copy)."""
+    return _read_microbenchmark(gpu_id).model_copy(deep=True)
+
+
+@functools.cache
+def _read_microbenchmark(gpu_id: str) -> Profile:
     from importlib.resources import as_file, files
 
     ref = files("hardware_catalog").joinpath(MICROBENCHMARK_DIR, f"{gpu_id}.json")

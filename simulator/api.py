@@ -21,7 +21,7 @@ from .errors import UsageError
 from .estimate import Problem, Space, Table
 from .models import ModelSpec
 from .opcost import model_flops_per_token, palm_flops_per_token
-from .parallel import Parallelism, layouts, stage_layers
+from .parallel import CP_ATTENTIONS, Parallelism, layouts, stage_layers
 from .parallel_search import PIPELINE_SHARDINGS, evaluate_layouts, explain_layout
 from .plan import SECONDS_PER_DAY, Plan
 from .profile import Profile, comm_params, load_profile
@@ -313,7 +313,8 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
                      "backward": float(tab.backward[i]), "recompute": float(tab.recompute[i]),
                      "exposed_comm": float(tab.exposed_comm[i]), "optimizer": float(tab.optimizer[i]),
                      "offload": float(tab.offload_time[i]), "bubble": float(tab.bubble[i]),
-                     "tp_comm": float(tab.tp_comm[i]), "pp_comm": float(tab.pp_comm[i])},
+                     "tp_comm": float(tab.tp_comm[i]), "tp_comm_hidden": float(tab.tp_comm_hidden[i]),
+                     "pp_comm": float(tab.pp_comm[i]), "cp_comm": float(tab.cp_comm[i])},
         tokens_per_s=tps, mfu=float(mfu), mfu_6nd=float(mfu_6nd), hfu=float(hfu), memory_gib=mem, days=float(days),
         days_at_peak=float(days_at_peak), interval_days=iv,
         interval_source=(f"80% interval from {prof.validation.n} validation residuals (real runs "
@@ -354,6 +355,11 @@ def _reasons(s: Setup, tab: Table, i: int) -> list[str]:
     return out
 
 
+#: Table columns that make two strategies different plans (all but micro-batch and accumulation;
+#: ``pack`` is precision, attention, compile and checkpointing together).
+_DISTINCT_COLUMNS = ("pack", "sharding", "offload", "tp", "pp", "vp", "sp")
+
+
 @dataclass
 class SearchResult:
     """All evaluated strategies of one search; ``plans`` are the best first."""
@@ -362,32 +368,36 @@ class SearchResult:
     table: Table
     order: np.ndarray  # indices of feasible strategies, fastest first
     n_evaluated: int
-    elapsed_ms: float
+    elapsed_ms: float  # the search alone: after the model, catalog, profile and stack are loaded
     notes: list[str]
 
     def plans(self, top: int | None = None, distinct: bool = False) -> list[Plan]:
         """The ``top`` fastest plans (all if None). ``distinct``: one plan per strategy apart from
-        the micro-batch (the fastest micro-batch of each), and plans whose step times tie within
-        :data:`TIE` ordered simplest first (SDPA before eager attention, compiled before not, then
-        less checkpointing, offload and sharding)."""
-        if not distinct:
-            idx = self.order if top is None else self.order[:top]
-            return [_plan(self.setup, self.table, int(i), self.notes, self.n_evaluated) for i in idx]
-        seen: dict[tuple, int] = {}
-        for i in self.order:
-            st = self.table.strategy(int(i))
-            key = (st.precision, st.attention, st.compile, st.checkpointing, st.sharding, st.offload)
-            seen.setdefault(key, int(i))
+        the micro-batch and accumulation (the fastest micro-batch of each; see :meth:`distinct`)."""
+        idx = self.distinct() if distinct else self.order
+        idx = idx if top is None else idx[:top]
+        return [_plan(self.setup, self.table, int(i), self.notes, self.n_evaluated) for i in idx]
+
+    def distinct(self) -> np.ndarray:
+        """Indices of the feasible strategies that differ in more than micro-batch and gradient
+        accumulation (precision, attention, compile, checkpointing, sharding, offload, layout): the
+        fastest micro-batch of each. Ordered by step time, and plans whose step times tie within
+        :data:`TIE` simplest first (SDPA before eager attention, compiled before not, then less
+        checkpointing, offload, sharding and model parallelism). What ``--top`` and the app list."""
+        if not self.order.size:
+            return self.order
+        keys = np.stack([getattr(self.table, k)[self.order] for k in _DISTINCT_COLUMNS], axis=1)
+        _, first = np.unique(keys, axis=0, return_index=True)  # first in order = fastest micro-batch
+        kept = self.order[np.sort(first)]
         step = self.table.step_time
 
-        def simplicity(item):
-            (prec, att, comp, ck, sh, off), i = item
-            return (math.floor(math.log(step[i]) / math.log1p(TIE)), att != "sdpa", not comp,
-                    ck != "none", OFFLOADS.index(off), SHARDINGS.index(sh), step[i])
+        def simplicity(i):
+            st = self.table.strategy(int(i))
+            return (math.floor(math.log(step[i]) / math.log1p(TIE)), st.attention != "sdpa", not st.compile,
+                    st.checkpointing != "none", OFFLOADS.index(st.offload), SHARDINGS.index(st.sharding),
+                    st.tp * st.pp, st.vp, step[i])
 
-        idx = [i for _, i in sorted(seen.items(), key=simplicity)]
-        idx = idx if top is None else idx[:top]
-        return [_plan(self.setup, self.table, i, self.notes, self.n_evaluated) for i in idx]
+        return np.array(sorted(kept, key=simplicity), dtype=kept.dtype)
 
     @property
     def best(self) -> Plan:
@@ -414,7 +424,7 @@ class SearchResult:
 
 
 _PIN_KEYS = ("precision", "attention", "compile", "checkpointing", "sharding", "offload", "micro_batch")
-_LAYOUT_KEYS = ("tp", "pp", "vp", "sequence_parallel")
+_LAYOUT_KEYS = ("tp", "pp", "vp", "sequence_parallel", "async_tp", "cp")
 
 
 def _split(knobs: dict) -> tuple[dict, dict]:
@@ -430,13 +440,13 @@ def _split(knobs: dict) -> tuple[dict, dict]:
 
 def run_search(model, gpus, **knobs) -> SearchResult:
     """Evaluate every strategy allowed by the pinned knobs; see :func:`search`."""
-    t0 = time.perf_counter()
     sk, pins = _split(knobs)
     s = setup(model, gpus, **sk)
+    t0 = time.perf_counter()  # reading the catalog, profile and presets (cached per process) is not searching
     lay = {k: pins.pop(k) for k in _LAYOUT_KEYS if k in pins}
     space, notes = _space(s, pins)
     pars = _batch_fits(s, layout_space(s, lay, space), pins.get("micro_batch"))
-    tab, n_layouts = evaluate_layouts(s.problem, space, pars)
+    tab, n_layouts = evaluate_layouts(s.problem, space, pars, async_tp=lay.get("async_tp"))
     key = tab.rank_key
     feas = np.nonzero(np.isfinite(key))[0]
     order = feas[np.argsort(key[feas], kind="stable")]
@@ -468,15 +478,24 @@ def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
     n, g, model = pb.n_gpus, pb.fabric.gpus_per_node, pb.model
     heads, layers = getattr(model, "n_heads", None), getattr(model, "n_layers", None)
     if heads is None or layers is None:  # not a transformer: data parallelism only
-        for k in ("tp", "pp", "vp"):
+        for k in ("tp", "pp", "vp", "cp"):
             if lay.get(k, 1) != 1:
                 raise UsageError(f"--{k} {lay[k]}: {model.display_name} is not a transformer; valid choice: 1")
         return [Parallelism(n)]
-    for k in ("tp", "pp", "vp"):
+    for k in ("tp", "pp", "vp", "cp"):
         v = lay.get(k)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
             raise UsageError(f"--{k} must be a positive integer, got {v!r}")
-    free = layouts(n, g, heads, layers)
+    cp, seq = lay.get("cp"), pb.seq_len
+    if cp is not None and cp > 1:
+        ok = [c for c in range(2, n + 1) if n % c == 0 and seq % (2 * c) == 0]
+        if cp not in ok:
+            raise UsageError(f"--cp {cp}: context parallelism splits each {seq}-token sequence into 2 × cp chunks "
+                             f"over cp of the {n} GPUs; valid choices: {', '.join(str(c) for c in [1, *ok])}")
+        if not any(x in CP_ATTENTIONS for x in space.attentions):
+            raise UsageError(f"--cp {cp}: ring attention runs on fused attention kernels; it needs --attention "
+                             f"{' or '.join(CP_ATTENTIONS)}")
+    free = layouts(n, g, heads, layers, cp=cp or 1)
     tp, pp, vp = lay.get("tp"), lay.get("pp"), lay.get("vp")
     if tp is not None and tp not in {p.tp for p in free}:
         raise UsageError(f"--tp {tp}: tp must divide the {g} GPUs per node and the {heads} attention heads; "
@@ -497,7 +516,17 @@ def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
                              "virtual stages (the layers of the smallest stage); valid here: "
                              f"1..{max(1, min_layers)}")
     sp = lay.get("sequence_parallel")
-    out = layouts(n, g, heads, layers, tp=tp, pp=pp, vp=vp, sp=sp)
+    out = layouts(n, g, heads, layers, tp=tp, pp=pp, vp=vp, sp=sp, cp=cp, seq_len=seq)
+    if not out:
+        raise UsageError(f"--tp {tp or 1} × --pp {pp or 1} × --cp {cp} do not divide the {n} GPUs; pin fewer of them")
+    if lay.get("async_tp") is not None and not isinstance(lay["async_tp"], bool):
+        raise UsageError(f"async_tp must be True, False or None (searched), got {lay['async_tp']!r}")
+    if lay.get("async_tp"):
+        out = [p for p in out if p.tp > 1 and p.sp]
+        if not out:
+            raise UsageError("--async-tp overlaps the sequence-parallel collectives of tensor parallelism: it needs "
+                             f"--tp above 1 (valid here: {', '.join(str(v) for v in sorted({p.tp for p in free} - {1}))})"
+                             " and sequence parallelism")
     if vp is not None and vp > 1 and pp is None:
         out = [p for p in out if p.pp > 1]
     return out
@@ -542,7 +571,7 @@ def answer(model, gpus, prices=None, top: int = 0, **knobs) -> Answer:
     else:
         plan.fixes = suggest_fixes(model, gpus, knobs, res)
         plan.suggestions = [f["text"] for f in plan.fixes]
-    plans = res.plans(top) if top else []
+    plans = res.plans(top, distinct=True) if top else []
     for p in plans:
         p.cost = plan_cost(p, prices)
     for p in (plan, *plans):

@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from rich.console import Console
-
 from . import compare
 from .cli import add_recipe_args, recipe_knobs
 from .costs import Prices, add_cost_args, assumptions, default_prices, prices_from_args, usd
 from .errors import UsageError
+from .report import Console
 
 MODES = ("buy", "rent", "both")
 SLOWER = 0.8  # sensitivity: throughput 20% lower -> days / 0.8

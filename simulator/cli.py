@@ -1,6 +1,7 @@
 """The `simulate` command: one model on one cluster, plus subcommands.
 
-Exit status: 0 = a feasible plan, 1 = nothing fits, 2 = usage error (one line, no traceback).
+Exit status: 0 = a feasible plan (or a reader that closed the pipe early, ``| head``), 1 = nothing
+fits, 2 = usage error (one line, no traceback), 3 = internal error (simulator.errors.run_cli).
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ import argparse
 import json
 import re
 import sys
-
-from rich.console import Console
 
 from .errors import UsageError, run_cli
 
@@ -132,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None,
                    help="Megatron sequence parallelism with tensor parallelism")
     k.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false")
+    k.add_argument("--async-tp", dest="async_tp", action="store_true", default=None,
+                   help="overlap the tensor-parallel collectives with the GEMMs (searched where the stack offers it)")
+    k.add_argument("--no-async-tp", dest="async_tp", action="store_false")
+    k.add_argument("--cp", type=_positive_int("--cp"),
+                   help="context-parallel degree: each sequence split over cp GPUs (ring attention); searched from 8k tokens")
     from .costs import add_cost_args
 
     add_cost_args(p)
@@ -144,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _knobs(a: argparse.Namespace) -> dict:
     keys = ("profile", "profile_any_gpu", "intra_node", "inter_node", "host_memory", "overhead", "tokens", "steps", "global_batch",
             "seq_len", "optimizer", "precision", "attention", "compile", "checkpointing", "sharding",
-            "offload", "micro_batch", "stack", "tp", "pp", "vp", "sequence_parallel")
+            "offload", "micro_batch", "stack", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp")
     out = {k: getattr(a, k) for k in keys if getattr(a, k) is not None}
     for k in ("precision", "attention", "checkpointing", "sharding", "offload", "optimizer", "stack"):
         if k in out:
@@ -155,7 +159,7 @@ def _knobs(a: argparse.Namespace) -> dict:
 def run(argv: list[str]) -> int:
     from . import api
     from .costs import prices_from_args
-    from .report import render_plan
+    from .report import Console, render_plan
 
     args = build_parser().parse_args(argv)
     knobs = _knobs(args)

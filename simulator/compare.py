@@ -16,7 +16,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from rich.console import Console
 from rich.table import Table
 
 from . import hardware
@@ -24,6 +23,7 @@ from .cli import add_recipe_args, recipe_knobs
 from .costs import Prices, add_cost_args, default_prices, plan_cost, prices_from_args, usd
 from .errors import UsageError
 from .plan import format_days
+from .report import Console
 
 COUNTS = (1, 2, 4, 8)
 MULTI_NODE = (2, 4)  # nodes of gpus_per_node = the GPU's max (8) when --multi-node

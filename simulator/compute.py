@@ -138,6 +138,28 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
     return MicroBatchTime(fwd + z, bwd + z, rec + z, hw + z)
 
 
+@dataclass(frozen=True)
+class CoreTime:
+    """Seconds of the forward and backward (without kernel launches) and FLOPs of a group of ops."""
+
+    t_fwd: np.ndarray
+    t_bwd: np.ndarray
+    fl_fwd: np.ndarray
+    fl_bwd: np.ndarray
+
+
+def attention_core(model, seq_len: int, mb: np.ndarray, precision: str, attention: str, dev: Device) -> CoreTime:
+    """The attention core of one micro-batch of ``mb`` samples (array), all blocks: the ops that
+    selective checkpointing re-runs (Korthikanti et al. 2022: the fused kernel, or eager
+    attention's scores, softmax and values). Context parallelism runs it once more per further
+    key/value block of the ring."""
+    mb = np.asarray(mb, dtype=float)
+    tm = _timed(graph(model, seq_len, mb, precision, attention, False), dev, precision, False, {})
+    core = [r for r in tm.rows if r.block is not None and "selective" in r.recompute]
+    z = np.zeros_like(mb)
+    return CoreTime(*(sum((getattr(r, f) for r in core), z) for f in ("t_fwd", "t_bwd", "fl_fwd", "fl_bwd")))
+
+
 def _timed(g: Graph, dev: Device, precision: str, compiled: bool, memo: dict) -> _Timed:
     """The graph's ops timed on ``dev``; the last few are kept (with their graph and device), so
     a search repeated with other pins, or the same layout's view asked again, times them once."""

@@ -126,9 +126,13 @@ class Table:
     pp: np.ndarray
     vp: np.ndarray
     sp: np.ndarray
+    async_tp: np.ndarray  # tensor-parallel collectives overlapped with the GEMMs
+    cp: np.ndarray  # context-parallel degree (ring attention)
     bubble: np.ndarray
-    tp_comm: np.ndarray
+    tp_comm: np.ndarray  # exposed
+    tp_comm_hidden: np.ndarray  # hidden behind the GEMMs by asynchronous TP
     pp_comm: np.ndarray
+    cp_comm: np.ndarray  # ring attention's exposed K/V exchange
 
     def __len__(self) -> int:
         return int(self.step_time.size)
@@ -147,7 +151,8 @@ class Table:
 
     def parallelism(self, i: int) -> Parallelism:
         """The layout of strategy ``i``."""
-        return Parallelism(int(self.dp[i]), int(self.tp[i]), int(self.pp[i]), int(self.vp[i]), bool(self.sp[i]))
+        return Parallelism(int(self.dp[i]), int(self.tp[i]), int(self.pp[i]), int(self.vp[i]), bool(self.sp[i]),
+                           bool(self.async_tp[i]), int(self.cp[i]))
 
     def strategy(self, i: int) -> Strategy:
         """Strategy ``i`` with its knob values and layout."""
@@ -462,5 +467,6 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
         valid=valid4.ravel(), fits=bc(fits), host_ok=host_ok.ravel(), feasible=feasible,
         rank=rank, rank_key=rank_key,
         dp=np.full(size, pb.dp_ranks), tp=np.ones(size, dtype=int), pp=np.ones(size, dtype=int),
-        vp=np.ones(size, dtype=int), sp=np.zeros(size, dtype=bool), bubble=zeros, tp_comm=zeros, pp_comm=zeros,
+        vp=np.ones(size, dtype=int), sp=np.zeros(size, dtype=bool), async_tp=np.zeros(size, dtype=bool),
+        cp=np.ones(size, dtype=int), bubble=zeros, tp_comm=zeros, tp_comm_hidden=zeros, pp_comm=zeros, cp_comm=zeros,
     )

@@ -621,15 +621,14 @@ def _not_modelled(model_type: str, data: Mapping[str, Any]) -> str | None:
 
 def _read(path: Path) -> dict[str, Any]:
     """Read a JSON object from ``path`` (a directory means its ``config.json``)."""
+    from .userfiles import read_text  # regular files of bounded size only, UTF-8, one-line errors
+
     if path.is_dir():
         path = path / "config.json"
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file; {_supported()}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or type(exc).__name__
-        raise UsageError(f"{path}: cannot read file ({reason}); {_supported()}") from None
+        text = read_text(path, "model config")
+    except UsageError as exc:
+        raise UsageError(f"{exc}; {_supported()}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

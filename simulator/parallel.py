@@ -1,7 +1,8 @@
 """Tensor, sequence and pipeline parallelism (Megatron-LM): pure physics of one layout.
 
-A :class:`Parallelism` splits the cluster's GPUs into ``dp x tp x pp`` (Megatron's rank order:
-tensor-parallel ranks innermost, inside a node; then data-parallel; pipeline stages outermost).
+A :class:`Parallelism` splits the cluster's GPUs into ``dp x tp x pp x cp`` (Megatron's rank order:
+tensor-parallel ranks innermost, inside a node; then context-parallel; then data-parallel;
+pipeline stages outermost).
 
 * Tensor parallelism (Shoeybi et al. 2019): QKV and MLP-up GEMMs are column-parallel (n / tp),
   the output projection and MLP-down row-parallel (k / tp); attention heads split (KV heads
@@ -14,6 +15,14 @@ tensor-parallel ranks innermost, inside a node; then data-parallel; pipeline sta
   micro-batches, (pp-1)/(v*m) interleaved with v virtual stages per GPU; the first stage holds
   min(pp, m) micro-batches of activations (x (1 + (pp-1)/(pp*v)) interleaved); each micro-batch
   sends its activations forward and its gradient backward across every stage boundary.
+* Context parallelism (ring attention; Megatron-LM's context_parallel_size, torchtitan's
+  context_parallel): each sequence split over cp ranks in 2 cp chunks, rank i holding chunks i and
+  2cp-1-i so every rank has the same share of the causal attention; GEMMs, norms, activations and
+  logits see seq/cp tokens per rank; attention computes the rank's queries against every key
+  (1/cp of the causal attention FLOPs, cp blocks of the view's size); K/V blocks travel the ring
+  in cp-1 point-to-point steps, each behind one block of attention (backward: K/V and their
+  gradients); weights are replicated, so gradients are reduced (and ZeRO/FSDP states sharded)
+  over dp x cp ranks.
 
 Units: bytes, seconds, elements. The per-GPU work goes through the ordinary workload, compute and
 memory functions on a :class:`ShardView` of the model (the GPU's shard of the busiest stage).
@@ -28,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import communication as comm
+from . import kernels, workload
 
 
 @dataclass(frozen=True)
@@ -35,26 +45,32 @@ class Parallelism:
     """How the GPUs are split: data-parallel replicas x tensor-parallel x pipeline stages.
 
     ``vp``: virtual pipeline stages per GPU (interleaved 1F1B; 1 = plain 1F1B). ``sp``: Megatron
-    sequence parallelism (only with tp > 1).
+    sequence parallelism (only with tp > 1). ``async_tp``: the tensor-parallel collectives
+    overlapped with the GEMMs (:func:`async_tp_time`; needs sequence parallelism). ``cp``: context
+    parallelism (ring attention): each sequence split over cp ranks (:func:`cp_ring_time`).
     """
 
-    dp: int
+    dp: int  # data-parallel replicas (the context-parallel ranks of a replica share its samples)
     tp: int = 1
     pp: int = 1
     vp: int = 1
     sp: bool = False
+    async_tp: bool = False
+    cp: int = 1
 
     @property
     def n_gpus(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     def describe(self) -> str:
-        """E.g. 'TP 8 + sequence parallel · PP 4 (interleaved × 2) · DP 2'; '' for plain DP."""
-        if self.tp == 1 and self.pp == 1:
+        """E.g. 'TP 8 + sequence parallel · CP 2 · PP 4 (interleaved × 2) · DP 2'; '' for plain DP."""
+        if self.tp == 1 and self.pp == 1 and self.cp == 1:
             return ""
         parts = []
         if self.tp > 1:
-            parts.append(f"TP {self.tp}" + (" + sequence parallel" if self.sp else ""))
+            parts.append(f"TP {self.tp}" + (" + sequence parallel" if self.sp else "") + (" + async" if self.async_tp else ""))
+        if self.cp > 1:
+            parts.append(f"CP {self.cp} (ring attention)")
         if self.pp > 1:
             parts.append(f"PP {self.pp}" + (f" (interleaved × {self.vp})" if self.vp > 1 else " (1F1B)"))
         parts.append(f"DP {self.dp}")
@@ -104,6 +120,46 @@ def tp_comm_time(tokens, hidden: int, e: int, tp: int, sp: bool, passes, bw: flo
     return np.asarray(passes, dtype=float) * per_pass
 
 
+def layer_gemm_times(model, tokens, precision: str, dev, chunks: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds per micro-batch of the view's layer GEMMs (all its layers) on ``tokens`` rows
+    (array): forward, and backward (input gradient + weight gradient), at the profile's shape
+    efficiency (:func:`kernels.gemm_time`, as :mod:`simulator.compute` times GEMMs). ``chunks``:
+    the forward and input-gradient GEMMs run as that many pieces of tokens/chunks rows each
+    (asynchronous TP's decomposition); the weight gradient, a reduction over the tokens, is not
+    split."""
+    prof = dev.profile
+    peak, f, b = dev.gemm_peak(precision), prof.gemm_for(precision), prof.gemm_bwd_for(precision)
+    e, bw, be = workload.act_bytes(precision), dev.mem_bw, prof.memory_bw_eff
+    t = np.asarray(tokens, dtype=float)
+    fwd, bwd = np.zeros_like(t), np.zeros_like(t)
+    for g in workload.layer_gemms(model, t):
+        w = g.count * np.asarray(g.batch, dtype=float)
+        m = t / chunks
+        fwd = fwd + w * chunks * kernels.gemm_time(m, g.n, g.k, peak, f.e_max, f.x_half, e, bw, be, 0.0)
+        bwd = bwd + w * (chunks * kernels.gemm_time(m, g.k, g.n, peak, b.e_max, b.x_half, e, bw, be, 0.0)
+                         + kernels.gemm_time(g.k, g.n, t, peak, b.e_max, b.x_half, e, bw, be, 0.0))
+    return fwd, bwd
+
+
+def async_tp_time(comm_pass, gemms: tuple, split: tuple, fwd_passes, tp: int, overlap: float) -> np.ndarray:
+    """Seconds asynchronous tensor parallelism adds per micro-batch (PyTorch's async TP in
+    torchtitan, Megatron-LM's --tp-comm-overlap): each sequence-parallel all-gather is split into
+    tp pieces, each piece's GEMM running while the next piece arrives (and each reduce-scatter
+    likewise behind the GEMM that produces it). Of a pass's collectives ``comm_pass`` (s; they
+    still move every byte over the link) at most the fraction ``overlap`` is hidden (the transfers
+    contend with the GEMMs for memory bandwidth and SMs), and never more than the pass's split
+    GEMM time less its last piece, (tp-1)/tp of it, which has nothing left to hide; the rest stays
+    exposed. The split GEMMs run less efficiently (fewer rows each): their extra time is added.
+    ``gemms``/``split``: (forward, backward) GEMM seconds whole and split into tp pieces
+    (:func:`layer_gemm_times`); ``fwd_passes``: forward passes per micro-batch (1 + the share of
+    layers recomputed)."""
+    (gf, gb), (sf, sb) = gemms, split
+    win = (tp - 1) / tp
+    exposed_f = comm_pass - np.minimum(overlap * comm_pass, win * sf)
+    exposed_b = comm_pass - np.minimum(overlap * comm_pass, win * sb)
+    return fwd_passes * (exposed_f + (sf - gf)) + exposed_b + (sb - gb)
+
+
 def p2p_bytes(tokens, hidden: int, e: int, tp: int, sp: bool) -> np.ndarray:
     """Bytes of one activation (or gradient) send between stages: tokens x hidden x e, split
     over the tensor-parallel ranks with sequence parallelism."""
@@ -124,13 +180,44 @@ def p2p_time(tokens, hidden: int, e: int, par: Parallelism, fab: comm.Fabric) ->
     return 2.0 * par.vp * (alpha + p2p_bytes(tokens, hidden, e, par.tp, par.sp) / bw)
 
 
+def cp_block_bytes(tokens, kv_dim: int, e: int) -> np.ndarray:
+    """Bytes of one K/V block ring attention passes per step and layer: K and V of the rank's
+    ``tokens`` (its seq/cp tokens x micro-batch), ``kv_dim`` wide each (the GPU's KV heads)."""
+    return 2.0 * np.asarray(tokens, dtype=float) * kv_dim * e
+
+
+def cp_ring_time(block_bytes, attn_fwd, attn_bwd, attn_fwd_passes, layers: int, par: Parallelism,
+                 fab: comm.Fabric) -> np.ndarray:
+    """Exposed seconds per micro-batch of ring attention's K/V exchange, all ``layers`` of the
+    view. Per layer and forward pass cp-1 steps each send one K/V block (``block_bytes``) while
+    one of the cp attention blocks computes; backward, each step sends K/V and their gradients
+    (twice the bytes) behind one block of the attention backward. A step's transfer beyond its
+    block's compute is exposed. ``attn_fwd``/``attn_bwd``: the rank's attention seconds per
+    micro-batch, all layers; ``attn_fwd_passes``: forward passes of attention (recomputation
+    repeats the ring). The ring's neighbours are tp apart: inside the node while tp x cp GPUs fit
+    in one, else across it (the node's network shared by its GPUs, which all send at once)."""
+    if par.cp <= 1:
+        return np.zeros_like(np.asarray(block_bytes, dtype=float))
+    if par.tp * par.cp > fab.gpus_per_node and fab.nodes > 1:
+        bw, alpha = fab.inter_busbw / fab.gpus_per_node, fab.inter_alpha
+    else:
+        bw, alpha = fab.intra_busbw, fab.intra_alpha
+    steps = par.cp - 1
+    per_block_f = np.asarray(attn_fwd, dtype=float) / (layers * par.cp)
+    per_block_b = np.asarray(attn_bwd, dtype=float) / (layers * par.cp)
+    fwd = steps * np.maximum(0.0, alpha + block_bytes / bw - per_block_f)
+    bwd = steps * np.maximum(0.0, alpha + 2.0 * block_bytes / bw - per_block_b)
+    return layers * (attn_fwd_passes * fwd + bwd)
+
+
 def dp_fabric(fab: comm.Fabric, par: Parallelism) -> comm.Fabric:
-    """The links one data-parallel group sees. Its ranks are tp apart: k = min(dp, g/tp) of them
-    share a node, and the node's network carries g/k such groups at once (bandwidth per group
-    k/g of the node's)."""
+    """The links one gradient-reduction group sees: the dp x cp ranks holding the same weights.
+    Its ranks are tp apart: k = min(dp cp, g/tp) of them share a node, and the node's network
+    carries g/k such groups at once (bandwidth per group k/g of the node's)."""
     g = fab.gpus_per_node
-    k = max(1, min(par.dp, g // par.tp))
-    nodes = math.ceil(par.dp / k)
+    ranks = par.dp * par.cp
+    k = max(1, min(ranks, g // par.tp))
+    nodes = math.ceil(ranks / k)
     return dataclasses.replace(fab, nodes=nodes, gpus_per_node=k, inter_bw=fab.inter_bw * k / g if nodes > 1 else 0.0,
                                inter_alpha=fab.inter_alpha if nodes > 1 else 0.0)
 
@@ -190,7 +277,9 @@ class ShardView:
     def __getattr__(self, name):
         if name in ("_spec", "_emb", "_params"):  # not set yet (copying): never recurse into the spec
             raise AttributeError(name)
-        return getattr(self._spec, name)
+        value = getattr(self._spec, name)
+        self.__dict__[name] = value  # the spec is frozen: read through once
+        return value
 
     @property
     def kv_heads(self) -> int:
@@ -218,24 +307,44 @@ def view(spec, par: Parallelism):
     return spec if par.tp == 1 and par.pp == 1 else ShardView(spec, par)
 
 
+#: Context parallelism is searched only from this sequence length on (tokens): below it the
+#: attention is too small a share of the step for ring attention to pay (Megatron-LM and torchtitan
+#: recommend it for long-context training); a pinned --cp applies at any length.
+CP_MIN_SEQ = 8192
+#: Attention kernels ring attention runs on: fused blockwise kernels returning the log-sum-exp
+#: that merges the blocks (Megatron-LM CP: TransformerEngine flash attention; torchtitan: SDPA).
+CP_ATTENTIONS = ("sdpa",)
+#: Context-parallel degrees searched (powers of two, as the ring's load-balanced 2 cp chunks need).
+CP_SEARCHED = (1, 2, 4, 8)
+
+
 def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=None, pp=None,
-            vp=None, sp=None) -> list[Parallelism]:
-    """Every ``dp x tp x pp = n_gpus`` layout: tp divides the node's GPUs and the heads; pp at
+            vp=None, sp=None, cp=None, seq_len: int = 0) -> list[Parallelism]:
+    """Every ``dp x tp x pp x cp = n_gpus`` layout: tp divides the node's GPUs and the heads; pp at
     most the layers (uneven stages allowed); vp in {1, 2} where every stage has 2+ layers per
-    virtual stage (or as pinned); sequence parallelism with every tp > 1 unless pinned off.
-    ``tp``, ``pp``, ``vp``, ``sp`` pin a knob (None = search)."""
+    virtual stage (or as pinned); sequence parallelism with every tp > 1 unless pinned off; cp in
+    :data:`CP_SEARCHED` dividing the sequence into 2 cp chunks, searched from :data:`CP_MIN_SEQ`
+    tokens on (else 1). ``tp``, ``pp``, ``vp``, ``sp``, ``cp`` pin a knob (None = search)."""
     out = []
     tps = [t for t in range(1, gpus_per_node + 1) if gpus_per_node % t == 0 and n_heads % t == 0
            and n_gpus % t == 0]
+    if cp is None:
+        cps = [c for c in CP_SEARCHED if seq_len >= CP_MIN_SEQ and seq_len % (2 * c) == 0] or [1]
+    else:
+        cps = [cp]
     for t in tps if tp is None else [tp]:
-        rest = n_gpus // t
-        for p in [q for q in range(1, rest + 1) if rest % q == 0 and q <= n_layers] if pp is None else [pp]:
-            d = rest // p
-            min_layers = stage_layers(n_layers, p)[-1]
-            vps = [1] + ([2] if p > 1 and min_layers >= 4 else []) if vp is None else [vp]
-            sps = [t > 1] if sp is None else [bool(sp) and t > 1]
-            for v in vps:
-                for s in sps:
-                    out.append(Parallelism(d, t, p, v, s))
+        for c in cps:
+            if n_gpus % (t * c):
+                continue
+            rest = n_gpus // (t * c)
+            for p in [q for q in range(1, rest + 1) if rest % q == 0 and q <= n_layers] if pp is None else [pp]:
+                if rest % p:
+                    continue
+                d = rest // p
+                min_layers = stage_layers(n_layers, p)[-1]
+                vps = [1] + ([2] if p > 1 and min_layers >= 4 else []) if vp is None else [vp]
+                sps = [t > 1] if sp is None else [bool(sp) and t > 1]
+                for v in vps:
+                    for s in sps:
+                        out.append(Parallelism(d, t, p, v, s, cp=c))
     return out
-

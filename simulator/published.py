@@ -25,28 +25,12 @@ def load_rows(path: str | Path) -> pd.DataFrame:
     return runs.load_runs(path)
 
 
-def stack_preset(name) -> str:
-    """The stack preset (simulator.stacks) for a run's stack name; the default (hf-trainer, plain
-    PyTorch with autocast) where no preset claims it."""
-    from .stacks import default_stack, for_published
-
-    try:
-        return for_published(str(name)).name
-    except UsageError:
-        return default_stack().name
-
-
 def simulate_run(run, profile=None):
     """Simulate one normalized run (a row of :func:`simulator.runs.load_runs`) with its exact strategy
-    (its tensor/pipeline layout pinned, 1F1B without interleaving: runs record no virtual stages)."""
+    (:func:`simulator.runs.run_knobs`)."""
     from .api import simulate
 
-    return simulate(run["spec"], run["gpus"], profile=profile, global_batch=int(run["global_batch"]),
-                    seq_len=int(run["seq_len"]), steps=1, optimizer="adamw", precision=run["precision"],
-                    sharding=run["sharding"], attention=run["attention"], compile=bool(run["compile"]),
-                    checkpointing=run["checkpointing"], offload="none", micro_batch=int(run["micro_batch"]),
-                    stack=stack_preset(run["stack"]), tp=int(run["tp"] or 1), pp=int(run["pp"] or 1), vp=1,
-                    sequence_parallel=bool(run["sequence_parallel"]))
+    return simulate(run["spec"], run["gpus"], profile=profile, **runs.run_knobs(run))
 
 
 def predict_row(run) -> dict:

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+import rich.console
 from rich.table import Table
 
 from .plan import Plan, format_days
+
+
+class Console(rich.console.Console):
+    """A rich Console whose closed stdout (``simulate ... | head -1``) raises BrokenPipeError,
+    which :func:`simulator.errors.run_cli` ends quietly with exit 0; rich's own handling exits
+    with status 1, which here means "nothing fits"."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
 
 
 def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> None:
@@ -26,7 +36,8 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
                   f"bwd {b['backward']:.2f} · recompute {b['recompute']:.2f}) · exposed comm {b['exposed_comm']:.2f} · "
                   f"optimizer {b['optimizer']:.3f} · offload {b['offload']:.2f}"
                   + "".join(f" · {label} {b[k]:.2f}" for k, label in (("bubble", "pipeline bubble"),
-                            ("tp_comm", "TP comm"), ("pp_comm", "PP sends")) if b.get(k)))
+                            ("tp_comm", "TP comm"), ("tp_comm_hidden", "TP comm hidden by async TP"),
+                            ("pp_comm", "PP sends"), ("cp_comm", "ring attention sends")) if b.get(k)))
     console.print(f"  throughput  {plan.tokens_per_s:,.0f} tokens/s · MFU {plan.mfu:.0%} · HFU {plan.hfu:.0%}")
     mg = plan.memory_gib
     console.print(f"  memory/GPU  {mg['total']:.1f} of {mg['capacity']:.1f} GiB   weights {mg['weights']:.1f} · "

@@ -362,6 +362,30 @@ def default_runs() -> pd.DataFrame:
     return pd.concat([load_runs(DEV_FILE), load_runs(MORE_FILE), korthikanti_runs()], ignore_index=True)
 
 
+def stack_preset(name) -> str:
+    """The stack preset (simulator.stacks) for a run's stack name; the default (hf-trainer, plain
+    PyTorch with autocast) where no preset claims it."""
+    from .stacks import default_stack, for_published
+
+    try:
+        return for_published(str(name)).name
+    except UsageError:
+        return default_stack().name
+
+
+def run_knobs(run) -> dict:
+    """The :func:`simulator.api.simulate` keyword arguments (recipe, stack and every strategy knob
+    pinned) that reproduce one normalized run exactly: one optimizer step of AdamW, its tensor and
+    pipeline layout pinned, 1F1B without interleaving (runs record no virtual stages), no offload.
+    The one definition shared by ``validate-published`` and ``calibrate --from-runs``."""
+    return {"global_batch": int(run["global_batch"]), "seq_len": int(run["seq_len"]), "steps": 1,
+            "optimizer": "adamw", "stack": stack_preset(run["stack"]), "precision": run["precision"],
+            "sharding": run["sharding"], "attention": run["attention"], "compile": bool(run["compile"]),
+            "checkpointing": run["checkpointing"], "offload": "none", "micro_batch": int(run["micro_batch"]),
+            "tp": int(run["tp"] or 1), "pp": int(run["pp"] or 1), "vp": 1,
+            "sequence_parallel": bool(run["sequence_parallel"])}
+
+
 def simulable(runs: pd.DataFrame) -> pd.DataFrame:
     """Rows with no exclusion reason."""
     return runs[runs["excluded"] == ""].reset_index(drop=True)

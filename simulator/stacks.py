@@ -17,6 +17,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from .errors import unknown
 from .strategy import SHARDINGS
 
+#: The fraction of the tensor-parallel collectives asynchronous TP hides at most (the transfers
+#: contend with the GEMMs for memory bandwidth and SMs; simulator.parallel.async_tp_time). Fitted to
+#: the two bf16 rows of torchtitan's published async-TP benchmark, the only published pair of runs
+#: with and without it that we found (tests/test_parallel.py checks both).
+ASYNC_TP_OVERLAP = 0.42
+ASYNC_TP_OVERLAP_SOURCE = (
+    "fitted: pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, bf16 rows: Llama 3 70B "
+    "on 256 H100 (FSDP 32, TP 8, compiled, full AC, local batch 16) 597.3 -> 652.4 tokens/s per GPU (1.09x; "
+    "predicted 1.08x) and Llama 3 8B on 64 H100 (FSDP 8, TP 8, per-op SAC, local batch 12) 4378 -> 4809 "
+    "(1.10x; predicted 1.11x)")
+
 
 class Stack(BaseModel):
     """One training stack; see the field notes in data/stacks.yaml."""
@@ -36,6 +47,10 @@ class Stack(BaseModel):
     shardings_source: str
     zero_params: Literal["half", "fp32"] = "half"
     zero_params_source: str = "DeepSpeed ZeRO (bf16/fp16 mode: half module weights, fp32 master copy in the optimizer)"
+    async_tp: Literal["no", "compiled", "yes"] = "no"
+    async_tp_source: str = "not offered"
+    async_tp_overlap: float = Field(ASYNC_TP_OVERLAP, ge=0.0, le=1.0)
+    async_tp_overlap_source: str = ASYNC_TP_OVERLAP_SOURCE
     aliases: tuple[str, ...] = ()
 
     @field_validator("shardings")

@@ -44,7 +44,7 @@ SHARD_STAGE = {"ddp": 0, "zero1": 1, "zero2": 2, "fsdp-grad-op": 2, "zero3": 3, 
 
 
 #: The layout as flat keys (``Strategy`` input and output; JSON stays flat).
-LAYOUT_KEYS = ("dp", "tp", "pp", "vp", "sequence_parallel")
+LAYOUT_KEYS = ("dp", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp")
 
 
 class Strategy(BaseModel):
@@ -53,7 +53,7 @@ class Strategy(BaseModel):
     ``parallelism``: the layout (:class:`simulator.parallel.Parallelism`); None means every GPU is
     a data-parallel rank (the degree is the cluster's GPU count). Input and output also take the
     layout as the flat keys of :data:`LAYOUT_KEYS` (``dp`` None, ``tp``, ``pp``, ``vp``,
-    ``sequence_parallel``), the JSON form of a plan's strategy.
+    ``sequence_parallel``, ``async_tp``, ``cp``), the JSON form of a plan's strategy.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -78,11 +78,11 @@ class Strategy(BaseModel):
             raise ValueError("give the layout as parallelism or as dp/tp/pp/vp/sequence_parallel, not both")
         flat = {k: data.get(k) for k in LAYOUT_KEYS}
         out = {k: v for k, v in data.items() if k not in LAYOUT_KEYS}
-        tp, pp, vp = (int(flat[k]) if flat[k] is not None else 1 for k in ("tp", "pp", "vp"))
-        sp = bool(flat["sequence_parallel"])
+        tp, pp, vp, cp = (int(flat[k]) if flat[k] is not None else 1 for k in ("tp", "pp", "vp", "cp"))
+        sp, async_tp = bool(flat["sequence_parallel"]), bool(flat["async_tp"])
         if flat["dp"] is not None:
-            out["parallelism"] = Parallelism(int(flat["dp"]), tp, pp, vp, sp)
-        elif (tp, pp, vp, sp) != (1, 1, 1, False):
+            out["parallelism"] = Parallelism(int(flat["dp"]), tp, pp, vp, sp, async_tp, cp)
+        elif (tp, pp, vp, sp, async_tp, cp) != (1, 1, 1, False, False, 1):
             raise ValueError("a tensor- or pipeline-parallel layout needs its data-parallel degree dp")
         return out
 
@@ -92,7 +92,8 @@ class Strategy(BaseModel):
         out = handler(self)
         out.pop("parallelism", None)
         p = self.parallelism
-        out.update(dp=p.dp if p else None, tp=self.tp, pp=self.pp, vp=self.vp, sequence_parallel=self.sequence_parallel)
+        out.update(dp=p.dp if p else None, tp=self.tp, pp=self.pp, vp=self.vp, sequence_parallel=self.sequence_parallel,
+                   async_tp=self.async_tp, cp=self.cp)
         return out
 
     @property
@@ -116,6 +117,16 @@ class Strategy(BaseModel):
     def sequence_parallel(self) -> bool:
         return self.parallelism.sp if self.parallelism else False
 
+    @property
+    def async_tp(self) -> bool:
+        """Tensor-parallel collectives overlapped with the GEMMs."""
+        return self.parallelism.async_tp if self.parallelism else False
+
+    @property
+    def cp(self) -> int:
+        """Context-parallel degree: each sequence split over cp ranks (ring attention)."""
+        return self.parallelism.cp if self.parallelism else 1
+
     @field_validator("checkpointing")
     @classmethod
     def _policy(cls, v: str) -> str:
@@ -135,7 +146,7 @@ class Strategy(BaseModel):
             parts.append({"optimizer": "optimizer offloaded to CPU", "all": "params + optimizer offloaded to CPU"}[self.offload])
         parts.append(f"micro-batch {self.micro_batch} × {self.grad_accum} "
                      + ("micro-batches" if self.pp > 1 else "accumulation"))
-        if self.tp > 1 or self.pp > 1:
+        if self.tp > 1 or self.pp > 1 or self.cp > 1:
             parts.insert(0, self.parallelism.describe())
         return " · ".join(parts)
 

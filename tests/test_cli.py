@@ -185,8 +185,64 @@ def test_internal_error_is_one_line_exit_3(monkeypatch, capsys):
     assert "RuntimeError: simulated bug" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("extra", [[], ["--top", "3"], ["--json"]])
+def test_closed_pipe_exits_0_quietly(extra):
+    """``simulate ... | head -1`` (here a reader that has already gone): rich's table output ends
+    with exit 0 like --json does, not rich's own exit 1 ("nothing fits" for us)."""
+    cmd = " ".join([sys.executable, "-m", "simulator.cli", "--gpus", "8x3090", "--model", "pythia-160m", *extra])
+    proc = subprocess.run(["bash", "-c", f"{cmd} | true; exit ${{PIPESTATUS[0]}}"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == ""
+
+
+def test_top_lists_distinct_strategies(capsys):
+    """--top N: no two listed plans differ only in micro-batch and accumulation (the app's list)."""
+    code, out, _ = run(["--gpus", "8x3090", "--model", "pythia-1b", "--json", "--top", "6"], capsys)
+    assert code == 0
+    keys = [tuple((k, v) for k, v in sorted(t["strategy"].items()) if k not in ("micro_batch", "grad_accum", "dp"))
+            for t in json.loads(out)["top"]]
+    assert len(keys) == 6 and len(set(keys)) == 6
+
+
 def test_output_piped_into_a_reader_that_stops_is_not_an_error():
     """``simulate ... --json | head -c 100``: the closed pipe ends quietly, not as an internal error."""
     proc = subprocess.run(f"{sys.executable} -m simulator.cli --gpus 8x3090 --model pythia-160m --json | head -c 100",
                           shell=True, capture_output=True, text=True, timeout=120)
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_distinct_plans_keep_layouts_and_collapse_micro_batches():
+    """SearchResult.distinct (used by --top and the app): exactly one plan per strategy apart from
+    micro-batch and accumulation, the fastest one; tensor/pipeline layouts stay apart."""
+    from simulator import api
+
+    res = api.run_search("llama-2-7b", "2x8xa100-80gb")
+    step = res.table.step_time
+
+    def key(i):
+        d = res.table.strategy(int(i)).model_dump()
+        return tuple(v for k, v in d.items() if k not in ("micro_batch", "grad_accum", "dp"))
+
+    fastest: dict = {}
+    for i in res.order:
+        fastest.setdefault(key(i), step[i])
+    got = res.distinct()
+    assert sorted(key(i) for i in got) == sorted(fastest)
+    assert all(step[i] == fastest[key(i)] for i in got)
+    assert len({(k[-4], k[-3]) for k in fastest}) > 1  # several (tp, pp) layouts feasible and listed
+
+
+def test_search_time_excludes_loading(monkeypatch):
+    """"searched in N ms" times the search, not reading the catalog, profile and presets."""
+    import time
+
+    from simulator import api
+
+    real = api.setup
+
+    def slow_setup(*args, **kw):
+        time.sleep(0.5)  # a cold catalog/profile/preset load
+        return real(*args, **kw)
+
+    monkeypatch.setattr(api, "setup", slow_setup)
+    assert api.answer("pythia-160m", "8x3090").plan.search_ms < 400

@@ -144,3 +144,63 @@ def test_default_runs_span_three_a100_sources():
     t = runs.simulable(runs.default_runs())
     a100 = t[t["gpu"].str.startswith("a100")]
     assert len(a100) == 19 and a100["source"].map(runs.source_key).nunique() == 3
+
+
+def test_fit_and_validate_published_simulate_a_run_alike(monkeypatch):
+    """One definition of a run's knobs (runs.run_knobs): the fit's step time of a run equals
+    validate-published's, for one run of every source and stack, under a non-default profile;
+    and both go through run_knobs (a knob changed there changes both)."""
+    from simulator import published
+
+    table = runs.simulable(runs.default_runs())
+    keys = [table["source"].map(runs.source_key), "stack", "gpu", "checkpointing", "sharding", "sequence_parallel"]
+    sample = table.groupby(keys, sort=False).head(1)
+    assert len(sample) >= 8 and sample["stack"].nunique() >= 4 and (sample["tp"] > 1).any()
+    for _, r in sample.iterrows():
+        base = fr.microbenchmark_profile(r["gpu"])
+        prof = fr.apply(base, {"tensor_sustained": 0.8, "attention_scale": 0.9, "collective_overlap": 0.5})
+        assert fr._resolve(r, base).step_time(prof) == pytest.approx(
+            published.simulate_run(r, profile=prof).step_time_s, rel=1e-9), r["run"]
+    r = sample[sample["checkpointing"] == "none"].iloc[0]
+    real = runs.run_knobs
+    monkeypatch.setattr(runs, "run_knobs", lambda run: {**real(run), "checkpointing": "full"})
+    prof = fr.microbenchmark_profile(r["gpu"])
+    full = published.simulate_run(r, profile=prof)
+    assert full.strategy["checkpointing"] == "full"
+    assert fr._resolve(r, prof).step_time(prof) == pytest.approx(full.step_time_s, rel=1e-9)
+
+
+def test_predict_applies_each_profile_once_per_parameter_vector(monkeypatch):
+    """Fitter.predict builds one profile per GPU (and group) per parameter vector, not one per
+    run, and reuses a run's step time when its group's values are unchanged; the numbers are the
+    uncached ones."""
+    table = runs.simulable(runs.default_runs())
+    table = table[table["gpu"].isin(["a100-40gb-sxm", "h100-sxm"])].groupby("gpu").head(3).reset_index(drop=True)
+    bases = {g: fr.microbenchmark_profile(g) for g in table["gpu"].unique()}
+    fitter = fr.Fitter(table, bases, params=("tensor_sustained", "collective_overlap"))
+    calls = []
+    real = fr.apply
+    monkeypatch.setattr(fr, "apply", lambda base, vals: calls.append(base.device.gpu_id) or real(base, vals))
+    x = np.array([0.8, 0.9, 0.5])  # tensor_sustained per group (a100, h100), overlap shared
+    got = fitter.predict(x)
+    assert sorted(calls) == ["a100-40gb-sxm", "h100-sxm"]
+    vals = fr._unpack(fitter.params, fitter.groups, x)
+    want = [m.step_time(real(bases[g], vals[g])) for m, g in zip(fitter.models, fitter.run_gpu, strict=True)]
+    assert got == pytest.approx(want, rel=1e-12)
+    calls.clear()
+    x2 = x.copy()
+    x2[0] = 0.7  # only the A100 group's tensor factor moves: the H100 runs are not simulated again
+    fitter.predict(x2)
+    assert calls == ["a100-40gb-sxm"]
+
+
+def test_microbenchmark_profile_is_read_once_and_copied(monkeypatch):
+    fr._read_microbenchmark.cache_clear()
+    reads = []
+    real = fr.load_profile
+    monkeypatch.setattr(fr, "load_profile", lambda f: reads.append(f) or real(f))
+    a = fr.microbenchmark_profile("a100-80gb-sxm")
+    b = fr.microbenchmark_profile("a100-80gb-sxm")
+    assert len(reads) == 1 and a == b and a is not b
+    a.layer_overhead_us = 123.0  # a caller's change does not reach the next caller
+    assert fr.microbenchmark_profile("a100-80gb-sxm").layer_overhead_us != 123.0

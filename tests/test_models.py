@@ -460,6 +460,22 @@ def test_resolve_model_folder(tmp_path: Path) -> None:
     assert resolve_model(str(tmp_path)).n_params() == EXACT["mistral-7b"]
 
 
+def test_hf_config_read_is_guarded(tmp_path: Path, monkeypatch) -> None:
+    """model_from_hf_config reads through simulator.userfiles: devices, oversized and non-UTF-8
+    files are one-line UsageErrors naming the file (never a hang on /dev/zero)."""
+    from simulator import userfiles
+
+    assert "not a regular file" in _one_line_error(Path("/dev/null"))
+    bad = tmp_path / "latin1.json"
+    bad.write_bytes(b'{"model_type": "gpt2", "name": "caf\xe9"}')
+    msg = _one_line_error(bad)
+    assert str(bad) in msg and "not UTF-8" in msg
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"model_type": "gpt2", "pad": "x" * 100}))
+    monkeypatch.setattr(userfiles, "MAX_INPUT_BYTES", 64)
+    assert "limit" in _one_line_error(big)
+
+
 def test_models_does_not_depend_on_hf_config():
     # one-directional: hf_config and resolve build on models; models imports neither (nor the Hub)
     import ast

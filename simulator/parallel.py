@@ -263,8 +263,12 @@ class ShardView:
         out.n_layers = n_layers
         return out
 
+    #: What one GPU's shard is made of (the spec's other attributes, read through, are the spec's).
+    _SHARD = ("tp", "seq_shards", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab_size",
+              "_emb", "_params")
+
     def _key(self) -> tuple:
-        return (self._spec, *sorted((k, v) for k, v in self.__dict__.items() if k != "_spec"))
+        return (self._spec, *(self.__dict__[k] for k in self._SHARD))
 
     def __eq__(self, other) -> bool:
         """Views of the same spec holding the same shard are equal (caches keyed on the model

@@ -252,6 +252,8 @@ def test_shard_views_of_one_layout_are_equal():
     spec = get_model("llama-2-7b")
     a, b = ShardView(spec, Parallelism(2, 4, 1, sp=True)), ShardView(spec, Parallelism(2, 4, 1, sp=True))
     assert a == b and hash(a) == hash(b)
+    h = hash(a)
+    assert a.hidden == spec.hidden and hash(a) == h  # reading through to the spec leaves the key alone
     assert a != ShardView(spec, Parallelism(2, 4, 1)) and a != ShardView(spec, Parallelism(1, 8, 1, sp=True))
     assert a != a.with_layers(spec.n_layers - 1) and a != spec
 

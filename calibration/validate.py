@@ -39,11 +39,11 @@ import yaml
 from simulator.errors import UsageError, run_cli
 from simulator.models import ModelSpec, get_model
 from simulator.strategy import CHECKPOINTINGS as CHECKPOINTING
+from simulator.strategy import PRECISIONS
 
 SUITE_DIR = Path(__file__).resolve().parent / "suites"
 DEFAULT_SUITE = SUITE_DIR / "cpu_default.yaml"
 GPU_DEFAULT_SUITE = SUITE_DIR / "gpu_default.yaml"
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 #: per-pass columns: name -> (measured, predicted) fields, all micro-batches of a step
 COMPONENTS = {"fwd": ("measured_fwd_s", "predicted_fwd_s"), "bwd": ("measured_bwd_s", "predicted_bwd_s"),
               "rec": ("measured_rec_s", "predicted_rec_s"), "opt": ("measured_opt_s", "predicted_opt_s")}

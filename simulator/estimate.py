@@ -393,14 +393,14 @@ def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: Sta
 
 
 def rank_strategies(packs: list[tuple], shardings: list[str], pack: np.ndarray, sharding: np.ndarray,
-                    offload: np.ndarray, micro_batch: np.ndarray, step_time: np.ndarray,
+                    offload: np.ndarray, micro_batch: np.ndarray, largest_micro_batch: int, step_time: np.ndarray,
                     feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Simplicity rank (ties are broken towards no offload, no checkpointing, plain DDP, a larger
     micro-batch) and the sort key: the step time (s) nudged by the rank, inf when infeasible."""
     ck_rank = np.array([checkpointing_rank(pk[3]) for pk in packs])
     stage = np.array([SHARD_STAGE[s] for s in shardings])
     rank = (offload * 100 + ck_rank[pack] * 10 + stage[sharding]
-            + 1.0 - micro_batch / (micro_batch.max() + 1.0)).astype(float)
+            + 1.0 - micro_batch / (largest_micro_batch + 1.0)).astype(float)
     return rank, np.where(feasible, step_time * (1 + 1e-9 * rank), np.inf)
 
 
@@ -451,9 +451,11 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
     pack, sharding, offload = idx[0].ravel(), idx[2].ravel(), idx[3].ravel()
     bc = lambda x: np.broadcast_to(x, shape).ravel()  # noqa: E731
     micro_batch, step_time = bc(mb.sizes[None, :, None, None]), bc(step)
-    rank, rank_key = rank_strategies(packs, space.shardings, pack, sharding, offload, micro_batch, step_time, feasible)
+    rank, rank_key = rank_strategies(packs, space.shardings, pack, sharding, offload, micro_batch, mb.sizes.max(),
+                                     step_time, feasible)
     size = step_time.size
-    zeros = np.zeros(size)
+    const = lambda v: np.broadcast_to(np.asarray(v), (size,))  # noqa: E731  (read-only, no copy)
+    zeros = const(0.0)
     return Table(
         problem=pb, packs=packs, shardings=list(space.shardings), offloads=list(space.offloads),
         pack=pack, sharding=sharding, offload=offload, micro_batch=micro_batch,
@@ -466,7 +468,7 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
         mem_logits=bc(log4), mem_other=bc(other), mem_total=bc(total), host_need=bc(host_need),
         valid=valid4.ravel(), fits=bc(fits), host_ok=host_ok.ravel(), feasible=feasible,
         rank=rank, rank_key=rank_key,
-        dp=np.full(size, pb.dp_ranks), tp=np.ones(size, dtype=int), pp=np.ones(size, dtype=int),
-        vp=np.ones(size, dtype=int), sp=np.zeros(size, dtype=bool), async_tp=np.zeros(size, dtype=bool),
-        cp=np.ones(size, dtype=int), bubble=zeros, tp_comm=zeros, tp_comm_hidden=zeros, pp_comm=zeros, cp_comm=zeros,
+        dp=const(pb.dp_ranks), tp=const(1), pp=const(1), vp=const(1), sp=const(False),
+        async_tp=const(False), cp=const(1),
+        bubble=zeros, tp_comm=zeros, tp_comm_hidden=zeros, pp_comm=zeros, cp_comm=zeros,
     )

@@ -18,8 +18,9 @@ from . import communication as comm
 from . import hardware, uncertainty
 from .device import GIB, device_from_profile, device_from_spec
 from .errors import UsageError
-from .estimate import Problem, Space, Table, model_flops_per_token, palm_flops_per_token
+from .estimate import Problem, Space, Table
 from .models import ModelSpec
+from .opcost import model_flops_per_token, palm_flops_per_token
 from .parallel import Parallelism, layouts, stage_layers
 from .parallel_search import PIPELINE_SHARDINGS, evaluate_layouts, explain_layout
 from .plan import SECONDS_PER_DAY, Plan

@@ -17,7 +17,8 @@ import numpy as np
 
 from . import memory, parallel, workload
 from .compute import micro_batch_time
-from .estimate import Problem, Space, Table, evaluate, model_flops_per_token
+from .estimate import Problem, Space, Table, evaluate
+from .opcost import model_flops_per_token
 from .strategy import checkpointed_layers, offload_allowed
 
 #: Sharding modes that combine with pipeline parallelism: Megatron's data-parallel gradient

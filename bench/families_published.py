@@ -13,14 +13,24 @@ pinned in the simulator, predicted images/s against the published images/s. Sour
 
 Mamba (second table, tokens/s): the only published Mamba-1 training throughput found with a
 stated batch, sequence and GPU is github.com/fla-org/flash-linear-attention issue #32 (2024-07,
-``benchmarks/benchmark_training_throughput.py --name mamba``: one GPU, bf16 weights, fused AdamW,
-no compile, one optimizer step per batch). Settings the thread does not state are INFERRED and
-labelled so: the model is the script's default ``MambaConfig`` (hidden 2048, 48 layers, state 16,
-expand 2, vocab 32,000, untied: 1.40 B parameters, read from fla/models/mamba/configuration_mamba.py
-at a later commit); "A100" is the A100-SXM4-40GB the reporter's environment lists, "H100" is taken
-as the SXM board; whether mamba-ssm's fused kernels were installed is not stated (the reporter
-notes fla ran without them at first; the unfused path would not fit these sequences). Treat these
-rows as a plausibility check, not validation.
+``benchmarks/benchmark_training_throughput.py --name mamba``: one GPU, the model cast to bf16
+(``.to(torch.bfloat16)``) under accelerate's bf16 autocast, torch fused AdamW, no compile, one
+optimizer step per batch): the simulator's ``fla`` stack (bf16 weights, gradients and moments,
+8 B/param; fla's fused in-place cross-entropy and fused RMSNorm). fla's Mamba is Hugging Face's
+``MambaForCausalLM`` ported (maintainer, fla-org/flash-linear-attention#93): in training it runs
+mamba-ssm's ``mamba_inner_fn`` when mamba-ssm and causal-conv1d import, else the slow path; the
+reporter notes fla first ran without them, but the slow path's fp32 [batch, inner, sequence,
+state] tensors (4 GiB per layer at 16k tokens) cannot fit, so these rows are the fused kernels.
+Settings the thread does not state are INFERRED and labelled so: the model is the script's
+default ``MambaConfig`` (hidden 2048, 48 layers, state 16, expand 2, vocab 32,000, untied: 1.40 B
+parameters, read from fla/models/mamba/configuration_mamba.py at a later commit); the fused
+RMSNorm and loss are that later commit's config defaults (fuse_norm, fuse_cross_entropy; the
+2024-07 modeling file was not read; with Hugging Face's fp32 MambaRMSNorm the A100-40GB rows
+could not have fit); "A100" is the A100-SXM4-40GB the reporter's environment lists, "H100" is
+taken as the SXM board. Control (third table): fla's Transformer rows of the same thread and GPU
+(TransformerConfig defaults: hidden 2048, 24 layers, 32 heads, SwiGLU 5,632 (fla's GatedMLP
+rounding, INFERRED), vocab 32,000, untied; FlashAttention). Treat these rows as a plausibility
+check, not validation.
 """
 
 from __future__ import annotations
@@ -55,6 +65,16 @@ MAMBA_ROWS = [
     ("a100-40gb-sxm", 1, 16384, 13811.72), ("a100-40gb-sxm", 2, 8192, 11941.12),
 ]
 
+#: fla's default TransformerConfig (INFERRED, see the module docstring)
+FLA_TRANSFORMER = dict(name="fla-transformer-1.3b", family="llama", kind="decoder", n_layers=24, hidden=2048,
+                       n_heads=32, ffn_hidden=5632, gated_mlp=True, vocab_size=32000, max_positions=32768,
+                       tied_embeddings=False, pos_embedding="rotary", norm="rmsnorm", linear_bias=False,
+                       norm_bias=False, head="lm", default_seq_len=2048)
+#: (GPU, batch, sequence, measured tokens/s) of fla's Transformer, same thread
+TRANSFORMER_ROWS = [
+    ("h100-sxm", 1, 32768, 12216.43), ("h100-sxm", 2, 16384, 18647.61), ("h100-sxm", 1, 16384, 18242.55),
+    ("h100-sxm", 4, 8192, 25004.98), ("h100-sxm", 2, 8192, 24419.43),
+]
 
 def _model(name: str):
     if name.startswith("convnext-"):
@@ -76,18 +96,21 @@ def main() -> None:
         per_sample = p.recipe["seq_len"]  # ViT: tokens per image; ConvNeXt: 1
         pred = p.tokens_per_s / per_sample
         print(f"| {name} | {gpu} | {prec} | {batch} | {measured:,.0f} | {pred:,.0f} | {pred / measured - 1:+.0%} | {src} |")
-    spec = spec_from_dict(FLA_MAMBA)
-    print(f"\n{spec.display_name} ({spec.n_params() / 1e9:.2f} B parameters), bf16, AdamW, one GPU, eager:\n")
-    print("| GPU | batch | sequence | published tok/s | predicted tok/s | error | predicted memory | source |")
-    print("|---|---:|---:|---:|---:|---:|---|---|")
-    for gpu, batch, seq, measured in MAMBA_ROWS:
-        p = simulate(spec, f"1x{gpu}", precision="bf16", compile=False, micro_batch=batch, global_batch=batch,
-                     seq_len=seq, steps=1, optimizer="adamw", sharding="ddp", checkpointing="none", offload="none")
-        mem = p.memory_gib
-        fit = f"{mem['total']:.0f} of {mem['capacity']:.0f} GiB" + ("" if p.feasible else " (does not fit)")
-        print(f"| {gpu} | {batch} | {seq} | {measured:,.0f} | {p.tokens_per_s:,.0f} | "
-              f"{p.tokens_per_s / measured - 1:+.0%} | {fit} | {FLA_SOURCE} |")
-
+    for label, spec, rows, extra in ((f"{FLA_MAMBA['name']}", spec_from_dict(FLA_MAMBA), MAMBA_ROWS, {}),
+                                     ("control: fla-transformer-1.3b", spec_from_dict(FLA_TRANSFORMER),
+                                      TRANSFORMER_ROWS, {"attention": "sdpa"})):
+        print(f"\n{label} ({spec.n_params() / 1e9:.2f} B parameters), bf16 model, fused AdamW, one GPU, "
+              "eager, stack fla:\n")
+        print("| GPU | batch | sequence | published tok/s | predicted tok/s | error | predicted memory | source |")
+        print("|---|---:|---:|---:|---:|---:|---|---|")
+        for gpu, batch, seq, measured in rows:
+            p = simulate(spec, f"1x{gpu}", stack="fla", precision="bf16", compile=False, micro_batch=batch,
+                         global_batch=batch, seq_len=seq, steps=1, optimizer="adamw", sharding="ddp",
+                         checkpointing="none", offload="none", **extra)
+            mem = p.memory_gib
+            fit = f"{mem['total']:.0f} of {mem['capacity']:.0f} GiB" + ("" if p.feasible else " (does not fit)")
+            print(f"| {gpu} | {batch} | {seq} | {measured:,.0f} | {p.tokens_per_s:,.0f} | "
+                  f"{p.tokens_per_s / measured - 1:+.0%} | {fit} | {FLA_SOURCE} |")
 
 if __name__ == "__main__":
     main()

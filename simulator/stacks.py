@@ -36,6 +36,8 @@ class Stack(BaseModel):
     shardings_source: str
     zero_params: Literal["half", "fp32"] = "half"
     zero_params_source: str = "DeepSpeed ZeRO (bf16/fp16 mode: half module weights, fp32 master copy in the optimizer)"
+    states: Literal["mixed", "half"] = "mixed"
+    states_source: str = "torch.autocast over fp32 parameters (mixed precision): fp32 weights, gradients and moments"
     aliases: tuple[str, ...] = ()
 
     @field_validator("shardings")
@@ -62,6 +64,13 @@ class Stack(BaseModel):
         (PyTorch's ZeroRedundancyOptimizer under DDP, apex's DistributedFusedAdam), not
         DeepSpeed's half weights with an fp32 master copy."""
         return self.zero_params == "fp32"
+
+    @property
+    def half_states(self) -> bool:
+        """Whether the model itself is cast to the half precision (``model.to(torch.bfloat16)``):
+        half weights and gradients, and an optimizer keeping its moments in the parameters'
+        dtype (torch.optim.AdamW), no fp32 copy anywhere."""
+        return self.states == "half"
 
     @property
     def fused_loss(self) -> bool:

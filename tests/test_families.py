@@ -169,6 +169,39 @@ def test_mamba_fused_scan_bytes_and_activations_by_hand():
         == 2 * s * 50280 * 2 * e
 
 
+FLA_MAMBA = dict(name="fla-mamba-1.4b", family="mamba", n_layers=48, hidden=2048, state_size=16, expand=2,
+                 vocab_size=32000, tied_embeddings=False)
+
+
+def test_fla_stack_half_states_and_fused_norm_by_hand():
+    """fla's benchmark casts the model to bf16 and steps torch's AdamW: 2 + 2 + 2 x 2 bytes per
+    parameter, no autocast weight copies; its fused RMSNorm keeps its bf16 input and fp32 1/rms."""
+    fla = get_stack("fla")
+    assert memory.state_bytes_per_param("bf16", "ddp", "adamw", fla) == (2, 2, 4)
+    assert memory.state_bytes_per_param("bf16", "ddp", "adamw", get_stack(None)) == (4, 4, 8)
+    assert memory.state_bytes_per_param("fp32", "ddp", "adamw", fla) == (4, 4, 8)
+    assert memory.autocast_weight_copies(1e9, "bf16", "ddp", fla) == 0.0
+    m = spec_from_dict(FLA_MAMBA)
+    d, E, N, R, e, s = 2048, 4096, 16, 128, 2, 16384
+    g = opcost.graph(m, s, np.array([1.0]), "bf16", "n/a", False, fla)
+    per_token = (e * d + 4) + e * (d + 2 * E + R + 4 * N + E)  # norm; in_proj in, xz, x_dbl, B, C, out
+    assert per_token == 4100 + 2 * (2048 + 8192 + 128 + 64 + 4096) == 33_156
+    chunks = 4 * 2 * N * E * (s // SCAN_CHUNK)
+    assert float(g.blocks[0].kept_under("none")[0]) == s * per_token + chunks
+    # Hugging Face's fp32 MambaRMSNorm (hf-trainer) keeps 2 fp32 vectors instead: 8d - (2d + 4) more
+    hf = opcost.graph(m, s, np.array([1.0]), "bf16", "n/a", False, get_stack(None))
+    assert float(hf.blocks[0].kept_under("none")[0]) - s * per_token - chunks == s * (8 * d - (e * d + 4))
+
+
+def test_fla_published_mamba_runs_fit():
+    """fla-org/flash-linear-attention#32 ran these on an A100-SXM4-40GB and an H100: never infeasible."""
+    m = spec_from_dict(FLA_MAMBA)
+    for gpus, mb, seq in (("1xa100-40gb-sxm", 1, 16384), ("1xa100-40gb-sxm", 2, 8192), ("1xh100-sxm", 1, 32768)):
+        p = simulate(m, gpus, stack="fla", precision="bf16", compile=False, micro_batch=mb, global_batch=mb,
+                     seq_len=seq, steps=1, optimizer="adamw", sharding="ddp", checkpointing="none", offload="none")
+        assert p.feasible, (gpus, mb, seq, p.reasons)
+
+
 def test_mamba_slow_path_materializes_fp32_states():
     fused, slow = get_model("mamba-2.8b"), get_model("mamba-2.8b-slow")
     one = np.array([1.0])

@@ -26,7 +26,9 @@ Checkpointing is layer-granular (``full``; ``every:K``, which any block wrapper 
 Hugging Face's ``gradient_checkpointing`` wraps each ``MambaBlock``. ``selective`` has no
 attention core to drop, and ``op`` (torchtitan's per-op policy) cannot see into
 ``mamba_inner_fn``, one autograd function from in_proj to out_proj: neither is searched. The
-RMSNorms upcast to fp32 in Hugging Face's code whatever the stack; the stack decides the loss.
+RMSNorms upcast to fp32 in Hugging Face's code (the stacks whose norm is ``fp32``); a stack whose
+norm is ``half`` (fla: ``fla.modules.RMSNorm``, one Triton kernel) keeps only its half input. The
+stack decides the loss.
 Parameters count exactly as ``MambaForCausalLM`` (checked against transformers in the tests).
 """
 
@@ -55,6 +57,11 @@ NORM_SAVED_FP32 = 2
 #: Eager fp32 RMSNorm (to fp32, pow, mean, rsqrt, mul, weight mul) and the fp32 residual add:
 #: passes over a hidden-wide fp32 vector per token (read + write each) and kernels.
 NORM_RESIDUAL_PASSES, NORM_RESIDUAL_KERNELS = 9, 7
+#: A stack whose norm runs in half precision as one fused kernel (fla's RMSNorm): hidden-wide half
+#: vectors moved per token, (forward, backward): norm read + write and the residual add's two
+#: reads and one write; backward reads input and gradient and writes the gradient (3), and the
+#: residual gradient add (3).
+HALF_NORM_PASSES = (5, 6)
 #: Slow path, per sequence step: kernels of the loop body (state multiply, add, cast, readout
 #: matmul) forward, and of its backward.
 SLOW_STEP_KERNELS_FWD, SLOW_STEP_KERNELS_BWD = 4, 6
@@ -139,12 +146,20 @@ def graph(spec: MambaSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
     d, E, N, R, K = spec.hidden, spec.inner, spec.state_size, spec.rank, spec.conv_kernel
     T = np.asarray(mb, float) * seq_len  # tokens
     p = spec.layer_params()
-    # MambaRMSNorm on the fp32 residual stream: pow and the rsqrt product keep the fp32 input, the
-    # weight product keeps the fp32 normalized vector (its output is cast by in_proj, which keeps
-    # the cast): NORM_SAVED_FP32 fp32 vectors
-    norm = Op("norm_residual", "elementwise", bytes_fwd=T * NORM_RESIDUAL_PASSES * 2 * 4 * d,
-              bytes_bwd=T * 2 * NORM_RESIDUAL_PASSES * 2 * 4 * d, kernels_fwd=NORM_RESIDUAL_KERNELS,
-              kernels_bwd=2 * NORM_RESIDUAL_KERNELS, saved=T * NORM_SAVED_FP32 * 4 * d, params=p["norm"])
+    if e == 2 and knobs.stack.norm == "half":
+        # one fused RMSNorm kernel on the half residual stream (fla.modules.RMSNorm: keeps its half
+        # input and fp32 1/rms per token) and the residual add: reads and writes of hidden-wide
+        # half vectors, forward and backward
+        norm = Op("norm_residual", "elementwise", bytes_fwd=T * HALF_NORM_PASSES[0] * e * d,
+                  bytes_bwd=T * HALF_NORM_PASSES[1] * e * d, kernels_fwd=2, kernels_bwd=2, saved=T * (e * d + 4),
+                  params=p["norm"])
+    else:
+        # MambaRMSNorm on the fp32 residual stream: pow and the rsqrt product keep the fp32 input,
+        # the weight product keeps the fp32 normalized vector (its output is cast by in_proj, which
+        # keeps the cast): NORM_SAVED_FP32 fp32 vectors
+        norm = Op("norm_residual", "elementwise", bytes_fwd=T * NORM_RESIDUAL_PASSES * 2 * 4 * d,
+                  bytes_bwd=T * 2 * NORM_RESIDUAL_PASSES * 2 * 4 * d, kernels_fwd=NORM_RESIDUAL_KERNELS,
+                  kernels_bwd=2 * NORM_RESIDUAL_KERNELS, saved=T * NORM_SAVED_FP32 * 4 * d, params=p["norm"])
     ops = [norm]
     if spec.kernel == "fused":
         n_chunks = math.ceil(seq_len / SCAN_CHUNK)

@@ -31,6 +31,15 @@ taken as the SXM board. Control (third table): fla's Transformer rows of the sam
 (TransformerConfig defaults: hidden 2048, 24 layers, 32 heads, SwiGLU 5,632 (fla's GatedMLP
 rounding, INFERRED), vocab 32,000, untied; FlashAttention). Treat these rows as a plausibility
 check, not validation.
+
+What they say (2026-12-01): the control is predicted within -10..+7% on the same H100, so the
+card and the dense parts are modelled; the Mamba rows are predicted 1.6-3x too fast, a gap of
+about 26-42 us per token (48 layers) that is larger on the H100 than on the A100. The selective
+scan's arithmetic cannot fill it (about 55 instructions per token, inner channel and state forward
+and backward in mamba-ssm's kernels: ~9 us per token on an A100 at full issue rate). Not modelled
+and the leading suspect: the backward kernel's two fp32 atomicAdds per (token, inner channel,
+state) into dB and dC (csrc/selective_scan/selective_scan_bwd_kernel.cuh), 6.3 M per token here,
+bound by the L2's atomic throughput, for which no sourced per-GPU figure is in the catalog yet.
 """
 
 from __future__ import annotations

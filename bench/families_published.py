@@ -44,6 +44,7 @@ bound by the L2's atomic throughput, for which no sourced per-GPU figure is in t
 
 from __future__ import annotations
 
+from simulator import family_validation
 from simulator.api import simulate
 from simulator.families import spec_from_dict
 from simulator.models import get_model
@@ -63,16 +64,13 @@ ROWS = [
 ]
 
 
-#: fla's default MambaConfig (INFERRED, see the module docstring)
-FLA_MAMBA = dict(name="fla-mamba-1.4b", family="mamba", n_layers=48, hidden=2048, state_size=16, expand=2,
-                 vocab_size=32000, tied_embeddings=False)
+#: fla's Mamba rows (settings, model and source): simulator/data/family_validation.json, one definition
+#: shared with the intervals of Mamba predictions (``python -m simulator.family_validation``)
+FLA = family_validation.load()["mamba"]
+FLA_MAMBA = FLA.model
 FLA_SOURCE = "fla-org/flash-linear-attention#32 (settings partly inferred)"
 #: (GPU, batch, sequence, measured tokens/s)
-MAMBA_ROWS = [
-    ("h100-sxm", 1, 32768, 18535.8), ("h100-sxm", 2, 16384, 16121.99), ("h100-sxm", 1, 16384, 18017.0),
-    ("h100-sxm", 4, 8192, 16203.86), ("h100-sxm", 2, 8192, 15749.19),
-    ("a100-40gb-sxm", 1, 16384, 13811.72), ("a100-40gb-sxm", 2, 8192, 11941.12),
-]
+MAMBA_ROWS = [(r.gpu, r.batch, r.seq_len, r.measured_tokens_per_s) for r in FLA.runs]
 
 #: fla's default TransformerConfig (INFERRED, see the module docstring)
 FLA_TRANSFORMER = dict(name="fla-transformer-1.3b", family="llama", kind="decoder", n_layers=24, hidden=2048,

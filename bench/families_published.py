@@ -33,13 +33,17 @@ rounding, INFERRED), vocab 32,000, untied; FlashAttention). Treat these rows as 
 check, not validation.
 
 What they say (2026-12-01): the control is predicted within -10..+7% on the same H100, so the
-card and the dense parts are modelled; the Mamba rows are predicted 1.6-3x too fast, a gap of
-about 26-42 us per token (48 layers) that is larger on the H100 than on the A100. The selective
-scan's arithmetic cannot fill it (about 55 instructions per token, inner channel and state forward
-and backward in mamba-ssm's kernels: ~9 us per token on an A100 at full issue rate). Not modelled
-and the leading suspect: the backward kernel's two fp32 atomicAdds per (token, inner channel,
-state) into dB and dC (csrc/selective_scan/selective_scan_bwd_kernel.cuh), 6.3 M per token here,
-bound by the L2's atomic throughput, for which no sourced per-GPU figure is in the catalog yet.
+card and the dense parts are modelled. Without the scan backward's atomics the Mamba rows were
+predicted 1.6-3x too fast (+56..+205%), a gap of about 26-42 us per token (48 layers) that the
+scan's arithmetic cannot fill (about 55 instructions per token, inner channel and state forward
+and backward: ~9 us per token on an A100 at full issue rate). mamba-ssm's backward kernel issues
+two fp32 atomicAdds per (token, inner channel, state) into dB and dC
+(csrc/selective_scan/selective_scan_bwd_kernel.cuh), 6.3 M per token here; timed at a fitted
+``fp32_atomic_rate`` per GPU group (``python -m calibration.family_fit``: A100 ~200, H100 ~163
+G adds/s, bounded least squares as ``calibrate --from-runs``) the rows are within -8..+8%
+in-sample, 9.9% MAPE leaving one run out and 12.1% predicting one GPU's rows with the other's rate.
+The fitted rates (and these rows' held-out residuals, which widen every Mamba interval) live in
+simulator/data/family_validation.json.
 """
 
 from __future__ import annotations

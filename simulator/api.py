@@ -297,7 +297,7 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
     mem["host_offload_per_node"] = _gib(tab.host_need[i])
     reasons = _reasons(s, tab, i)
     prof = s.profile
-    iv, family_text = family_validation.interval(days, prof.validation, model.family)
+    iv, family_text = family_validation.interval(days, prof.validation, model.family, prof.device.gpu_id)
     return Plan(
         model={"name": model.display_name, "params": int(model.n_params()), "family": model.family},
         recipe={"tokens": int(recipe.tokens), "steps": int(recipe.steps), "global_batch": recipe.global_batch,

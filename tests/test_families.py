@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator import compute, memory, opcost
+from simulator import compute, family_validation, memory, opcost
 from simulator.api import run_search, simulate
 from simulator.device import device_from_spec
 from simulator.errors import UsageError
@@ -169,8 +169,8 @@ def test_mamba_fused_scan_bytes_and_activations_by_hand():
         == 2 * s * 50280 * 2 * e
 
 
-FLA_MAMBA = dict(name="fla-mamba-1.4b", family="mamba", n_layers=48, hidden=2048, state_size=16, expand=2,
-                 vocab_size=32000, tied_embeddings=False)
+#: fla's default MambaConfig (fla-org/flash-linear-attention#32's runs): one definition, in the package's data
+FLA_MAMBA = family_validation.load()["mamba"].model
 
 
 def test_fla_stack_half_states_and_fused_norm_by_hand():

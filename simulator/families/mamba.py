@@ -51,6 +51,12 @@ SCAN_CHUNK = 2048
 #: the state update (multiply-add) and the C readout (multiply-add) ~ 9 (Gu & Dao 2023, sec. 3.3.2
 #: count O(B L D N)); its backward recomputes the states and forms the gradients: 2x that.
 SCAN_FLOPS_PER_STATE = 9.0
+#: fp32 atomicAdds per (token, inner channel, state) of mamba-ssm's selective-scan backward with
+#: input-dependent B and C: one block per (sequence, inner channel) adds its dB and dC contribution
+#: of every (state, token) into the shared [batch, group, state, seq] fp32 gradients
+#: (csrc/selective_scan/selective_scan_bwd_kernel.cuh: gpuAtomicAdd(dB_cur ...), gpuAtomicAdd(dC_cur
+#: ...) inside the per-state loop, after the block's forward and reverse scans of that state).
+SCAN_BWD_ATOMICS = 2
 #: fp32 vectors (hidden wide) Hugging Face's MambaRMSNorm keeps per token for backward: its input and
 #: the normalized vector (``hidden_states * rsqrt(variance)``), both fp32 on the fp32 residual stream.
 NORM_SAVED_FP32 = 2
@@ -189,7 +195,7 @@ def graph(spec: MambaSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
                bytes_bwd=T * (e * (5 * E + 2 * N) + e * 4 * E + 4 * 2 * N),
                kernels_fwd=1, kernels_bwd=1,
                saved=T * e * E + np.asarray(mb, float) * n_chunks * 4 * 2 * N * E,
-               params=p["A_log"] + p["D"]),
+               atomics_bwd=T * SCAN_BWD_ATOMICS * E * N, params=p["A_log"] + p["D"]),
             # F.linear inside MambaInnerFn.forward: autograd keeps nothing for it (out_z is rebuilt)
             Op("out_proj", "gemm", m=T, n=d, k=E, kernels_fwd=1, kernels_bwd=2, params=p["out_proj"]),
         ]

@@ -16,6 +16,7 @@ import numpy as np
 from . import fresh_memory, kernels, workload
 from .device import Device
 from .families.base import Graph, Op
+from .family_validation import atomic_rate
 from .opcost import graph
 from .stacks import Stack, get_stack
 from .strategy import checkpointed_layers
@@ -67,7 +68,8 @@ def op_times(op: Op, dev: Device, precision: str) -> tuple[np.ndarray, np.ndarra
     GEMMs: :func:`gemm_times`. Fused attention: its FLOPs at :func:`fused_attention_rate`.
     Scan, conv and elementwise ops: roofline of their FLOPs on the CUDA-core fp32 peak and their
     bytes at the profile's bandwidth efficiency (of the op's ``bandwidth`` class where the
-    profile calibrates one).
+    profile calibrates one); fp32 atomic adds of a backward (``atomics_bwd``) add their time at
+    the GPU's atomic rate (:func:`simulator.family_validation.atomic_rate`).
     """
     if op.kind == "gemm":
         t_f, t_b = gemm_times([op], dev, precision)
@@ -81,6 +83,8 @@ def op_times(op: Op, dev: Device, precision: str) -> tuple[np.ndarray, np.ndarra
     eff_bw = bw * (prof.bw_eff(op.bandwidth) if op.bandwidth else bw_eff)
     t_f = np.maximum(op.fwd_flops() / peak, np.asarray(op.bytes_fwd, float) / eff_bw)
     t_b = np.maximum(op.bwd_flops() / peak, np.asarray(op.bytes_bwd, float) / eff_bw)
+    if np.any(np.asarray(op.atomics_bwd) > 0):  # serialized behind the kernel's scans (see Op)
+        t_b = t_b + np.asarray(op.atomics_bwd, float) / (atomic_rate(prof) * 1e9)
     return t_f, t_b
 
 

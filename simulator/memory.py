@@ -31,7 +31,7 @@ def autocast_fp32_params(precision: str, sharding: str, stack=None) -> bool:
     (DDP; and ZeRO-1/2 where the stack's ZeRO is PyTorch's ZeroRedundancyOptimizer or apex's
     DistributedFusedAdam over autocast, ``stack.torch_zero``). Otherwise ZeRO/FSDP
     keep half weights and gradients with an fp32 master copy in the optimizer."""
-    if precision not in HALF_PRECISIONS:
+    if precision not in HALF_PRECISIONS or (stack is not None and stack.half_states):
         return False
     if sharding == "ddp":
         return True
@@ -44,9 +44,13 @@ def state_bytes_per_param(precision: str, sharding: str, optimizer: str, stack=N
     fp32/tf32: 4 + 4 + 4*moments. Mixed precision with fp32 weights under autocast (DDP; see
     :func:`autocast_fp32_params`): 4 + 4 + 4*moments. Mixed precision under DeepSpeed ZeRO / FSDP
     (half weights and gradients, fp32 master copy in the optimizer): 2 + 2 + (4 + 4*moments).
-    Adam: 16 B/param either way.
+    Adam: 16 B/param either way. A stack that casts the model itself to half
+    (:attr:`simulator.stacks.Stack.half_states`): 2 + 2 + 2*moments (the moments in the weights'
+    dtype), 8 B/param with Adam.
     """
     k = moment_bytes(optimizer)
+    if precision in HALF_PRECISIONS and stack is not None and stack.half_states:
+        return 2, 2, k // 2
     if precision in HALF_PRECISIONS and not autocast_fp32_params(precision, sharding, stack):
         return 2, 2, 4 + k
     return 4, 4, k

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator import compute, memory, opcost
+from simulator import compute, family_validation, memory, opcost
 from simulator.api import run_search, simulate
 from simulator.device import device_from_spec
 from simulator.errors import UsageError
@@ -141,9 +141,15 @@ def test_mamba_fused_scan_bytes_and_activations_by_hand():
     d, E, N, R, L, s, e = 2560, 5120, 16, 160, 64, 4096, 2
     g = opcost.graph(m, s, np.array([1.0]), "bf16", "n/a", False)
     scan = next(op for op in g.blocks[0].ops if op.name == "selective_scan")
-    assert float(scan.bytes_fwd[0]) == s * e * (4 * E + 2 * N)  # u, delta, z, B, C in; gated output out
-    # saved per token per layer: fp32 norm (3 x 4d), in_proj input + xz, x_dbl, out, scan chunk states
-    per_layer = s * (12 * d + e * (d + 2 * E) + e * (R + 2 * N) + e * E) + 2 * N * E * 4 * (s // SCAN_CHUNK)
+    assert float(scan.bytes_fwd[0]) == s * e * (5 * E + 2 * N)  # u, delta, z, B, C in; out and out_z out
+    # saved per token per layer, read off mamba-ssm's MambaInnerFn.forward (checkpoint_lvl=1) and
+    # Hugging Face's MambaBlock: fp32 norm input and normalized vector (2 x 4d), in_proj's input
+    # (d), xz (2E), x_dbl (R + 2N), contiguous B and C (2N), the scan output before gating (E);
+    # conv1d_out and delta are recomputed, out_proj runs inside the Function (nothing kept);
+    # plus the fp32 chunk states [inner, n_chunks, 2 x state] per sequence
+    per_token = 8 * d + e * (d + 2 * E + R + 2 * N + 2 * N + E)
+    assert per_token == 8 * 2560 + 2 * (2560 + 10240 + 160 + 64 + 5120) == 56_768
+    per_layer = s * per_token + 2 * N * E * 4 * (s // SCAN_CHUNK)
     outside = s * 4 * d * 2 + s * e * d  # embedding output, final norm input (fp32) ; head input
     act = memory.activations(m, s, np.array([1.0]), "bf16", "n/a", "none")
     assert float(act[0]) == pytest.approx(L * per_layer + outside, rel=1e-12)
@@ -161,6 +167,39 @@ def test_mamba_fused_scan_bytes_and_activations_by_hand():
         == 2 * s * 50280 * (e + 8)
     assert float(memory.logits_bytes(m, s, np.array([2.0]), "bf16", False, get_stack("llm-foundry"))[0]) \
         == 2 * s * 50280 * 2 * e
+
+
+#: fla's default MambaConfig (fla-org/flash-linear-attention#32's runs): one definition, in the package's data
+FLA_MAMBA = family_validation.load()["mamba"].model
+
+
+def test_fla_stack_half_states_and_fused_norm_by_hand():
+    """fla's benchmark casts the model to bf16 and steps torch's AdamW: 2 + 2 + 2 x 2 bytes per
+    parameter, no autocast weight copies; its fused RMSNorm keeps its bf16 input and fp32 1/rms."""
+    fla = get_stack("fla")
+    assert memory.state_bytes_per_param("bf16", "ddp", "adamw", fla) == (2, 2, 4)
+    assert memory.state_bytes_per_param("bf16", "ddp", "adamw", get_stack(None)) == (4, 4, 8)
+    assert memory.state_bytes_per_param("fp32", "ddp", "adamw", fla) == (4, 4, 8)
+    assert memory.autocast_weight_copies(1e9, "bf16", "ddp", fla) == 0.0
+    m = spec_from_dict(FLA_MAMBA)
+    d, E, N, R, e, s = 2048, 4096, 16, 128, 2, 16384
+    g = opcost.graph(m, s, np.array([1.0]), "bf16", "n/a", False, fla)
+    per_token = (e * d + 4) + e * (d + 2 * E + R + 4 * N + E)  # norm; in_proj in, xz, x_dbl, B, C, out
+    assert per_token == 4100 + 2 * (2048 + 8192 + 128 + 64 + 4096) == 33_156
+    chunks = 4 * 2 * N * E * (s // SCAN_CHUNK)
+    assert float(g.blocks[0].kept_under("none")[0]) == s * per_token + chunks
+    # Hugging Face's fp32 MambaRMSNorm (hf-trainer) keeps 2 fp32 vectors instead: 8d - (2d + 4) more
+    hf = opcost.graph(m, s, np.array([1.0]), "bf16", "n/a", False, get_stack(None))
+    assert float(hf.blocks[0].kept_under("none")[0]) - s * per_token - chunks == s * (8 * d - (e * d + 4))
+
+
+def test_fla_published_mamba_runs_fit():
+    """fla-org/flash-linear-attention#32 ran these on an A100-SXM4-40GB and an H100: never infeasible."""
+    m = spec_from_dict(FLA_MAMBA)
+    for gpus, mb, seq in (("1xa100-40gb-sxm", 1, 16384), ("1xa100-40gb-sxm", 2, 8192), ("1xh100-sxm", 1, 32768)):
+        p = simulate(m, gpus, stack="fla", precision="bf16", compile=False, micro_batch=mb, global_batch=mb,
+                     seq_len=seq, steps=1, optimizer="adamw", sharding="ddp", checkpointing="none", offload="none")
+        assert p.feasible, (gpus, mb, seq, p.reasons)
 
 
 def test_mamba_slow_path_materializes_fp32_states():

@@ -39,6 +39,10 @@ class Op:
     width of the dense, non-causal attention of the PaLM FLOP convention). ``bandwidth``: the
     profile's bandwidth class of a bandwidth-bound op (``profile.BW_OP_CLASSES``; '' = the
     profile's ``memory_bw_eff``). ``params`` counts the parameters the op owns (per repetition).
+    ``atomics_bwd``: fp32 atomic adds into global memory its backward kernel issues per repetition,
+    timed at the profile's ``fp32_atomic_rate`` (:func:`simulator.family_validation.atomic_rate`) and
+    added to the op's roofline time (mamba-ssm issues them after each state's scans, between the
+    block's barriers, so they do not overlap the scan's own work).
     """
 
     name: str
@@ -62,6 +66,7 @@ class Op:
     causal: bool = True
     heads: float = 0.0
     bandwidth: str = ""
+    atomics_bwd: np.ndarray | float = 0.0
     params: int = 0
 
     def kept_under(self, policy: str) -> np.ndarray | float:

@@ -59,6 +59,8 @@ PARAMS: dict[str, tuple[float, float, float, str]] = {
                                             "nccl-tests figure"),
     "collective_overlap": (1.0, 0.0, 1.0, "fraction of concurrent compute a collective hides behind"),
     "collective_hop_latency_us": (1.0, 0.0, 50.0, "latency per extra ring step across nodes, microseconds"),
+    "fp32_atomic_rate": (500.0, 10.0, 2000.0, "sustained fp32 atomicAdds into global memory, 1e9 per second "
+                                             "(mamba-ssm's scan backward into dB and dC; simulator.family_validation)"),
 }
 #: fitted unless --params says otherwise: memory_bw_scale and layer_overhead_us stay available but are
 #: not identifiable on the bundled dev runs (the fit leaves the first at 1 and drives the second
@@ -73,7 +75,7 @@ DEFAULT_PARAMS = ("tensor_sustained", "attention_scale", "collective_busbw_eff",
 #: it went to its upper bound 1.1 on the 11 small-model runs and to 0.48 once the GEMM-bound
 #: Korthikanti runs joined, trading against tensor_sustained; shared, leave-one-source-out MAPE of
 #: the default rebuild fell from 27.2% to 16.5% at the same in-sample error (6.8%).
-GROUPED = ("tensor_sustained",)
+GROUPED = ("tensor_sustained", "fp32_atomic_rate")
 MICROBENCHMARK_DIR = "microbenchmark"
 CV_NFEV = 4  # function evaluations per cross-validation refit (warm start from the full fit)  # hardware_catalog/microbenchmark/<gpu>.json: the starting points
 
@@ -96,7 +98,8 @@ def apply(base: Profile, values: dict[str, float]) -> Profile:
         upd["memory_bw_eff"] = min(1.0, base.memory_bw_eff * k)
         upd["optimizer_bw_eff"] = {n: min(1.0, v * k) for n, v in base.optimizer_bw_eff.items()}
         upd["bw_eff_ops"] = {n: min(1.0, v * k) for n, v in base.bw_eff_ops.items()}
-    for name in ("layer_overhead_us", "collective_busbw_eff", "collective_overlap", "collective_hop_latency_us"):
+    for name in ("layer_overhead_us", "collective_busbw_eff", "collective_overlap", "collective_hop_latency_us",
+                 "fp32_atomic_rate"):
         if name in values:
             upd[name] = float(values[name])
     return base.model_copy(update=upd)

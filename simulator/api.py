@@ -15,11 +15,12 @@ import numpy as np
 from pydantic import BaseModel
 
 from . import communication as comm
-from . import hardware, uncertainty
+from . import family_validation, hardware
 from .device import GIB, device_from_profile, device_from_spec
 from .errors import UsageError
-from .estimate import Problem, Space, Table, model_flops_per_token, palm_flops_per_token
+from .estimate import Problem, Space, Table
 from .models import ModelSpec
+from .opcost import model_flops_per_token, palm_flops_per_token
 from .parallel import CP_ATTENTIONS, Parallelism, layouts, stage_layers
 from .parallel_search import PIPELINE_SHARDINGS, evaluate_layouts, explain_layout
 from .plan import SECONDS_PER_DAY, Plan
@@ -296,7 +297,7 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
     mem["host_offload_per_node"] = _gib(tab.host_need[i])
     reasons = _reasons(s, tab, i)
     prof = s.profile
-    iv = uncertainty.interval(days, prof.validation)
+    iv, family_text = family_validation.interval(days, prof.validation, model.family, prof.device.gpu_id)
     return Plan(
         model={"name": model.display_name, "params": int(model.n_params()), "family": model.family},
         recipe={"tokens": int(recipe.tokens), "steps": int(recipe.steps), "global_batch": recipe.global_batch,
@@ -316,11 +317,19 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
                      "pp_comm": float(tab.pp_comm[i]), "cp_comm": float(tab.cp_comm[i])},
         tokens_per_s=tps, mfu=float(mfu), mfu_6nd=float(mfu_6nd), hfu=float(hfu), memory_gib=mem, days=float(days),
         days_at_peak=float(days_at_peak), interval_days=iv,
-        interval_source=(f"80% interval from {prof.validation.n} validation residuals (real runs "
-                         f"{_bias(prof.validation)} than predicted on average): {prof.validation.source}"
-                         if iv else None),
+        interval_source=_interval_source(prof.validation, family_text) if iv else None,
         notes=s.notes + notes, n_strategies=n_evaluated, stack=pb.stack.name,
     )
+
+
+def _interval_source(validation, family_text: str | None) -> str:
+    """Where the 80% interval came from: the profile's validation residuals, widened to include
+    the family's own published runs where it has any (:mod:`simulator.family_validation`)."""
+    prof = (f"{validation.n} validation residuals (real runs {_bias(validation)} than predicted on "
+            f"average): {validation.source}") if validation is not None and validation.n else None
+    if family_text is None:
+        return f"80% interval from {prof}"
+    return f"80% interval widened to include {family_text}" + (f"; and {prof}" if prof else "")
 
 
 def _bias(v) -> str:

@@ -22,7 +22,6 @@ from . import communication as comm
 from . import fresh_memory, memory, optimizer_time, workload
 from .compute import micro_batch_time
 from .device import Device
-from .models import ModelSpec
 from .parallel import Parallelism
 from .stacks import Stack, default_stack
 from .strategy import HALF_PRECISIONS, SHARD_STAGE, Strategy, checkpointing_rank, offload_allowed
@@ -169,35 +168,6 @@ class Table:
 _COLUMNS = tuple(f.name for f in fields(Table))[4:]
 
 
-def model_flops_per_token(model, seq_len: int) -> float:
-    """The algorithm's minimum training FLOPs per token: 3x the forward GEMMs (layers, heads,
-    patch embedding; no FLOPs for embedding lookups) plus 3x the forward attention with causal
-    masking exploited. Basis of MFU and of the floor at 100% of peak (a true lower bound:
-    recomputation and FlashAttention's backward recompute only add to it)."""
-    if not isinstance(model, ModelSpec):  # other families: through their operations
-        from . import opcost
-
-        return opcost.model_flops_per_token(model, seq_len)
-    one = np.array([1.0])
-    gemms = workload.layer_gemms(model, one * seq_len) + workload.head_gemms(model, one, seq_len)
-    fwd = sum(2.0 * float(np.asarray(g.m)[0]) * g.n * g.k * g.count * float(np.asarray(g.batch).ravel()[0])
-              for g in gemms)
-    fwd += float(workload.attention_flops_fwd(model, one, seq_len, fused=True)[0])
-    return 3.0 * fwd / seq_len
-
-
-def palm_flops_per_token(model, seq_len: int) -> float:
-    """6 N + 12 L h s per token (PaLM / llm-foundry MFU convention: N = all parameters,
-    attention counted non-causal). Reported as ``mfu_6nd`` for comparison with published MFUs.
-    Families without attention: 6 N (Mamba); convolutional networks reuse weights across
-    pixels, so 6 N means nothing there and their model FLOPs are used (ConvNeXt)."""
-    if not isinstance(model, ModelSpec):
-        from . import opcost
-
-        return opcost.palm_flops_per_token(model, seq_len)
-    return 6.0 * model.n_params() + workload.attention_model_flops_per_token(model, seq_len)
-
-
 def _layer_params(model) -> float:
     emb = model.n_embedding_params() if hasattr(model, "n_embedding_params") else 0
     return max(1.0, (model.n_params() - emb) / model.n_layers)
@@ -228,7 +198,7 @@ def micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], suppor
         mbs = np.asarray(space.micro_batches, dtype=int)
     else:
         one = np.array([1.0])
-        per_sample = min(float((memory.activations(model, pb.seq_len, one, p, att, ck)
+        per_sample = min(float((memory.activations(model, pb.seq_len, one, p, att, ck, c, pb.stack)
                                 + memory.logits_bytes(model, pb.seq_len, one, p, c, pb.stack))[0])
                          for (p, att, c, ck), ok in zip(packs, supported, strict=True) if ok) \
             if supported.any() else 1.0
@@ -273,7 +243,7 @@ def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, siz
             continue
         t = micro_batch_time(model, seq, sizes, p, att, c, ck, dev, memo, pb.stack)
         fwd[i], bwd[i], rec[i], hw[i] = t.fwd, t.bwd, t.recompute, t.hw_flops
-        act[i] = memory.activations(model, seq, sizes, p, att, ck)
+        act[i] = memory.activations(model, seq, sizes, p, att, ck, c, pb.stack)
         logit[i] = memory.logits_bytes(model, seq, sizes, p, c, pb.stack)
         # autocast weight casts once per micro-batch, only where the weights stay fp32 (DDP)
         cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / (

@@ -90,7 +90,7 @@ def micro_batch_fresh(model, seq_len: int, mb: np.ndarray, precision: str, atten
     act = memory.activations(model, seq_len, mb, precision, attention, checkpointing)
     scores = 0.0 * mb
     if attention == "eager":
-        per_layer = tokens * memory.eager_scores_bytes_per_token(model, seq_len, e)
+        per_layer = tokens * workload.eager_scores_bytes_per_token(model, seq_len, e)
         kept = 0.0 if checkpointing in ("full", "selective") else L - 1.0
         scores = per_layer * (kept + 1.0)  # one layer's working set even when checkpointed
         act = np.maximum(act - scores, 0.0)

@@ -1,4 +1,5 @@
-"""Memory per GPU (bytes): model states by precision/optimizer/sharding, activations, logits.
+"""Memory per GPU (bytes): model states by precision/optimizer/sharding, communication buffers,
+and the activations and logits a micro-batch's operations save (any family).
 
 Pure functions; arrays broadcast. docs/architecture.md, physics 4.
 """
@@ -7,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import workload
-from .models import ModelSpec
+from .families import family_of
+from .opcost import graph
+from .stacks import Stack
 from .strategy import HALF_PRECISIONS, SHARD_STAGE, checkpointed_layers
 
 MIB = 1024**2
@@ -29,7 +31,7 @@ def autocast_fp32_params(precision: str, sharding: str, stack=None) -> bool:
     (DDP; and ZeRO-1/2 where the stack's ZeRO is PyTorch's ZeroRedundancyOptimizer or apex's
     DistributedFusedAdam over autocast, ``stack.torch_zero``). Otherwise ZeRO/FSDP
     keep half weights and gradients with an fp32 master copy in the optimizer."""
-    if precision not in HALF_PRECISIONS:
+    if precision not in HALF_PRECISIONS or (stack is not None and stack.half_states):
         return False
     if sharding == "ddp":
         return True
@@ -42,9 +44,13 @@ def state_bytes_per_param(precision: str, sharding: str, optimizer: str, stack=N
     fp32/tf32: 4 + 4 + 4*moments. Mixed precision with fp32 weights under autocast (DDP; see
     :func:`autocast_fp32_params`): 4 + 4 + 4*moments. Mixed precision under DeepSpeed ZeRO / FSDP
     (half weights and gradients, fp32 master copy in the optimizer): 2 + 2 + (4 + 4*moments).
-    Adam: 16 B/param either way.
+    Adam: 16 B/param either way. A stack that casts the model itself to half
+    (:attr:`simulator.stacks.Stack.half_states`): 2 + 2 + 2*moments (the moments in the weights'
+    dtype), 8 B/param with Adam.
     """
     k = moment_bytes(optimizer)
+    if precision in HALF_PRECISIONS and stack is not None and stack.half_states:
+        return 2, 2, k // 2
     if precision in HALF_PRECISIONS and not autocast_fp32_params(precision, sharding, stack):
         return 2, 2, 4 + k
     return 4, 4, k
@@ -106,100 +112,43 @@ def comm_buffers(n_params: float, precision: str, sharding: str, n_gpus: int, st
     return 0.0
 
 
-def layer_activation_bytes_per_token(model, seq_len: int, e: int, attention: str) -> float:
-    """Bytes one layer saves for backward per token (no dropout), after Korthikanti et al. 2022:
-    attention block LN input, QKV input, Q/K/V, attention output; MLP block LN input, FC1
-    input, FC1 output, activation output; eager attention adds the s x s softmax per head
-    (a*s*e per token), fused SDPA only its fp32 log-sum-exp (4a). Q and the attention output
-    are heads x head_dim wide (q), K and V kv wide. Each norm beyond two (Gemma 2/3) saves its
-    input (h); one norm shared by attention and MLP (parallel attention) saves its input and
-    output once, not twice (-2h); QK-norm saves Q and K before the norm too (q + kv). A sliding
-    window saves nothing: fused kernels keep O(s) statistics either way, and materialised
-    attention builds the full s x s matrix before masking it. Under tensor parallelism (a
-    ``parallel.ShardView``) heads and f are the GPU's shard; the hidden-sized inputs of the norms
-    and of QKV / FC1 are divided only with sequence parallelism (Korthikanti eq. 2-4)."""
-    h, f = model.hidden / workload.seq_shards(model), model.ffn_hidden
-    kv, q = model.kv_dim, model.q_dim
-    up = 2 * f if model.gated_mlp else f
-    norms = getattr(model, "norms_per_layer", 2)
-    attn = e * (h + h + (q + 2 * kv) + q)
-    mlp = e * (h + h + up + f)
-    extra = e * ((norms - 2) * h if norms >= 2 else -2 * h)
-    if getattr(model, "qk_norm", "none") != "none":
-        extra += e * (q + kv)
-    core = eager_scores_bytes_per_token(model, seq_len, e) if attention == "eager" else 4.0 * model.n_heads
-    return attn + mlp + extra + core
+def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: str, checkpointing: str,
+                compiled: bool = False, stack: Stack | str | None = None) -> np.ndarray:
+    """Bytes of one micro-batch's activations at the start of backward (all blocks and the ops
+    outside them), plus the working set of the one block repetition being rebuilt during
+    backward, from the family's operations (:func:`simulator.opcost.graph`).
 
-
-def eager_scores_bytes_per_token(model, seq_len: int, e: int) -> float:
-    """Saved softmax probabilities of materialised attention per token: a*s elements at 4 bytes
-    (fp32 softmax) plus the half copy under autocast (6 bytes), or e bytes in fp32 training;
-    soft-capped scores (Gemma 2) also keep the tanh output (e bytes)."""
-    cap = e if getattr(model, "attn_softcap", None) else 0
-    return model.n_heads * seq_len * ((e + 4 if e == 2 else e) + cap)
-
-
-def op_kept_bytes_per_token(model, e: int, attention: str) -> float:
-    """Bytes one layer keeps per token under op-level selective checkpointing (torchtitan's
-    'op' policy: outputs of matmuls and of the fused attention kernel are saved, everything
-    else recomputed): the layer input, the Q/K/V, attention-output-projection, MLP up and down
-    projection outputs, the attention output and SDPA's fp32 log-sum-exp. Eager attention's
-    s x s scores and probabilities are recomputed. Q and the attention output are heads x
-    head_dim wide (q); the hidden-sized tensors are the GPU's sequence shard under sequence
-    parallelism."""
-    h = model.hidden / workload.seq_shards(model)
-    kv, q = model.kv_dim, model.q_dim
-    up = 2 * model.ffn_hidden if model.gated_mlp else model.ffn_hidden
-    lse = 4.0 * model.n_heads if attention == "sdpa" else 0.0
-    return e * (h + (q + 2 * kv) + h + q + up + h) + lse
-
-
-def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
-                checkpointing: str) -> np.ndarray:
-    """Activation bytes of one micro-batch at the start of backward (all layers), plus the
-    working set of the one layer being recomputed during backward.
-
-    none: every layer's saved tensors. full / every:K: checkpointed layers keep only their input
-    (h*e per token), the others everything; during backward one checkpointed layer at a time is
-    rebuilt around its kept input (its saved tensors less that input). selective (Megatron):
-    eager attention's s x s tensors are dropped and recomputed (fused attention saves none).
-    op: each layer keeps its matmul and attention outputs (:func:`op_kept_bytes_per_token`), one
-    layer at a time rebuilds the rest. With one layer every policy holds what 'none' holds.
+    Per block of R repetitions that each save S bytes: none keeps R x S. full / every:K: the c
+    checkpointed repetitions (R, floor(R/K)) keep only their input, the others S. selective /
+    op: every repetition keeps what the policy keeps of each op (:meth:`Op.kept_under`; the
+    transformer under selective drops eager attention's s x s tensors, Korthikanti et al. 2022;
+    under op keeps its matmul and fused-attention outputs). Where a policy drops something, one
+    repetition at a time is rebuilt around what it kept (S less that), the largest such block's.
+    With one repetition every policy holds what none holds. ``compiled`` and ``stack`` only pick
+    the graph (saved bytes do not depend on them).
     """
-    if not isinstance(model, ModelSpec):  # other families: through their operations
-        from . import opcost
-
-        return opcost.activations(model, seq_len, mb, precision, attention, checkpointing)
-    e = workload.act_bytes(precision)
-    tokens = np.asarray(mb, dtype=float) * seq_len
-    per_layer = layer_activation_bytes_per_token(model, seq_len, e, attention)
-    L = model.n_layers
-    h = model.hidden / workload.seq_shards(model)
-    c = checkpointed_layers(checkpointing, L)
-    if c:
-        kept = h * e
-        trunk = tokens * ((L - c) * per_layer + c * kept + (per_layer - kept))
-    elif checkpointing == "op":
-        kept = op_kept_bytes_per_token(model, e, attention)
-        trunk = tokens * (L * kept + (per_layer - kept))
-    elif checkpointing == "selective" and attention == "eager":
-        core = eager_scores_bytes_per_token(model, seq_len, e)
-        trunk = tokens * (L * (per_layer - core) + core)
-    else:
-        trunk = tokens * L * per_layer
-    return trunk + tokens * h * e * 2  # embedding output + final norm
+    g = graph(model, seq_len, mb, precision, attention, compiled, stack)
+    z = np.zeros_like(np.asarray(mb, dtype=float))
+    trunk, live = z, [z]
+    for b in g.blocks:
+        full = b.kept_under("none") + z
+        c = checkpointed_layers(checkpointing, b.repeat)
+        if c:
+            kept = np.asarray(b.input_bytes, float) + z
+        elif checkpointing != "none":
+            c, kept = b.repeat, b.kept_under(checkpointing) + z
+        else:
+            kept = full
+        trunk = trunk + (b.repeat - c) * full + c * kept
+        if c:
+            live.append(full - kept)
+    outside = sum((op.count * np.asarray(op.kept_under("none"), float) for op in g.outside), z)
+    return trunk + np.max(live, axis=0) + outside
 
 
-def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool, stack) -> np.ndarray:
-    """Logits and loss buffers (bytes): logit elements x the stack's bytes per logit
-    (:meth:`simulator.stacks.Stack.loss_bytes_per_logit`: e + 8 for an eager fp32-upcast loss,
-    2e for a fused or compiled one), plus, with eager final-logit soft-capping (Gemma 2), the
-    tanh output (e)."""
-    if not isinstance(model, ModelSpec):  # other families: through their operations
-        from . import opcost
-
-        return opcost.logits_bytes(model, seq_len, mb, precision, compiled, stack)
-    e = workload.act_bytes(precision)
-    n = workload.logits_elements(model, np.asarray(mb, dtype=float), seq_len)
-    cap = e if (getattr(model, "logit_softcap", None) and not compiled) else 0
-    return n * (stack.loss_bytes_per_logit(e, compiled) + cap)
+def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool,
+                 stack: Stack | str | None = None) -> np.ndarray:
+    """Logits and loss buffers of one micro-batch (bytes), from the family's graph (the stack's
+    bytes per logit, :meth:`simulator.stacks.Stack.loss_bytes_per_logit`)."""
+    g = graph(model, seq_len, mb, precision, family_of(model).attentions[-1], compiled, stack)
+    return np.asarray(g.logits_bytes, float) + np.zeros_like(np.asarray(mb, dtype=float))

@@ -252,8 +252,8 @@ class ShardView:
 
     @property
     def __class__(self):
-        """The spec's class: isinstance(view, ModelSpec) holds, so the transformer paths of
-        compute, memory and estimate (not the other families' operation layer) handle a view."""
+        """The spec's class: isinstance(view, ModelSpec) holds, so a view answers like the spec
+        it shards (the transformer family builds its operations)."""
         return type(self._spec)
 
     def with_layers(self, n_layers: int) -> ShardView:
@@ -262,6 +262,21 @@ class ShardView:
         out.__dict__.update(self.__dict__)
         out.n_layers = n_layers
         return out
+
+    #: What one GPU's shard is made of (the spec's other attributes, read through, are the spec's).
+    _SHARD = ("tp", "seq_shards", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab_size",
+              "_emb", "_params")
+
+    def _key(self) -> tuple:
+        return (self._spec, *(self.__dict__[k] for k in self._SHARD))
+
+    def __eq__(self, other) -> bool:
+        """Views of the same spec holding the same shard are equal (caches keyed on the model
+        then serve every view a search builds of one layout)."""
+        return type(other) is ShardView and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def __getattr__(self, name):
         if name in ("_spec", "_emb", "_params"):  # not set yet (copying): never recurse into the spec

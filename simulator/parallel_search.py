@@ -16,8 +16,9 @@ from itertools import product
 import numpy as np
 
 from . import memory, parallel, workload
-from .compute import _attention_part, micro_batch_time
-from .estimate import Problem, Space, Table, evaluate, model_flops_per_token
+from .compute import attention_core, micro_batch_time
+from .estimate import Problem, Space, Table, evaluate
+from .opcost import model_flops_per_token
 from .strategy import SHARD_STAGE, checkpointed_layers, offload_allowed
 
 #: Sharding modes that combine with pipeline parallelism: Megatron's data-parallel gradient
@@ -135,7 +136,7 @@ def _ring_attention(pb: Problem, model, par: parallel.Parallelism, seq: int, pac
         sel = a["pack"] == k
         if not sel.any() or pb.device.gemm_peak(p) is None:
             continue
-        part = _attention_part(model, seq, one, p, att, pb.device)  # one sample, one block per layer
+        part = attention_core(model, seq, one, p, att, pb.device)  # one sample, one block per layer
         f1[sel], b1[sel], ff1[sel], fb1[sel] = part.t_fwd[0], part.t_bwd[0], part.fl_fwd[0], part.fl_bwd[0]
         rec[sel] = 1.0 if ck == "selective" else checkpointed_layers(ck, L) / L  # attention recomputed
     more = par.cp - 1
@@ -284,7 +285,7 @@ def _view_time(view, seq: int, mb: np.ndarray, precision: str, attention: str, c
     with the cp-1 further attention blocks of context parallelism (affine in the layers too)."""
     t = micro_batch_time(view, seq, mb, precision, attention, compiled, "none", pb.device, memo, pb.stack).total
     if cp > 1:
-        part = _attention_part(view, seq, mb, precision, attention, pb.device)
+        part = attention_core(view, seq, mb, precision, attention, pb.device)
         t = t + (cp - 1) * (part.t_fwd + part.t_bwd)
     return t
 

@@ -232,6 +232,9 @@ class Profile(_Strict):
     train_fwd_kernel_us: float | None = Field(default=None, ge=0, le=1000)
     train_bwd_kernel_us: float | None = Field(default=None, ge=0, le=1000)
     spread: dict[str, float] = {}  # relative IQR of each fitted parameter over measurement resamples
+    # Sustained fp32 atomicAdd rate into global memory (L2), 1e9 adds/s, where `calibrate --from-runs`
+    # fitted it (absent: the family fit's value for this GPU, simulator.family_validation.atomic_rate)
+    fp32_atomic_rate: float | None = Field(default=None, gt=0)
 
     @field_validator("bw_eff_ops")
     @classmethod

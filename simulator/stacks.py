@@ -51,6 +51,8 @@ class Stack(BaseModel):
     async_tp_source: str = "not offered"
     async_tp_overlap: float = Field(ASYNC_TP_OVERLAP, ge=0.0, le=1.0)
     async_tp_overlap_source: str = ASYNC_TP_OVERLAP_SOURCE
+    states: Literal["mixed", "half"] = "mixed"
+    states_source: str = "torch.autocast over fp32 parameters (mixed precision): fp32 weights, gradients and moments"
     aliases: tuple[str, ...] = ()
 
     @field_validator("shardings")
@@ -77,6 +79,13 @@ class Stack(BaseModel):
         (PyTorch's ZeroRedundancyOptimizer under DDP, apex's DistributedFusedAdam), not
         DeepSpeed's half weights with an fp32 master copy."""
         return self.zero_params == "fp32"
+
+    @property
+    def half_states(self) -> bool:
+        """Whether the model itself is cast to the half precision (``model.to(torch.bfloat16)``):
+        half weights and gradients, and an optimizer keeping its moments in the parameters'
+        dtype (torch.optim.AdamW), no fp32 copy anywhere."""
+        return self.states == "half"
 
     @property
     def fused_loss(self) -> bool:

@@ -1,7 +1,12 @@
-"""The operations of one training micro-batch: GEMM shapes, attention, bandwidth-bound bytes.
+"""The transformer's work in one training micro-batch: GEMM shapes, attention FLOPs,
+bandwidth-bound bytes and saved activations (``families/transformer.py`` turns them into
+operations), and what every family shares (bytes per activation, the cross-entropy loss,
+autocast's weight casts).
 
-Pure functions of the model, sequence length, micro-batch size (numpy array, vectorized) and
-the execution knobs. Units: elements for shapes, FLOPs, bytes. No timing here (see compute).
+Pure functions of the model (a ``models.ModelSpec`` or its tensor-parallel ``parallel.ShardView``),
+sequence length, micro-batch size (numpy array, vectorized) and the execution knobs. Units:
+elements for shapes, FLOPs, bytes. No timing here (see compute), and nothing else reads a
+transformer's fields: compute and memory read operations.
 
 Conventions (docs/architecture.md, physics 1): a GEMM (m x k) @ (k x n) costs 2*m*n*k FLOPs; its
 backward is two GEMMs of the same cost (input gradient and weight gradient). Attention scores
@@ -39,11 +44,6 @@ class MemOps:
 def act_bytes(precision: str) -> int:
     """Bytes per activation element: 2 under bf16/fp16 mixed precision, else 4."""
     return 2 if precision in ("bf16", "fp16") else 4
-
-
-def tokens_per_sample(model, seq_len: int) -> int:
-    """Tokens a sample occupies in the trunk (ViT: patches + CLS; text: the sequence)."""
-    return int(seq_len)
 
 
 def is_causal(model) -> bool:
@@ -125,12 +125,6 @@ def attention_flops_fwd(model, mb: np.ndarray, seq_len: int, fused: bool) -> np.
     return 4.0 * mb * seq_len**2 * model.q_dim * attention_layer_weight(model, seq_len, fused)
 
 
-def attention_model_flops_per_token(model, seq_len: int) -> float:
-    """Attention FLOPs per token counted for MFU (llm-foundry/PaLM convention, non-causal):
-    12 * layers * (heads * head_dim) * seq for forward + backward (PaLM's 12*L*H*Q*T)."""
-    return 12.0 * model.n_layers * model.q_dim * seq_len
-
-
 def eager_attention_gemms(model, mb: np.ndarray, seq_len: int) -> list[Gemm]:
     """Materialised attention (math backend): batched scores (s x d)@(d x s) and values."""
     d = model.head_dim
@@ -148,6 +142,54 @@ def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[Me
     kcap = 3.0 if cap else 0.0
     return (MemOps((4.0 + cap) * elems * e, (3.0 + kcap) * model.n_layers),
             MemOps((3.0 + cap) * elems * e, (2.0 + kcap) * model.n_layers))
+
+
+def layer_activation_bytes_per_token(model, seq_len: int, e: int, attention: str) -> float:
+    """Bytes one layer saves for backward per token (no dropout), after Korthikanti et al. 2022:
+    attention block LN input, QKV input, Q/K/V, attention output; MLP block LN input, FC1
+    input, FC1 output, activation output; eager attention adds the s x s softmax per head
+    (a*s*e per token), fused SDPA only its fp32 log-sum-exp (4a). Q and the attention output
+    are heads x head_dim wide (q), K and V kv wide. Each norm beyond two (Gemma 2/3) saves its
+    input (h); one norm shared by attention and MLP (parallel attention) saves its input and
+    output once, not twice (-2h); QK-norm saves Q and K before the norm too (q + kv). A sliding
+    window saves nothing: fused kernels keep O(s) statistics either way, and materialised
+    attention builds the full s x s matrix before masking it. Under tensor parallelism (a
+    ``parallel.ShardView``) heads and f are the GPU's shard; the hidden-sized inputs of the norms
+    and of QKV / FC1 are divided only with sequence parallelism (Korthikanti eq. 2-4)."""
+    h, f = model.hidden / seq_shards(model), model.ffn_hidden
+    kv, q = model.kv_dim, model.q_dim
+    up = 2 * f if model.gated_mlp else f
+    norms = getattr(model, "norms_per_layer", 2)
+    attn = e * (h + h + (q + 2 * kv) + q)
+    mlp = e * (h + h + up + f)
+    extra = e * ((norms - 2) * h if norms >= 2 else -2 * h)
+    if getattr(model, "qk_norm", "none") != "none":
+        extra += e * (q + kv)
+    core = eager_scores_bytes_per_token(model, seq_len, e) if attention == "eager" else 4.0 * model.n_heads
+    return attn + mlp + extra + core
+
+
+def eager_scores_bytes_per_token(model, seq_len: int, e: int) -> float:
+    """Saved softmax probabilities of materialised attention per token: a*s elements at 4 bytes
+    (fp32 softmax) plus the half copy under autocast (6 bytes), or e bytes in fp32 training;
+    soft-capped scores (Gemma 2) also keep the tanh output (e bytes)."""
+    cap = e if getattr(model, "attn_softcap", None) else 0
+    return model.n_heads * seq_len * ((e + 4 if e == 2 else e) + cap)
+
+
+def op_kept_bytes_per_token(model, e: int, attention: str) -> float:
+    """Bytes one layer keeps per token under op-level selective checkpointing (torchtitan's
+    'op' policy: outputs of matmuls and of the fused attention kernel are saved, everything
+    else recomputed): the layer input, the Q/K/V, attention-output-projection, MLP up and down
+    projection outputs, the attention output and SDPA's fp32 log-sum-exp. Eager attention's
+    s x s scores and probabilities are recomputed. Q and the attention output are heads x
+    head_dim wide (q); the hidden-sized tensors are the GPU's sequence shard under sequence
+    parallelism."""
+    h = model.hidden / seq_shards(model)
+    kv, q = model.kv_dim, model.q_dim
+    up = 2 * model.ffn_hidden if model.gated_mlp else model.ffn_hidden
+    lse = 4.0 * model.n_heads if attention == "sdpa" else 0.0
+    return e * (h + (q + 2 * kv) + h + q + up + h) + lse
 
 
 #: torch.autocast runs layer_norm in fp32 under eager mixed precision: a norm writes 4-byte

@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from simulator import memory, workload
+from simulator import workload
 from simulator.api import simulate
 from simulator.cli import main
 from simulator.errors import UsageError
-from simulator.estimate import model_flops_per_token
 from simulator.hf_config import NOT_MODELLED, model_from_hf_config
 from simulator.models import ModelSpec, get_model
+from simulator.opcost import model_flops_per_token, palm_flops_per_token
 
 REFERENCE = json.loads(COUNTS.read_text())
 SMALL = {k: v for k, v in all_configs().items() if k.startswith("small-")}
@@ -141,7 +141,7 @@ def test_head_dim_sets_projection_widths() -> None:
     gemms = {x.name: x for x in workload.layer_gemms(g, np.array([1.0]))}
     assert (gemms["qkv"].n, gemms["qkv"].k) == (2048 + 2 * 1024, 2304)
     assert (gemms["attn_out"].n, gemms["attn_out"].k) == (2304, 2048)
-    assert workload.attention_model_flops_per_token(g, 8192) == 12 * 26 * 2048 * 8192
+    assert palm_flops_per_token(g, 8192) - 6 * g.n_params() == 12 * 26 * 2048 * 8192  # 12 L (heads x head_dim) s
     eager = workload.eager_attention_gemms(g, np.array([1.0]), 128)
     assert all(256 in (x.n, x.k) for x in eager)
 
@@ -176,7 +176,7 @@ def test_qk_norm_and_extra_norms_cost_bytes_and_memory() -> None:
     mb = np.array([1.0])
     eager = [workload.layer_elementwise(m, mb, 2048, 2, compiled=False)[0].nbytes[0] for m in (plain, qk, four)]
     assert eager[0] < eager[1] and eager[0] < eager[2]
-    act = [memory.layer_activation_bytes_per_token(m, 2048, 2, "sdpa") for m in (plain, qk, four)]
+    act = [workload.layer_activation_bytes_per_token(m, 2048, 2, "sdpa") for m in (plain, qk, four)]
     assert act[0] < act[1] and act[0] < act[2]
     assert qk.n_params() - plain.n_params() == 30 * 2 * 64
 

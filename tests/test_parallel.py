@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator import communication as comm
-from simulator import memory, parallel
+from simulator import memory, parallel, workload
 from simulator.api import run_search, simulate
 from simulator.cli import main
 from simulator.models import get_model
@@ -94,10 +94,10 @@ def test_activations_per_layer_follow_korthikanti():
     h, a = spec.hidden, spec.n_heads
     for t in (1, 5):
         v = ShardView(spec, Parallelism(1, t, 1))
-        got = memory.layer_activation_bytes_per_token(v, 1024, 2, "sdpa")
+        got = workload.layer_activation_bytes_per_token(v, 1024, 2, "sdpa")
         assert got == pytest.approx((8 + 24 / t) * h + 4 * a / t)
         sp = ShardView(spec, Parallelism(1, t, 1, sp=True))
-        assert memory.layer_activation_bytes_per_token(sp, 1024, 2, "sdpa") == pytest.approx(32 * h / t + 4 * a / t)
+        assert workload.layer_activation_bytes_per_token(sp, 1024, 2, "sdpa") == pytest.approx(32 * h / t + 4 * a / t)
 
 
 def test_shard_view_gemm_shapes_split_columns_and_rows():

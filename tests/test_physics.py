@@ -8,8 +8,8 @@ import pytest
 from simulator import communication as comm
 from simulator import kernels, memory, workload
 from simulator.api import simulate
-from simulator.estimate import model_flops_per_token, palm_flops_per_token
 from simulator.models import get_model
+from simulator.opcost import model_flops_per_token, palm_flops_per_token
 
 
 def test_gemm_thickness_and_efficiency():
@@ -70,10 +70,10 @@ def test_activation_bytes_per_token_by_hand():
     h, f, a, s = 768, 3072, 12, 1024
     e = 2
     expect_flash = e * (h + h + 3 * h + h) + e * (h + h + f + f) + 4 * a
-    assert memory.layer_activation_bytes_per_token(m, s, e, "sdpa") == expect_flash
+    assert workload.layer_activation_bytes_per_token(m, s, e, "sdpa") == expect_flash
     # eager keeps the s x s softmax per head: fp32 (4 B) + its half copy (2 B) under autocast
-    assert memory.layer_activation_bytes_per_token(m, s, e, "eager") == expect_flash - 4 * a + a * s * 6
-    assert memory.layer_activation_bytes_per_token(m, s, 4, "eager") - memory.layer_activation_bytes_per_token(
+    assert workload.layer_activation_bytes_per_token(m, s, e, "eager") == expect_flash - 4 * a + a * s * 6
+    assert workload.layer_activation_bytes_per_token(m, s, 4, "eager") - workload.layer_activation_bytes_per_token(
         m, s, 4, "sdpa") == a * s * 4 - 4 * a
 
 

@@ -8,8 +8,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from simulator.api import run_search, simulate
-from simulator.estimate import model_flops_per_token
 from simulator.models import ModelSpec
+from simulator.opcost import model_flops_per_token
 from simulator.strategy import SHARDINGS
 
 CLUSTERS = ["1x3090", "2x3090", "8x3090", "4xa100", "8xa100-40gb", "2x8xh100", "8xrtx4090", "4xa6000", "1xh200"]

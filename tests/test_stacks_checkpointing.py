@@ -34,7 +34,7 @@ def act(ck, attention="sdpa", mb=2):
 
 
 def test_layer_bytes_by_hand():
-    assert memory.layer_activation_bytes_per_token(TINY, S, E, "sdpa") == PER_LAYER == 2064
+    assert workload.layer_activation_bytes_per_token(TINY, S, E, "sdpa") == PER_LAYER == 2064
 
 
 @pytest.mark.parametrize("ck, per_token", [

@@ -13,7 +13,7 @@ from typing import Any
 from .base import Block, Family, Graph, Knobs, Op
 
 __all__ = ["Block", "Family", "Graph", "Knobs", "Op", "register", "family_of", "spec_from_dict",
-           "uses_ops", "hf_builders", "registered"]
+           "hf_builders", "registered"]
 
 _REGISTRY: dict[str, Family] = {}
 
@@ -49,12 +49,6 @@ def spec_from_dict(data: dict[str, Any]):
     if key not in _REGISTRY:
         raise ValueError(f"unknown model family {key!r}; valid: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[key].spec_cls(**data)
-
-
-def uses_ops(spec: Any) -> bool:
-    """Whether compute and memory read this spec through its operations (every family but the
-    transformer, whose original code path stays until it moves onto operations too)."""
-    return family_of(spec).name != "transformer"
 
 
 def hf_builders() -> dict[str, Any]:

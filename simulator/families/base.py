@@ -35,8 +35,14 @@ class Op:
     bytes the op keeps under a policy named there (torchtitan's ``op`` keeps matmul outputs,
     not their inputs); a policy not named keeps ``saved``, or nothing if it re-runs the op.
     Attention ops carry their ``head_dim``, sequence length ``seq`` and ``causal`` mask (the
-    kernel's efficiency depends on them). ``params`` counts the parameters the op owns (per
-    repetition).
+    kernel's efficiency depends on them) and the ``heads`` it computes (with ``head_dim``: the
+    width of the dense, non-causal attention of the PaLM FLOP convention). ``bandwidth``: the
+    profile's bandwidth class of a bandwidth-bound op (``profile.BW_OP_CLASSES``; '' = the
+    profile's ``memory_bw_eff``). ``params`` counts the parameters the op owns (per repetition).
+    ``atomics_bwd``: fp32 atomic adds into global memory its backward kernel issues per repetition,
+    timed at the profile's ``fp32_atomic_rate`` (:func:`simulator.family_validation.atomic_rate`) and
+    added to the op's roofline time (mamba-ssm issues them after each state's scans, between the
+    block's barriers, so they do not overlap the scan's own work).
     """
 
     name: str
@@ -58,6 +64,9 @@ class Op:
     head_dim: float = 0.0
     seq: float = 0.0
     causal: bool = True
+    heads: float = 0.0
+    bandwidth: str = ""
+    atomics_bwd: np.ndarray | float = 0.0
     params: int = 0
 
     def kept_under(self, policy: str) -> np.ndarray | float:
@@ -92,6 +101,14 @@ class Block:
     ops: tuple[Op, ...]
     repeat: int
     input_bytes: np.ndarray | float
+    _kept: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def kept_under(self, policy: str) -> np.ndarray | float:
+        """Bytes one repetition keeps under an op-granular policy (``none``: everything its ops
+        save); computed once per policy, since a search asks for every micro-batch size at once."""
+        if policy not in self._kept:
+            self._kept[policy] = sum(op.count * np.asarray(op.kept_under(policy), float) for op in self.ops)
+        return self._kept[policy]
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,16 @@ element read), permute to channels-last (a copy: LayerNorm needs contiguous inpu
 pointwise GEMM to 4x width, GELU, pointwise GEMM back, layer scale, permute back and the
 residual add. Then global average pooling, a LayerNorm and the classifier.
 
+Memory format: the study ran Hugging Face's module as it is, channels-first (NCHW), so the
+permute before each block's LayerNorm is a copy (in :data:`BLOCK_PASSES`) and the permute back a
+strided read by the residual add. Channels-last (``torch.channels_last``) would skip that copy,
+2-3% of a step by this model; but timm's training benchmarks of the same block on an RTX 3090
+(AMP, PyTorch 1.12; huggingface/pytorch-image-models ``results/benchmark-train-amp-{nchw,nhwc}-
+pt112-cu113-rtx3090.csv``) measure channels-last within 0.5% of channels-first for ConvNeXt
+S/B/L/XL (487.15/338.68/187.93/116.37 against 489.81/336.98/187.01/115.91 images/s, the
+depthwise convolution's channels-last kernels presumably giving back what the copy saves). Not a
+material difference, so the memory format is not a knob.
+
 A sample is one image (``seq_len`` 1: "tokens" are images). Hugging Face's ConvNeXt does not
 support gradient checkpointing and has no attention: checkpointing is not searched, nor is the
 attention knob. Parameters count exactly as ``ConvNextForImageClassification`` (tests).

@@ -12,7 +12,10 @@ Two kernel paths, as the study ran them (``kernel``):
 * ``fused`` (default): mamba-ssm's ``mamba_inner_fn`` with causal-conv1d's kernel. The scan keeps
   its state in on-chip memory and saves only per-chunk states (fp32, every 2,048 steps,
   mamba-ssm ``selective_scan``); with ``checkpoint_lvl=1`` (mamba-ssm's default) the conv output
-  and delta are not saved but recomputed in backward (``recompute={"always"}``).
+  and delta are not saved but recomputed in backward (``recompute={"always"}``). What
+  ``MambaInnerFn.forward`` saves (mamba_ssm/ops/selective_scan_interface.py): xz, x_dbl, B and C
+  made contiguous, the scan output before gating and the chunk states; out_proj runs inside the
+  Function, so its input is not kept (the backward kernel rebuilds the gated output).
 * ``slow``: Hugging Face's ``slow_forward`` (no mamba-ssm): discretized A = exp(dt A) and
   B = dt B, and dt B x, materialized in fp32 as [batch, inner, sequence, state], then a Python
   loop over the sequence (a handful of small kernels per step, launched once per step whatever
@@ -23,7 +26,9 @@ Checkpointing is layer-granular (``full``; ``every:K``, which any block wrapper 
 Hugging Face's ``gradient_checkpointing`` wraps each ``MambaBlock``. ``selective`` has no
 attention core to drop, and ``op`` (torchtitan's per-op policy) cannot see into
 ``mamba_inner_fn``, one autograd function from in_proj to out_proj: neither is searched. The
-RMSNorms upcast to fp32 in Hugging Face's code whatever the stack; the stack decides the loss.
+RMSNorms upcast to fp32 in Hugging Face's code (the stacks whose norm is ``fp32``); a stack whose
+norm is ``half`` (fla: ``fla.modules.RMSNorm``, one Triton kernel) keeps only its half input. The
+stack decides the loss.
 Parameters count exactly as ``MambaForCausalLM`` (checked against transformers in the tests).
 """
 
@@ -46,9 +51,23 @@ SCAN_CHUNK = 2048
 #: the state update (multiply-add) and the C readout (multiply-add) ~ 9 (Gu & Dao 2023, sec. 3.3.2
 #: count O(B L D N)); its backward recomputes the states and forms the gradients: 2x that.
 SCAN_FLOPS_PER_STATE = 9.0
+#: fp32 atomicAdds per (token, inner channel, state) of mamba-ssm's selective-scan backward with
+#: input-dependent B and C: one block per (sequence, inner channel) adds its dB and dC contribution
+#: of every (state, token) into the shared [batch, group, state, seq] fp32 gradients
+#: (csrc/selective_scan/selective_scan_bwd_kernel.cuh: gpuAtomicAdd(dB_cur ...), gpuAtomicAdd(dC_cur
+#: ...) inside the per-state loop, after the block's forward and reverse scans of that state).
+SCAN_BWD_ATOMICS = 2
+#: fp32 vectors (hidden wide) Hugging Face's MambaRMSNorm keeps per token for backward: its input and
+#: the normalized vector (``hidden_states * rsqrt(variance)``), both fp32 on the fp32 residual stream.
+NORM_SAVED_FP32 = 2
 #: Eager fp32 RMSNorm (to fp32, pow, mean, rsqrt, mul, weight mul) and the fp32 residual add:
 #: passes over a hidden-wide fp32 vector per token (read + write each) and kernels.
 NORM_RESIDUAL_PASSES, NORM_RESIDUAL_KERNELS = 9, 7
+#: A stack whose norm runs in half precision as one fused kernel (fla's RMSNorm): hidden-wide half
+#: vectors moved per token, (forward, backward): norm read + write and the residual add's two
+#: reads and one write; backward reads input and gradient and writes the gradient (3), and the
+#: residual gradient add (3).
+HALF_NORM_PASSES = (5, 6)
 #: Slow path, per sequence step: kernels of the loop body (state multiply, add, cast, readout
 #: matmul) forward, and of its backward.
 SLOW_STEP_KERNELS_FWD, SLOW_STEP_KERNELS_BWD = 4, 6
@@ -133,35 +152,52 @@ def graph(spec: MambaSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
     d, E, N, R, K = spec.hidden, spec.inner, spec.state_size, spec.rank, spec.conv_kernel
     T = np.asarray(mb, float) * seq_len  # tokens
     p = spec.layer_params()
-    norm = Op("norm_residual", "elementwise", bytes_fwd=T * NORM_RESIDUAL_PASSES * 2 * 4 * d,
-              bytes_bwd=T * 2 * NORM_RESIDUAL_PASSES * 2 * 4 * d, kernels_fwd=NORM_RESIDUAL_KERNELS,
-              kernels_bwd=2 * NORM_RESIDUAL_KERNELS, saved=T * 3 * 4 * d, params=p["norm"])
+    if e == 2 and knobs.stack.norm == "half":
+        # one fused RMSNorm kernel on the half residual stream (fla.modules.RMSNorm: keeps its half
+        # input and fp32 1/rms per token) and the residual add: reads and writes of hidden-wide
+        # half vectors, forward and backward
+        norm = Op("norm_residual", "elementwise", bytes_fwd=T * HALF_NORM_PASSES[0] * e * d,
+                  bytes_bwd=T * HALF_NORM_PASSES[1] * e * d, kernels_fwd=2, kernels_bwd=2, saved=T * (e * d + 4),
+                  params=p["norm"])
+    else:
+        # MambaRMSNorm on the fp32 residual stream: pow and the rsqrt product keep the fp32 input,
+        # the weight product keeps the fp32 normalized vector (its output is cast by in_proj, which
+        # keeps the cast): NORM_SAVED_FP32 fp32 vectors
+        norm = Op("norm_residual", "elementwise", bytes_fwd=T * NORM_RESIDUAL_PASSES * 2 * 4 * d,
+                  bytes_bwd=T * 2 * NORM_RESIDUAL_PASSES * 2 * 4 * d, kernels_fwd=NORM_RESIDUAL_KERNELS,
+                  kernels_bwd=2 * NORM_RESIDUAL_KERNELS, saved=T * NORM_SAVED_FP32 * 4 * d, params=p["norm"])
     ops = [norm]
     if spec.kernel == "fused":
         n_chunks = math.ceil(seq_len / SCAN_CHUNK)
         ops += [
-            # in_proj keeps its input and its output xz (mamba_inner_fn saves xz)
+            # in_proj (nn.Linear, outside mamba_inner_fn) keeps its input; MambaInnerFn keeps xz,
+            # the contiguous copy of in_proj's transposed output
             Op("in_proj", "gemm", m=T, n=2 * E, k=d, kernels_fwd=1, kernels_bwd=2, saved=T * e * (d + 2 * E),
                params=p["in_proj"]),
             # causal_conv1d_fwd (conv + SiLU, one kernel); recomputed in backward (checkpoint_lvl=1)
             Op("conv1d", "conv", flops_fwd=T * 2 * K * E, flops_bwd=T * 4 * K * E, bytes_fwd=T * 2 * E * e,
                bytes_bwd=T * 4 * E * e, kernels_fwd=1, kernels_bwd=1, recompute=frozenset({"always"}),
                params=p["conv1d"]),
-            Op("x_proj", "gemm", m=T, n=R + 2 * N, k=E, kernels_fwd=1, kernels_bwd=2, saved=T * e * (R + 2 * N),
-               params=p["x_proj"]),
+            # x_dbl = x_proj(conv1d_out) is kept, and so are B and C, copied out of it contiguous
+            # ([batch, 1, state, seq]) for the scan kernel
+            Op("x_proj", "gemm", m=T, n=R + 2 * N, k=E, kernels_fwd=1, kernels_bwd=2,
+               saved=T * e * (R + 2 * N + 2 * N), params=p["x_proj"]),
             # delta = dt_proj.weight @ dt (bias and softplus inside the scan kernel); recomputed
             Op("dt_proj", "gemm", m=T, n=E, k=R, kernels_fwd=1, kernels_bwd=2, recompute=frozenset({"always"}),
                params=p["dt_proj"]),
-            # selective_scan_fwd: reads u, delta, z (inner each), B, C; writes the gated output;
-            # saves the fp32 state once per chunk. Backward reads those and dout, writes du,
-            # ddelta, dz (and dB, dC in fp32), recomputing the states inside the kernel.
+            # selective_scan_fwd: reads u, delta, z (inner each), B, C; writes the output before
+            # and after gating (out, kept for backward, and out_z); saves the fp32 state once per
+            # chunk. Backward reads u, delta, z, out, dout, B, C, writes du, ddelta, dz and out_z
+            # again (recomputed for out_proj's weight gradient) and dB, dC (fp32), recomputing the
+            # states inside the kernel.
             Op("selective_scan", "scan", flops_fwd=T * SCAN_FLOPS_PER_STATE * E * N,
-               flops_bwd=T * 2 * SCAN_FLOPS_PER_STATE * E * N, bytes_fwd=T * (e * (4 * E + 2 * N)),
-               bytes_bwd=T * (e * (5 * E + 2 * N) + e * 3 * E + 4 * 2 * N),
-               kernels_fwd=1, kernels_bwd=1, saved=np.asarray(mb, float) * n_chunks * 4 * 2 * N * E,
-               params=p["A_log"] + p["D"]),
-            Op("out_proj", "gemm", m=T, n=d, k=E, kernels_fwd=1, kernels_bwd=2, saved=T * e * E,
-               params=p["out_proj"]),
+               flops_bwd=T * 2 * SCAN_FLOPS_PER_STATE * E * N, bytes_fwd=T * (e * (5 * E + 2 * N)),
+               bytes_bwd=T * (e * (5 * E + 2 * N) + e * 4 * E + 4 * 2 * N),
+               kernels_fwd=1, kernels_bwd=1,
+               saved=T * e * E + np.asarray(mb, float) * n_chunks * 4 * 2 * N * E,
+               atomics_bwd=T * SCAN_BWD_ATOMICS * E * N, params=p["A_log"] + p["D"]),
+            # F.linear inside MambaInnerFn.forward: autograd keeps nothing for it (out_z is rebuilt)
+            Op("out_proj", "gemm", m=T, n=d, k=E, kernels_fwd=1, kernels_bwd=2, params=p["out_proj"]),
         ]
     else:
         EN = E * N

@@ -75,7 +75,16 @@ _DISPLAY_FAMILY = {
 }
 
 
-class ModelSpec(BaseModel):
+class NamedSpec(BaseModel):
+    """What every family's spec shares: its preset ``name`` and an optional ``display`` name."""
+
+    @property
+    def display_name(self) -> str:
+        """Human-readable name, e.g. ``Pythia-1B``."""
+        return self.display or self.name
+
+
+class ModelSpec(NamedSpec):
     """Architecture of one transformer, enough to count parameters and FLOPs exactly.
 
     Sizes are in elements (not bytes). ``ffn_hidden`` is the MLP inner width (for gated MLPs the
@@ -210,12 +219,6 @@ class ModelSpec(BaseModel):
             return self.n_patches + 1
         return self.default_seq_len
 
-    @property
-    def display_name(self) -> str:
-        """Human-readable name, e.g. ``Pythia-1B``."""
-        if self.display:
-            return self.display
-        return self.name
 
     @property
     def family_display(self) -> str:

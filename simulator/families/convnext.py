@@ -28,9 +28,10 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from .. import workload
+from ..models import NamedSpec
 from . import register
 from .base import Block, Family, Graph, Knobs, Op
 
@@ -44,7 +45,7 @@ BLOCK_PASSES = {False: (17, 5), True: (13, 3)}
 CF_NORM_PASSES, CF_NORM_KERNELS = 6, 3
 
 
-class ConvNextSpec(BaseModel):
+class ConvNextSpec(NamedSpec):
     """A ConvNeXt image classifier. Sizes in elements; ``image_size`` in pixels (square)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -92,10 +93,6 @@ class ConvNextSpec(BaseModel):
     @property
     def sample_unit(self) -> str:
         return f"one {self.image_size}×{self.image_size} image"
-
-    @property
-    def display_name(self) -> str:
-        return self.display or self.name
 
     @property
     def family_display(self) -> str:

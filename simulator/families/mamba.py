@@ -38,9 +38,10 @@ import math
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from .. import workload
+from ..models import NamedSpec
 from . import register
 from .base import Block, Family, Graph, Knobs, Op
 
@@ -73,7 +74,7 @@ HALF_NORM_PASSES = (5, 6)
 SLOW_STEP_KERNELS_FWD, SLOW_STEP_KERNELS_BWD = 4, 6
 
 
-class MambaSpec(BaseModel):
+class MambaSpec(NamedSpec):
     """A Mamba language model (``MambaForCausalLM``). Sizes in elements."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -113,10 +114,6 @@ class MambaSpec(BaseModel):
     @property
     def seq_len_default(self) -> int:
         return self.default_seq_len
-
-    @property
-    def display_name(self) -> str:
-        return self.display or self.name
 
     @property
     def family_display(self) -> str:

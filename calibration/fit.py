@@ -300,13 +300,16 @@ def fit_optimizer_mix(nbytes, times, known, items, bw: float) -> Fit:
 
     Two stages, because small tensors stay in the caches and large ones do not: ``bw_eff`` from
     the mix with the most bytes per tensor (the embedding-sized tensors that dominate a real
-    model's traffic), then ``item_s`` (host cost per tensor, >= 0) as the median over the other
-    mixes of what that bandwidth leaves unexplained per tensor."""
+    model's traffic), then ``item_s`` (host cost per tensor, >= 0) from the mix with the most
+    tensors per byte (the layers of a small model, where the per-tensor cost is most of the
+    time): what that bandwidth leaves unexplained there, per tensor. Mixes in between are
+    checks (they count in ``rms_log``), not inputs: their per-tensor residual is the difference
+    of two similar times and swings with every timing wobble."""
     b, t, kn, it = _arr(nbytes), _arr(times), _arr(known), _arr(items)
     i = int(np.argmin(it / b))
     eff = float(b[i] / (bw * max(t[i] - kn[i], 1e-12)))
-    rest = [(t[j] - kn[j] - b[j] / (bw * eff)) / it[j] for j in range(b.size) if j != i]
-    item_s = max(0.0, float(np.median(rest))) if rest else 0.0
+    j = int(np.argmax(it / b))
+    item_s = max(0.0, float((t[j] - kn[j] - b[j] / (bw * eff)) / it[j])) if j != i else 0.0
     params = {"bw_eff": min(eff, 1.0), "item_s": item_s}
     if eff > 1.0:
         params["raw_bw_eff"] = eff

@@ -119,17 +119,34 @@ def logits_fresh_bytes(n_logits, e: int):
     return n * (e + 4.0 + 4.0 * half), n * (4.0 + e * half)
 
 
+#: glibc's heap trim threshold is twice its mmap threshold once a freed mapping has raised that
+#: (malloc.c, ``free``: ``mp_.trim_threshold = 2 * mp_.mmap_threshold``; mallopt(3)): after a
+#: step frees its temporaries the heap keeps at most this many times ``mmap_bytes`` mapped.
+HEAP_TRIM_FACTOR = 2.0
+
+
+def optimizer_temp_bytes(sizes, mmap_bytes: float) -> float:
+    """Bytes of fresh pages per step of a foreach Adam(W) step's temporaries: one fp32 tensor per
+    parameter tensor (``sizes``, bytes), all alive at once (``_foreach_sqrt`` of the second
+    moments). Temporaries of at least ``mmap_bytes`` are mapped anew; the smaller ones come from
+    the heap, which keeps :data:`HEAP_TRIM_FACTOR` x ``mmap_bytes`` mapped between steps, so the
+    rest of them is faulted in again."""
+    s = np.asarray(sizes, dtype=float)
+    big = s >= mmap_bytes
+    return float(s[big].sum() + max(0.0, s[~big].sum() - HEAP_TRIM_FACTOR * mmap_bytes))
+
+
 def step_fresh(model, profile, param_share: float = 1.0) -> tuple[float, float]:
     """(gradient, optimizer) seconds of first touches per optimizer step: the fp32 gradients a
-    step allocates anew (``zero_grad(set_to_none=True)``) and one fp32 temporary per parameter
-    tensor in a foreach Adam(W) step; ``param_share`` is the fraction of parameters this rank
-    updates."""
-    if profile.fresh_memory is None:
+    step allocates anew (``zero_grad(set_to_none=True)``) and the foreach Adam(W) temporaries
+    (:func:`optimizer_temp_bytes`) of the ``param_share`` of parameters this rank updates."""
+    fm = profile.fresh_memory
+    if fm is None:
         return 0.0, 0.0
     sizes = param_tensor_sizes(model) * 4.0
-    big = sizes >= profile.fresh_memory.mmap_bytes
+    big = sizes >= fm.mmap_bytes
     t = float(fresh_time([(sizes.max(initial=0.0), sizes[big].sum()), (0.0, sizes[~big].sum())], profile))
-    return t, t * param_share
+    return t, optimizer_temp_bytes(sizes * param_share, fm.mmap_bytes) / (fm.gbs * 1e9)
 
 
 def optimizer_loop_time(model, profile, param_share: float = 1.0) -> float | None:

@@ -11,6 +11,8 @@
 * ``optmix/<impl>/<mix>``: gradient-norm clipping and AdamW over a model's tensor-size mix: one
   huge embedding-like tensor, or many layer tensors (``foreach`` on a CPU loops over tensors;
   fresh temporaries per tensor); 28 + 12 bytes per parameter, as ``simulator.estimate`` counts.
+  On a CPU each call starts with cold caches, as after a training step's forward and backward
+  (:func:`calibration.benches.optimizer.time_cold`), and records the bytes it faulted in.
 
 Records carry the work the simulator counts for them (bytes, FLOPs, tensors) so that fitting
 (:mod:`calibration.build`) never re-derives it. Times are seconds per call.
@@ -24,7 +26,7 @@ import torch.nn.functional as F
 from ..device import DTYPES
 from . import Bench, RunContext, ok, unsupported
 from .gemm import model_tokens
-from .optimizer import ADAM_BYTES_PER_PARAM, _adamw, layer_shapes
+from .optimizer import ADAM_BYTES_PER_PARAM, _adamw, counting_faults, layer_shapes, time_cold
 
 MIB = 1 << 20
 CLIP_BYTES_PER_PARAM = 12  # gradient-norm clipping: read for the norm, read + write to scale (fp32)
@@ -148,8 +150,10 @@ def _optmix(impl: str, shapes: list[tuple[int, ...]]):
             torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=impl != "for_loop")
             opt.step()
 
-        t = ctx.time(step)
-        rec = ok(t, params=n, tensors=len(params), bytes=float((ADAM_BYTES_PER_PARAM + CLIP_BYTES_PER_PARAM) * n))
+        timed, faults = counting_faults(step)
+        t = time_cold(ctx, timed) if ctx.device.type == "cpu" else ctx.time(timed)
+        rec = ok(t, params=n, tensors=len(params), bytes=float((ADAM_BYTES_PER_PARAM + CLIP_BYTES_PER_PARAM) * n),
+                 fault_bytes=faults())
         rec["tensor_bytes"] = [4.0 * p.numel() for p in params]
         return rec
 

@@ -306,10 +306,11 @@ def fit_optimizer_mix(nbytes, times, known, items, bw: float) -> Fit:
     checks (they count in ``rms_log``), not inputs: their per-tensor residual is the difference
     of two similar times and swings with every timing wobble."""
     b, t, kn, it = _arr(nbytes), _arr(times), _arr(known), _arr(items)
-    i = int(np.argmin(it / b))
-    eff = float(b[i] / (bw * max(t[i] - kn[i], 1e-12)))
-    j = int(np.argmax(it / b))
-    item_s = max(0.0, float((t[j] - kn[j] - b[j] / (bw * eff)) / it[j])) if j != i else 0.0
+    i, j = int(np.argmin(it / b)), int(np.argmax(it / b))
+    item_s = 0.0
+    for _ in range(20):  # each stage net of the other's (small) share: a fast fixed point
+        eff = float(b[i] / (bw * max(t[i] - kn[i] - it[i] * item_s, 1e-12 * t[i])))
+        item_s = max(0.0, float((t[j] - kn[j] - b[j] / (bw * eff)) / it[j])) if j != i else 0.0
     params = {"bw_eff": min(eff, 1.0), "item_s": item_s}
     if eff > 1.0:
         params["raw_bw_eff"] = eff

@@ -334,8 +334,10 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             if why:
                 notes.append(f"{impl} unsupported ({why[:80]})")
     if opt_eff:
-        opt_src = (f"{tag}: torch.optim.AdamW fp32 over layer tensors and one embedding-sized tensor, "
-                   f"fitted to a cost per tensor + 28 B/param (read p,g,m,v; write p,m,v) at {bw_gbs:.1f} GB/s "
+        opt_src = (f"{tag}: torch.optim.AdamW fp32 + gradient clipping from cold caches over large and small "
+                   "tensor mixes, "
+                   f"fitted to a cost per tensor + 28 B/param (read p,g,m,v; write p,m,v; clipping 12 more) "
+                   f"at {bw_gbs:.1f} GB/s "
                    "+ the measured page faults of each call at the fresh-memory rate; " + "; ".join(notes))
     else:
         opt_eff = {"foreach": 0.5}

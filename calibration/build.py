@@ -32,6 +32,7 @@ from simulator.profile import (
 from . import fit as F
 from .benches.attention import BWD_FLOPS_FACTOR, attention_precision
 from .benches.bandwidth import OPS
+from .benches.gemm import SYSFS_CACHE
 from .benches.optimizer import layer_shapes
 from .collectives import bus_bytes
 from .device import BYTES_PER_EL, DeviceContext, catalog_peaks, provenance_fields
@@ -187,6 +188,10 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                                         f"S / {oh / 2**20:.3g} MiB) for a (k x n) operand of S bytes" if oh else "")
                                      + (f"; peak {peaks[prec]:.4g} TFLOPS = {peak_src[prec]}" if lay == "linear_nt"
                                         else ""))}
+            caches = [r.get("cache") for _, r in pts]
+            if lay == "mm_nn" and split and caches[0] and all(c == caches[0] for c in caches):
+                _strided_walk(fits, dest, prec, f_g, tag, shp, ts, peaks[prec] * 1e12, bw_gbs * 1e9, bw_eff,
+                              launch_s, caches[0])
     if "fp32" not in gemm:
         gemm["fp32"] = {"e_max": 0.5, "x_half": 100.0, "source": f"gemm fp32: {PLACEHOLDER}"}
 
@@ -503,6 +508,9 @@ def _flat(profile: Profile) -> dict[str, float]:
             if g.get("operand_half_mib"):
                 out[f"{sec}.{prec}.operand_half_mib"] = g["operand_half_mib"]
                 out[f"{sec}.{prec}.operand_floor"] = g["operand_floor"]
+            if g.get("strided"):
+                out.update({f"{sec}.{prec}.strided.{p}": g["strided"][p]
+                            for p in ("conflict_lines", "conflict_floor", "column_half", "column_floor")})
     out.update({f"attention.{k}": v for k, v in d["attention"].items() if isinstance(v, float)})
     out.update({f"bw_eff_ops.{k}": v for k, v in d["bw_eff_ops"].items()})
     out.update({f"optimizer_bw_eff.{k}": v for k, v in d["optimizer_bw_eff"].items()})
@@ -539,6 +547,31 @@ def fit_spread(dev: DeviceContext, results: dict[str, dict], command: str, base:
             q = statistics.quantiles(v, n=4)
             out[k] = round(abs(q[2] - q[0]) / abs(statistics.median(v)), 4)
     return out
+
+
+def _strided_walk(fits: dict, dest: dict, prec: str, plain: F.Fit, tag: str, shp, ts, peak_flops: float,
+                  bw: float, bw_eff: float, launch_s: float, cache: dict[str, int]) -> None:
+    """Replace ``dest[prec]`` (the input-gradient layout) by the strided-walk model
+    (:func:`simulator.kernels.strided_walk_factor`) where its rms log error is a fifth, and at least
+    0.02, below ``plain``'s."""
+    f_w = F.fit_gemm_strided(*shp, ts, peak_flops, BYTES_PER_EL[prec], bw, bw_eff, launch_s, cache)
+    fits[f"gemm_bwd_strided/{prec}"] = {**f_w.as_dict(), "cache": cache}
+    if not f_w.rms_log < min(0.8 * plain.rms_log, plain.rms_log - 0.02):
+        return
+    p = f_w.params
+    geo = (f"L1 {cache['l1_sets']} sets x {cache['l1_ways']} ways, L2 {cache['l2_sets']} x {cache['l2_ways']}, "
+           f"{cache['line_bytes']} B lines (sysfs {SYSFS_CACHE})")
+    walk = {**cache, "conflict_lines": p["conflict_lines"], "conflict_floor": p["conflict_floor"],
+            "sharpness": F.WALK_SHARPNESS, "column_half": p["column_half"], "column_floor": p["column_floor"],
+            "source": f"{tag}: fitted to {f_w.n} input-gradient GEMMs with {geo}; sharpness "
+                      f"{F.WALK_SHARPNESS:g} = assumption (calibration.fit.WALK_SHARPNESS)"}
+    dest[prec] = {"e_max": p["e_max"], "x_half": p["x_half"], "strided": walk,
+                  "source": (f"{tag}: {f_w.n} GEMMs (input-gradient layout torch.mm NN (g @ W), a reference kernel "
+                             f"walking a column of W per dot product) fitted to gemm_time x strided_walk_factor, "
+                             f"rms log err {f_w.rms_log:.2f} (operand-size model: {plain.rms_log:.2f}); column "
+                             f"stride reaching L1 capacity C1 < {p['conflict_lines']:.0f} lines: x "
+                             f"{p['conflict_floor']:.2f}; column of u x the L2 lines kept at the stride: x "
+                             f"{p['column_floor']:.2f} + (1 - that) / (1 + u / {p['column_half']:.2f})")}
 
 
 def _layer_tensor_bytes(key: str) -> list[float]:

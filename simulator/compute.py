@@ -252,11 +252,13 @@ def gemm_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndarray, 
 
     weight = n * k * e  # the layer's weight: the operand or output unblocked kernels stream
 
-    def t(mm, nn, kk, eff):
+    def t(mm, nn, kk, eff, walks=False):
+        # input gradient g @ W: a reference kernel's dot products walk a column of W (kk long, nn apart)
+        walk = kernels.strided_walk_factor(nn, kk, e, eff.strided) if walks and eff.strided else 1.0
         return w * kernels.gemm_time(mm, nn, kk, peak, eff.e_max, eff.x_half, e, bw, bw_eff, 0.0,
-                                     eff.operand_half_bytes, eff.operand_floor, weight)
+                                     eff.operand_half_bytes, eff.operand_floor, weight, walk)
 
-    return t(m, n, k, g), t(m, k, n, gb) + t(n, k, m, gw)
+    return t(m, n, k, g), t(m, k, n, gb, walks=True) + t(n, k, m, gw)
 
 
 def _gemm_key(precision: str, where: str, op: Op) -> tuple:

@@ -39,6 +39,27 @@ class _Strict(BaseModel):
         return self
 
 
+class StridedWalk(_Strict):
+    """A GEMM kernel without cache blocking that walks a strided column per dot product
+    (PyTorch's reference bf16 ``mm`` NN on CPUs without bf16 BLAS), :func:`simulator.kernels.strided_walk_factor`.
+
+    The cache geometry is the device's (Linux sysfs ``/sys/devices/system/cpu/cpu0/cache``);
+    the conflict and column terms are fitted to calibration's GEMM benchmarks."""
+
+    line_bytes: int = Field(gt=0)
+    l1_sets: int = Field(gt=0)
+    l1_ways: int = Field(gt=0)
+    l2_sets: int = Field(gt=0)
+    l2_ways: int = Field(gt=0)
+    conflict_lines: float = Field(gt=0, description="L1 lines the walk needs to keep to run unhindered")
+    conflict_floor: float = Field(gt=0, le=1, description="efficiency factor of a walk that thrashes its L1 sets")
+    sharpness: float = Field(gt=0, le=64, description="steepness of the conflict transition (assumption)")
+    column_half: float = Field(gt=0, description="column length / L2 lines kept at the stride, at which "
+                               "the column factor is halfway to its floor")
+    column_floor: float = Field(gt=0, le=1, description="efficiency factor of a column far larger than the L2")
+    source: str
+
+
 class GemmEfficiency(_Strict):
     """Achieved fraction of the dtype's dense peak for a GEMM of shape (m, n, k).
 
@@ -53,6 +74,7 @@ class GemmEfficiency(_Strict):
         "(kernels without cache blocking, :func:`simulator.kernels.operand_factor`); None: no dependence")
     operand_floor: float = Field(default=0.0, ge=0, le=1, description="efficiency of a large operand relative "
                                  "to a cache-resident one (with operand_half_mib)")
+    strided: StridedWalk | None = None  # input-gradient layout only: the strided-column walk (None: none)
     source: str
 
     @property

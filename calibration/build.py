@@ -32,7 +32,7 @@ from simulator.profile import (
 from . import fit as F
 from .benches.attention import BWD_FLOPS_FACTOR, attention_precision
 from .benches.bandwidth import OPS
-from .benches.gemm import SYSFS_CACHE
+from .benches.gemm import SYSFS_CACHE, WALK_SHAPES
 from .benches.optimizer import layer_shapes
 from .collectives import bus_bytes
 from .device import BYTES_PER_EL, DeviceContext, catalog_peaks, provenance_fields
@@ -162,15 +162,20 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     layouts = {"linear_nt": (gemm, "gemm", "forward layout F.linear (x @ W^T)"),
                "mm_nn": (gemm_bwd, "gemm_bwd", "input-gradient layout torch.mm NN (g @ W)"),
                "mm_tn": (gemm_wgrad, "gemm_wgrad", "weight-gradient layout torch.mm TN (g^T @ x)")}
+    walk_probes = {f"{m}x{n}x{k}" for shapes_ in WALK_SHAPES.values() for m, n, k in shapes_}
     for prec in dev.precisions:
-        pts = _ok(results, f"gemm/{prec}/")
-        if not pts or prec not in peaks:
+        all_pts = _ok(results, f"gemm/{prec}/")
+        if not all_pts or prec not in peaks:
             continue
-        shp = [[r_p(k, d) for k, _ in pts] for d in "mnk"]
-        split = all("layouts_min_s" in r for _, r in pts)
+        split = all("layouts_min_s" in r for _, r in all_pts)
         for lay, (dest, sec, what) in layouts.items():
             if not split and lay != "linear_nt":
                 continue
+            # the strided-walk probes inform the input-gradient layout only (the others run blocked kernels)
+            pts = all_pts if lay == "mm_nn" else [(k, r) for k, r in all_pts if k.rsplit("/", 1)[1] not in walk_probes]
+            if not pts:
+                continue
+            shp = [[r_p(k, d) for k, _ in pts] for d in "mnk"]
             ts = [r["layouts_min_s"][lay] if split else r["time_s"] for _, r in pts]
             m_, n_, k_ = (np.asarray(v, dtype=float) for v in shp)
             # the weight-sized matrix each layout streams: the (k x n) operand, or the (m x n) output of g^T @ x

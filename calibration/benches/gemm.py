@@ -34,8 +34,9 @@ HEAD_SHAPES = {"tiny": [], "quick": [(256, 8192, 128), (512, 4096, 256)],
 #: Backward-layout shapes, few FLOPs each: large (k x n) operands (the LM head's input gradient
 #: g @ W reduces over the vocabulary; unblocked kernels slow down once the operand leaves the
 #: caches), large (m x n) outputs with short reductions (the weight gradient g^T @ x reduces over
-#: the tokens of a micro-batch)
-_BWD_QUICK = [(8, 256, 65536), (8, 1024, 16384), (16, 512, 8192), (8192, 256, 64), (16384, 512, 32)]
+#: the tokens of a micro-batch; outputs of 4-32 MiB, as a large vocabulary's head has)
+_BWD_QUICK = [(8, 256, 65536), (8, 1024, 16384), (16, 512, 8192), (8192, 256, 64), (16384, 512, 32),
+              (32768, 256, 32), (8192, 1024, 32)]
 BWD_SHAPES = {"tiny": [], "quick": _BWD_QUICK, "thorough": _BWD_QUICK + [(32, 768, 50304), (32768, 512, 128)]}
 #: fp32 only (cheap there; hours in an unblocked bf16 layout): a micro-batch of 64-256 tokens through
 #: weights of 12-64 MiB, which run below what the thickness alone predicts on a CPU

@@ -237,9 +237,16 @@ def _gemm_key(precision: str, where: str, op: Op) -> tuple:
 
 def gemm_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of one repetition of each GEMM op (first axis), all at once:
-    the profile's shape-dependent efficiency (forward layout; the input gradient (m,k,n) in the
-    backward layout, the weight gradient (n,k,m) in the weight-gradient layout), or the operand
-    traffic if slower."""
+    :func:`gemm_pass_times` with the backward's two GEMMs added."""
+    t_f, t_d, t_w = gemm_pass_times(ops, dev, precision)
+    return t_f, t_d + t_w
+
+
+def gemm_pass_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, input-gradient, weight-gradient) seconds of one repetition of each GEMM op
+    (first axis): the profile's shape-dependent efficiency (forward layout; the input gradient
+    (m,k,n) in the backward layout, the weight gradient (n,k,m) in the weight-gradient layout),
+    or the operand traffic if slower."""
     prof = dev.profile
     g, gb, gw = prof.gemm_for(precision), prof.gemm_bwd_for(precision), prof.gemm_wgrad_for(precision)
     peak, e = dev.gemm_peak(precision), workload.act_bytes(precision)
@@ -256,7 +263,7 @@ def gemm_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndarray, 
         return w * kernels.gemm_time(mm, nn, kk, peak, eff.e_max, eff.x_half, e, bw, bw_eff, 0.0,
                                      eff.operand_half_bytes, eff.operand_floor, weight)
 
-    return t(m, n, k, g), t(m, k, n, gb) + t(n, k, m, gw)
+    return t(m, n, k, g), t(m, k, n, gb), t(n, k, m, gw)
 
 
 def _gemm_key(precision: str, where: str, op: Op) -> tuple:

@@ -26,6 +26,8 @@ Exit status: 0 success, 1 runtime failure, 2 usage error.
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import resource
 import statistics
 import sys
@@ -188,8 +190,42 @@ def measure(cfg, warmup: int = 2) -> dict[str, Any]:
         row[0] += ev.self_cpu_time_total * 1e-6
         row[1] += 1
     top = sorted(((k, t, n) for k, (t, n) in ops.items()), key=lambda r: -r[1])
+    isolated = {k: isolated_gemm_s(k[1], json.loads(k[3])) for k, _, _ in top
+                if k[2] in _GEMM_OPS and k[1] != "attention"}
     return {"classes": {p: dict(c) for p, c in by.items()}, "wall": wall, "profiled_wall": profiled,
-            "faults": faults, "top": top}
+            "faults": faults, "top": top, "isolated": isolated}
+
+
+def isolated_gemm_s(cls: str, shapes: list[list[int]], reps: int = 3) -> float | None:
+    """Seconds of one warm, repeated call of a profiled GEMM (``shapes`` as the profiler recorded
+    them) in the layout its class runs in: forward ``x @ W^T`` (weight stored (n, k)), input
+    gradient ``g @ W`` and weight gradient ``g^T @ x`` (first operand transposed), plus the bias
+    of an ``addmm``; the fastest of ``reps`` after one warm-up. What a microbenchmark sees of the
+    same GEMM, for comparison with its time inside the step."""
+    import torch
+
+    mats = [d for d in shapes if len(d) == 2]
+    if len(mats) < 2:
+        return None
+    (x, y), (_, z) = mats[-2], mats[-1]
+    bias = torch.zeros(z) if len(mats) > 2 or any(len(d) == 1 for d in shapes) else None
+    if cls.endswith(".fwd"):
+        a, b = torch.randn(x, y), torch.randn(z, y).t()
+    elif cls.endswith(".wgrad"):
+        a, b = torch.randn(y, x).t(), torch.randn(y, z)
+    else:
+        a, b = torch.randn(x, y), torch.randn(y, z)
+
+    def call() -> None:
+        torch.addmm(bias, a, b) if bias is not None else torch.mm(a, b)
+
+    call()
+    best = math.inf
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        call()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 # ---------------------------------------------------------------------------- predicting
@@ -284,10 +320,24 @@ def format_report(cfg, measured: dict[str, Any], predicted: dict[str, Any], faul
 
 
 def format_top(measured: dict[str, Any], n: int) -> str:
-    """The ``n`` operators (name and input shapes, per phase and class) with the most self time."""
-    lines = [f"\ntop {n} operators by self time (phase class calls ms name shapes)"]
-    for (phase, cls, name, shapes), t, calls in measured["top"][:n]:
-        lines.append(f"  {phase:<3} {cls:<11} {calls:4d} {t * 1e3:8.2f}  {name} {shapes}")
+    """The ``n`` operators (name and input shapes, per phase and class) with the most self time;
+    for GEMMs also the same calls' time warm and in isolation (``isolated``), and per GEMM class
+    the ratio in-step / isolated."""
+    lines = [f"\ntop {n} operators by self time (phase class calls ms [isolated warm ms] name shapes)"]
+    iso = measured.get("isolated", {})
+    for key, t, calls in measured["top"][:n]:
+        phase, cls, name, shapes = key
+        one = iso.get(key)
+        extra = f"[{one * calls * 1e3:7.2f}]" if one else " " * 9
+        lines.append(f"  {phase:<3} {cls:<11} {calls:4d} {t * 1e3:8.2f} {extra}  {name} {shapes}")
+    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for key, t, calls in measured["top"]:
+        if iso.get(key):
+            sums[key[1]][0] += t
+            sums[key[1]][1] += iso[key] * calls
+    if sums:
+        lines.append("GEMMs in the step / the same calls warm in isolation: " + ", ".join(
+            f"{c} {a / b:.2f}" for c, (a, b) in sorted(sums.items()) if b > 0))
     return "\n".join(lines)
 
 

@@ -78,8 +78,20 @@ def test_one_profiled_step_of_a_tiny_model(tmp_path):
         assert bwd.get(cls, 0.0) > 0, cls
     assert m["classes"]["opt"].get("optimizer", 0.0) > 0
     assert all(m["wall"][p] > 0 for p in OC.PHASES)
+    # every profiled layer/head GEMM was re-timed warm in isolation, and the listing shows the ratio
+    gemms = [k for k, _, _ in m["top"] if k[2] in ("aten::mm", "aten::addmm") and k[1] != "attention"]
+    assert gemms and all(m["isolated"][k] > 0 for k in gemms)
+    assert "GEMMs in the step / the same calls warm in isolation: " in OC.format_top(m, 5)
     text = OC.format_report(cfg, m, OC.predict(cfg, load_profile(PROFILE)), 2.0)
     assert "gemm.fwd" in text and "nan" not in text.lower()
+
+
+@pytest.mark.parametrize(("cls", "shapes"), [
+    ("gemm.fwd", [[64], [32, 16], [16, 64], [], []]), ("gemm.dgrad", [[32, 64], [64, 16]]),
+    ("gemm.wgrad", [[64, 32], [32, 16]]), ("head.fwd", [[32, 16], [16, 100]])])
+def test_isolated_gemm_times_each_layout(cls, shapes):
+    assert OC.isolated_gemm_s(cls, shapes, reps=1) > 0
+    assert OC.isolated_gemm_s(cls, [[4, 32, 16], [4, 16, 32]]) is None  # batched: not re-timed
 
 
 def test_usage_errors(tmp_path, capsys):

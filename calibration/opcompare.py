@@ -7,7 +7,10 @@ operation class and phase (forward, backward including recomputation, optimizer)
 simulator's time of the same classes from its operation list (:mod:`simulator.opcost`,
 :mod:`simulator.compute`, :mod:`simulator.fresh_memory`) for the same profile. The profiler adds
 its own overhead per operator (a few microseconds), so measured totals run slightly above an
-unprofiled step; the unprofiled phase times of the same step are printed too.
+unprofiled step; the unprofiled phase times (median of 3 steps) are printed too. ``--top N``
+lists the operators with the most self time and, for each layer and head GEMM, the same call
+timed warm and in isolation (what a microbenchmark sees), with the ratio in-step / isolated per
+GEMM class: above 1 where operands arrive cold or the step's other work slows the GEMM.
 
 Classes: ``gemm.fwd`` / ``gemm.dgrad`` / ``gemm.wgrad`` (the layer projections in their three
 layouts), ``head.*`` (the LM head GEMMs, the vocabulary-wide ones), ``attention`` (fused SDPA, or

@@ -335,3 +335,7 @@ def _on_sigterm():
         raise KeyboardInterrupt
 
     return signal.signal(signal.SIGTERM, handler)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,6 +11,8 @@ unprofiled step; the unprofiled phase times (median of 3 steps) are printed too.
 lists the operators with the most self time and, for each layer and head GEMM, the same call
 timed warm and in isolation (what a microbenchmark sees), with the ratio in-step / isolated per
 GEMM class: above 1 where operands arrive cold or the step's other work slows the GEMM.
+``--faults N`` runs one more step under :class:`FaultTracer` and lists the N operators whose
+outputs took the most fresh pages (minor page faults), against the ``fresh`` class.
 
 Classes: ``gemm.fwd`` / ``gemm.dgrad`` / ``gemm.wgrad`` (the layer projections in their three
 layouts), ``head.*`` (the LM head GEMMs, the vocabulary-wide ones), ``attention`` (fused SDPA, or
@@ -35,12 +37,13 @@ import resource
 import statistics
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from simulator.errors import UsageError, run_cli
 
@@ -116,11 +119,12 @@ def classify(name: str, shapes: Sequence[Sequence[int]], phase: str, tokens: int
 
 
 # ---------------------------------------------------------------------------- measuring
-def measure(cfg, warmup: int = 2) -> dict[str, Any]:
+def measure(cfg, warmup: int = 2, trace_faults: bool = False) -> dict[str, Any]:
     """Profile one training step of ``cfg`` (a :class:`calibration.validate.Config`, one CPU
     process): per phase and class the operators' self seconds (all micro-batches); ``wall`` the
     unprofiled phase seconds (median of 3 steps), ``faults`` minor page faults per phase of the
-    profiled step."""
+    profiled step; with ``trace_faults`` also ``fault_ops``: one more step's minor page faults per
+    (phase, operator, output shape), :class:`FaultTracer`, most first."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -138,6 +142,7 @@ def measure(cfg, warmup: int = 2) -> dict[str, Any]:
     faults = dict.fromkeys(PHASES, 0)
 
     def mark(phase: str, fn) -> float:
+        FaultTracer.phase = phase
         f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0 = time.perf_counter()
         with record_function(f"opcompare::{phase}"):
@@ -176,6 +181,14 @@ def measure(cfg, warmup: int = 2) -> dict[str, Any]:
         faults[p] = 0
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         profiled = step()
+    fault_ops: list[tuple[tuple[str, str, str], int]] = []
+    if trace_faults:
+        tracer = FaultTracer()
+        marks = faults.copy()
+        with tracer:
+            step()
+        fault_ops = tracer.counts.most_common()
+        faults.update(marks)
     ranges = sorted((ev.time_range.start, ev.time_range.end, ev.name.split("::", 1)[1])
                     for ev in prof.events() if ev.name.startswith("opcompare::"))
     tokens, seq = cfg.micro_batch * cfg.seq_len, cfg.seq_len
@@ -196,7 +209,39 @@ def measure(cfg, warmup: int = 2) -> dict[str, Any]:
     isolated = {k: isolated_gemm_s(k[1], json.loads(k[3])) for k, _, _ in top
                 if k[2] in _GEMM_OPS and k[1] != "attention"}
     return {"classes": {p: dict(c) for p, c in by.items()}, "wall": wall, "profiled_wall": profiled,
-            "faults": faults, "top": top, "isolated": isolated}
+            "faults": faults, "top": top, "isolated": isolated, "fault_ops": fault_ops}
+
+
+def _minflt() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+class FaultTracer(TorchDispatchMode):
+    """A torch dispatch mode counting the minor page faults (fresh 4 KiB pages the kernel maps in)
+    of every aten operator, keyed by (phase, operator, output shape): which tensors of a real step
+    land on fresh pages, against :mod:`simulator.fresh_memory`'s account of them."""
+
+    phase = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        f0 = _minflt()
+        out = func(*args, **(kwargs or {}))
+        n = _minflt() - f0
+        if n:
+            self.counts[(FaultTracer.phase, str(func), str(list(getattr(out, "shape", []))))] += n
+        return out
+
+
+def format_faults(measured: dict[str, Any], n: int) -> str:
+    """The ``n`` operators whose outputs took the most fresh pages in the traced step (MiB)."""
+    lines = [f"\nfresh pages per operator in one traced step (phase MiB operator output shape), top {n}"]
+    for (phase, op, shape), count in measured["fault_ops"][:n]:
+        lines.append(f"  {phase:<3} {count * 4096 / 2**20:8.1f}  {op} {shape}")
+    return "\n".join(lines)
 
 
 def isolated_gemm_s(cls: str, shapes: list[list[int]], reps: int = 3) -> float | None:
@@ -357,6 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="config id (or a unique substring) of the suite")
     p.add_argument("--warmup", type=int, default=2, help="warm-up steps before the profiled step (default 2)")
     p.add_argument("--top", type=int, default=0, help="also list the N operators with the most self time")
+    p.add_argument("--faults", type=int, default=0,
+                   help="trace one more step's page faults per operator and list the N largest")
     return p
 
 
@@ -381,12 +428,14 @@ def run(a: argparse.Namespace) -> int:
         raise UsageError(f"config {cfg.id!r}: opcompare profiles eager fp32/bf16 steps only")
     if a.warmup < 1:
         raise UsageError(f"--warmup must be >= 1, got {a.warmup}")
-    measured = measure(cfg, a.warmup)
+    measured = measure(cfg, a.warmup, trace_faults=a.faults > 0)
     predicted = predict(cfg, profile)
     fm = profile.fresh_memory
     print(format_report(cfg, measured, predicted, fm.gbs if fm is not None else None))
     if a.top > 0:
         print(format_top(measured, a.top))
+    if a.faults > 0:
+        print(format_faults(measured, a.faults))
     return 0
 
 

@@ -70,7 +70,7 @@ def test_predicted_classes_add_up_to_the_simulators_passes(tmp_path, knobs):
 
 def test_one_profiled_step_of_a_tiny_model(tmp_path):
     cfg = V.load_suite(_suite(tmp_path / "s.json", [{"seq_len": 32, "micro_batch": 2}])).configs[0]
-    m = OC.measure(cfg, warmup=1)
+    m = OC.measure(cfg, warmup=1, trace_faults=True)
     fwd, bwd = m["classes"]["fwd"], m["classes"]["bwd"]
     for cls in ("gemm.fwd", "head.fwd", "attention", "elementwise", "loss"):
         assert fwd.get(cls, 0.0) > 0, cls
@@ -82,8 +82,20 @@ def test_one_profiled_step_of_a_tiny_model(tmp_path):
     gemms = [k for k, _, _ in m["top"] if k[2] in ("aten::mm", "aten::addmm") and k[1] != "attention"]
     assert gemms and all(m["isolated"][k] > 0 for k in gemms)
     assert "GEMMs in the step / the same calls warm in isolation: " in OC.format_top(m, 5)
+    # the traced step attributes page faults to (phase, operator, output shape)
+    assert all(ph in OC.PHASES and op.startswith("aten.") and n > 0 for (ph, op, _), n in m["fault_ops"])
+    assert "fresh pages per operator" in OC.format_faults(m, 3)
     text = OC.format_report(cfg, m, OC.predict(cfg, load_profile(PROFILE)), 2.0)
     assert "gemm.fwd" in text and "nan" not in text.lower()
+
+
+def test_fault_tracer_sees_a_fresh_mapping():
+    tracer = OC.FaultTracer()
+    OC.FaultTracer.phase = "fwd"
+    with tracer:
+        torch.ones(48 << 18)  # 48 MiB: above glibc's mmap threshold, always fresh pages
+    (key, n), = [(k, v) for k, v in tracer.counts.items() if v > 1000]
+    assert key == ("fwd", "aten.ones.default", "[12582912]") and n * 4096 >= 40 << 20
 
 
 @pytest.mark.parametrize(("cls", "shapes"), [

@@ -200,6 +200,19 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     if "fp32" not in gemm:
         gemm["fp32"] = {"e_max": 0.5, "x_half": 100.0, "source": f"gemm fp32: {PLACEHOLDER}"}
 
+    # 4b. forward-layout GEMMs whose output rows are not whole cache lines (benches/gemm_align.py):
+    #     the geometric-mean time ratio against the aligned shape, per FLOP
+    misaligned: dict[str, float] = {}
+    mis_notes: list[str] = []
+    for prec in dev.precisions:
+        pts = [r for _, r in _ok(results, f"gemm_align/{prec}/")]
+        if pts:
+            f_m = F.fit_ratio([r["time_s"] * r["aligned_flops"] / r["flops"] for r in pts],
+                              [r["aligned_s"] for r in pts])
+            fits[f"gemm_misaligned/{prec}"] = f_m.as_dict()
+            misaligned[prec] = f_m.params["ratio"]
+            mis_notes.append(f"{prec} x{misaligned[prec]:.3g} ({f_m.n} pairs, rms log {f_m.rms_log:.2f})")
+
     # 5. attention efficiencies: flash in the mixed-precision dtype vs its peak, mem_efficient
     #    in fp32 vs the fp32 peak (how simulator.compute applies them).
     aprec = attention_precision(dev.precisions)
@@ -423,6 +436,9 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         "gemm_bwd": gemm_bwd, "gemm_wgrad": gemm_wgrad, "bw_eff_ops": ops_eff,
         "bw_eff_ops_source": (f"{tag}: " + "; ".join(ops_notes)) if ops_notes else None,
         "fresh_memory": fresh, "optimizer_tensor_us": opt_tensor_us,
+        "gemm_misaligned": misaligned,
+        "gemm_misaligned_source": (f"{tag}: torch.mm(x, W^T) with n + 1 output columns against n (a multiple "
+                                   "of 64), outputs of 16 MiB: " + "; ".join(mis_notes)) if mis_notes else None,
     }
     for key, val in list(data.items()):
         if isinstance(val, float) and not math.isfinite(val):
@@ -519,6 +535,7 @@ def _flat(profile: Profile) -> dict[str, float]:
     out.update({f"attention.{k}": v for k, v in d["attention"].items() if isinstance(v, float)})
     out.update({f"bw_eff_ops.{k}": v for k, v in d["bw_eff_ops"].items()})
     out.update({f"optimizer_bw_eff.{k}": v for k, v in d["optimizer_bw_eff"].items()})
+    out.update({f"gemm_misaligned.{k}": v for k, v in d["gemm_misaligned"].items()})
     if d["fresh_memory"]:
         out.update({"fresh_memory.gbs": d["fresh_memory"]["gbs"],
                     "fresh_memory.keep_bytes": d["fresh_memory"]["keep_bytes"]})

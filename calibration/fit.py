@@ -157,6 +157,17 @@ def fit_gemm_strided(m, n, k, times, peak_flops: float, bytes_per_el: float, bw:
     return Fit(params, int(t.size), _rms(resid), clipped)
 
 
+def fit_ratio(slow_times, fast_times, lo: float = 1.0, hi: float = 4.0) -> Fit:
+    """Fit one time factor ``ratio`` in [lo, hi] of paired calls (``slow`` = ``ratio`` x ``fast``):
+    the geometric mean of the pairs' ratios, clipped to the bounds."""
+    s, f = _arr(slow_times), _arr(fast_times)
+    logs = np.log(s / f)
+    raw = math.exp(float(np.mean(logs)))
+    ratio = min(max(raw, lo), hi)
+    rms = float(np.sqrt(np.mean((logs - math.log(ratio)) ** 2)))
+    return Fit({"ratio": ratio}, int(s.size), rms, ["ratio"] if ratio != raw else [])
+
+
 def fit_bandwidth(nbytes, times, bw: float, launch_s: float, kernels_per_call=1) -> Fit:
     """Fit ``bw_eff`` in (0, 1] of :func:`simulator.kernels.memory_bound_time`."""
     b, t = _arr(nbytes), _arr(times)

@@ -253,6 +253,11 @@ class Profile(_Strict):
     # views, autograd recording in the forward, autograd-engine nodes in the backward), us
     train_fwd_kernel_us: float | None = Field(default=None, ge=0, le=1000)
     train_bwd_kernel_us: float | None = Field(default=None, ge=0, le=1000)
+    # time factor of a forward-layout GEMM whose output rows are not whole 64-byte cache lines (n x bytes
+    # per element not a multiple of CACHE_LINE_BYTES, e.g. GPT-2's 50257-token LM head), per precision;
+    # absent: 1 (calibration/benches/gemm_align.py)
+    gemm_misaligned: dict[str, float] = {}
+    gemm_misaligned_source: str | None = None
     spread: dict[str, float] = {}  # relative IQR of each fitted parameter over measurement resamples
     # Sustained fp32 atomicAdd rate into global memory (L2), 1e9 adds/s, where `calibrate --from-runs`
     # fitted it (absent: the family fit's value for this GPU, simulator.family_validation.atomic_rate)
@@ -266,6 +271,16 @@ class Profile(_Strict):
                 raise ValueError(f"bw_eff_ops: unknown op class {key!r}; valid: {', '.join(BW_OP_CLASSES)}")
             if not (math.isfinite(val) and 0 < val <= 1):
                 raise ValueError(f"bw_eff_ops[{key}] must be in (0, 1]")
+        return v
+
+    @field_validator("gemm_misaligned")
+    @classmethod
+    def _misaligned(cls, v: dict[str, float]) -> dict[str, float]:
+        for key, val in v.items():
+            if key not in PEAK_PRECISIONS:
+                raise ValueError(f"gemm_misaligned: unknown precision {key!r}; valid: {', '.join(PEAK_PRECISIONS)}")
+            if not (math.isfinite(val) and 1 <= val <= 4):
+                raise ValueError(f"gemm_misaligned[{key}] must be in [1, 4]")
         return v
 
     def bw_eff(self, op: str) -> float:

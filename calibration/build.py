@@ -32,6 +32,7 @@ from simulator.profile import (
 from . import fit as F
 from .benches.attention import BWD_FLOPS_FACTOR, attention_precision
 from .benches.bandwidth import OPS
+from .benches.gemm import SYSFS_CACHE, WALK_SHAPES
 from .benches.optimizer import layer_shapes
 from .collectives import bus_bytes
 from .device import BYTES_PER_EL, DeviceContext, catalog_peaks, provenance_fields
@@ -161,15 +162,20 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     layouts = {"linear_nt": (gemm, "gemm", "forward layout F.linear (x @ W^T)"),
                "mm_nn": (gemm_bwd, "gemm_bwd", "input-gradient layout torch.mm NN (g @ W)"),
                "mm_tn": (gemm_wgrad, "gemm_wgrad", "weight-gradient layout torch.mm TN (g^T @ x)")}
+    walk_probes = {f"{m}x{n}x{k}" for shapes_ in WALK_SHAPES.values() for m, n, k in shapes_}
     for prec in dev.precisions:
-        pts = _ok(results, f"gemm/{prec}/")
-        if not pts or prec not in peaks:
+        all_pts = _ok(results, f"gemm/{prec}/")
+        if not all_pts or prec not in peaks:
             continue
-        shp = [[r_p(k, d) for k, _ in pts] for d in "mnk"]
-        split = all("layouts_min_s" in r for _, r in pts)
+        split = all("layouts_min_s" in r for _, r in all_pts)
         for lay, (dest, sec, what) in layouts.items():
             if not split and lay != "linear_nt":
                 continue
+            # the strided-walk probes inform the input-gradient layout only (the others run blocked kernels)
+            pts = all_pts if lay == "mm_nn" else [(k, r) for k, r in all_pts if k.rsplit("/", 1)[1] not in walk_probes]
+            if not pts:
+                continue
+            shp = [[r_p(k, d) for k, _ in pts] for d in "mnk"]
             ts = [r["layouts_min_s"][lay] if split else r["time_s"] for _, r in pts]
             m_, n_, k_ = (np.asarray(v, dtype=float) for v in shp)
             # the weight-sized matrix each layout streams: the (k x n) operand, or the (m x n) output of g^T @ x
@@ -187,8 +193,25 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                                         f"S / {oh / 2**20:.3g} MiB) for a (k x n) operand of S bytes" if oh else "")
                                      + (f"; peak {peaks[prec]:.4g} TFLOPS = {peak_src[prec]}" if lay == "linear_nt"
                                         else ""))}
+            caches = [r.get("cache") for _, r in pts]
+            if lay == "mm_nn" and split and caches[0] and all(c == caches[0] for c in caches):
+                _strided_walk(fits, dest, prec, f_g, tag, shp, ts, peaks[prec] * 1e12, bw_gbs * 1e9, bw_eff,
+                              launch_s, caches[0])
     if "fp32" not in gemm:
         gemm["fp32"] = {"e_max": 0.5, "x_half": 100.0, "source": f"gemm fp32: {PLACEHOLDER}"}
+
+    # 4b. forward-layout GEMMs whose output rows are not whole cache lines (benches/gemm_align.py):
+    #     the geometric-mean time ratio against the aligned shape, per FLOP
+    misaligned: dict[str, float] = {}
+    mis_notes: list[str] = []
+    for prec in dev.precisions:
+        pts = [r for _, r in _ok(results, f"gemm_align/{prec}/")]
+        if pts:
+            f_m = F.fit_ratio([r["time_s"] * r["aligned_flops"] / r["flops"] for r in pts],
+                              [r["aligned_s"] for r in pts])
+            fits[f"gemm_misaligned/{prec}"] = f_m.as_dict()
+            misaligned[prec] = f_m.params["ratio"]
+            mis_notes.append(f"{prec} x{misaligned[prec]:.3g} ({f_m.n} pairs, rms log {f_m.rms_log:.2f})")
 
     # 5. attention efficiencies: flash in the mixed-precision dtype vs its peak, mem_efficient
     #    in fp32 vs the fp32 peak (how simulator.compute applies them).
@@ -416,6 +439,9 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         "gemm_bwd": gemm_bwd, "gemm_wgrad": gemm_wgrad, "bw_eff_ops": ops_eff,
         "bw_eff_ops_source": (f"{tag}: " + "; ".join(ops_notes)) if ops_notes else None,
         "fresh_memory": fresh, "optimizer_tensor_us": opt_tensor_us,
+        "gemm_misaligned": misaligned,
+        "gemm_misaligned_source": (f"{tag}: torch.mm(x, W^T) with n + 1 output columns against n (a multiple "
+                                   "of 64), outputs of 16 MiB: " + "; ".join(mis_notes)) if mis_notes else None,
     }
     for key, val in list(data.items()):
         if isinstance(val, float) and not math.isfinite(val):
@@ -506,9 +532,13 @@ def _flat(profile: Profile) -> dict[str, float]:
             if g.get("operand_half_mib"):
                 out[f"{sec}.{prec}.operand_half_mib"] = g["operand_half_mib"]
                 out[f"{sec}.{prec}.operand_floor"] = g["operand_floor"]
+            if g.get("strided"):
+                out.update({f"{sec}.{prec}.strided.{p}": g["strided"][p]
+                            for p in ("conflict_lines", "conflict_floor", "column_half", "column_floor")})
     out.update({f"attention.{k}": v for k, v in d["attention"].items() if isinstance(v, float)})
     out.update({f"bw_eff_ops.{k}": v for k, v in d["bw_eff_ops"].items()})
     out.update({f"optimizer_bw_eff.{k}": v for k, v in d["optimizer_bw_eff"].items()})
+    out.update({f"gemm_misaligned.{k}": v for k, v in d["gemm_misaligned"].items()})
     if d["fresh_memory"]:
         out.update({"fresh_memory.gbs": d["fresh_memory"]["gbs"],
                     "fresh_memory.keep_bytes": d["fresh_memory"]["keep_bytes"]})
@@ -553,6 +583,31 @@ def _faulted_s(rec: dict, temps: int, sizes: list[float], fresh_prof: FreshMemor
     if rec.get("fault_bytes") is not None:
         return float(rec["fault_bytes"]) / (fresh_prof.gbs * 1e9)
     return temps * sum(fresh_s(b, b) for b in sizes)
+
+
+def _strided_walk(fits: dict, dest: dict, prec: str, plain: F.Fit, tag: str, shp, ts, peak_flops: float,
+                  bw: float, bw_eff: float, launch_s: float, cache: dict[str, int]) -> None:
+    """Replace ``dest[prec]`` (the input-gradient layout) by the strided-walk model
+    (:func:`simulator.kernels.strided_walk_factor`) where its rms log error is a fifth, and at least
+    0.02, below ``plain``'s."""
+    f_w = F.fit_gemm_strided(*shp, ts, peak_flops, BYTES_PER_EL[prec], bw, bw_eff, launch_s, cache)
+    fits[f"gemm_bwd_strided/{prec}"] = {**f_w.as_dict(), "cache": cache}
+    if not f_w.rms_log < min(0.8 * plain.rms_log, plain.rms_log - 0.02):
+        return
+    p = f_w.params
+    geo = (f"L1 {cache['l1_sets']} sets x {cache['l1_ways']} ways, L2 {cache['l2_sets']} x {cache['l2_ways']}, "
+           f"{cache['line_bytes']} B lines (sysfs {SYSFS_CACHE})")
+    walk = {**cache, "conflict_lines": p["conflict_lines"], "conflict_floor": p["conflict_floor"],
+            "sharpness": F.WALK_SHARPNESS, "column_half": p["column_half"], "column_floor": p["column_floor"],
+            "source": f"{tag}: fitted to {f_w.n} input-gradient GEMMs with {geo}; sharpness "
+                      f"{F.WALK_SHARPNESS:g} = assumption (calibration.fit.WALK_SHARPNESS)"}
+    dest[prec] = {"e_max": p["e_max"], "x_half": p["x_half"], "strided": walk,
+                  "source": (f"{tag}: {f_w.n} GEMMs (input-gradient layout torch.mm NN (g @ W), a reference kernel "
+                             f"walking a column of W per dot product) fitted to gemm_time x strided_walk_factor, "
+                             f"rms log err {f_w.rms_log:.2f} (operand-size model: {plain.rms_log:.2f}); column "
+                             f"stride reaching L1 capacity C1 < {p['conflict_lines']:.0f} lines: x "
+                             f"{p['conflict_floor']:.2f}; column of u x the L2 lines kept at the stride: x "
+                             f"{p['column_floor']:.2f} + (1 - that) / (1 + u / {p['column_half']:.2f})")}
 
 
 def _layer_tensor_bytes(key: str) -> list[float]:

@@ -115,6 +115,59 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
     return Fit({"e_max": min(e_max, 1.0), "x_half": x_half, **extra}, int(t.size), _rms(resid), clipped)
 
 
+#: steepness of the L1-conflict transition of a strided walk (assumption: the measured speeds step
+#: between L1 capacities of 64 and 128 lines on an AMD EPYC, too sharply for the points to resolve it)
+WALK_SHARPNESS = 8.0
+
+
+def fit_gemm_strided(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, bw_eff: float,
+                     launch_s: float, cache: dict[str, int]) -> Fit:
+    """Fit ``e_max``, ``x_half`` and the strided-walk terms (``conflict_lines``, ``conflict_floor``,
+    ``column_half``, ``column_floor``; :func:`simulator.kernels.strided_walk_factor`) of a GEMM
+    kernel whose dot products walk a column of the (k x n) operand, n elements apart, with the
+    cache geometry ``cache`` (line bytes, L1 and L2 sets and ways) held fixed."""
+    from simulator.profile import StridedWalk
+
+    m, n, k, t = (_arr(a) for a in (m, n, k, times))
+    logt = np.log(t)
+
+    def walk(p) -> StridedWalk:
+        return StridedWalk(**cache, conflict_lines=math.exp(p[2]), conflict_floor=p[3], sharpness=WALK_SHARPNESS,
+                           column_half=math.exp(p[4]), column_floor=p[5], source="fit")
+
+    def model(p) -> np.ndarray:
+        f = kernels.strided_walk_factor(n, k, bytes_per_el, walk(p))
+        return kernels.gemm_time(m, n, k, peak_flops, math.exp(p[0]), math.exp(p[1]), bytes_per_el, bw, bw_eff,
+                                 launch_s, walk_factor=f)
+
+    eff_meas = 2 * m * n * k / (peak_flops * np.maximum(t - launch_s, 1e-12))
+    e0 = float(min(1.0, max(1e-4, eff_meas.max() * 1.2)))
+    l1 = cache["l1_sets"] * cache["l1_ways"]
+    lo = [math.log(1e-6), math.log(1e-3), math.log(cache["l1_ways"]), 0.02, math.log(1 / 64), 0.02]
+    hi = [0.0, math.log(1e4), math.log(l1), 1.0, math.log(64.0), 1.0]
+    x = _solve(lambda p: np.log(model(p)) - logt,
+               [math.log(e0), math.log(1.0), math.log(l1 / 4), 0.5, 0.0, 0.3], lo, hi)
+    resid = np.log(model(x)) - logt
+    names = ["e_max", "x_half", "conflict_lines", "conflict_floor", "column_half", "column_floor"]
+    vals = [math.exp(x[0]), math.exp(x[1]), math.exp(x[2]), float(x[3]), math.exp(x[4]), float(x[5])]
+    clipped = [nm for nm, v, a, b in zip(names, x, lo, hi, strict=True) if v <= a + 1e-6 or v >= b - 1e-6]
+    params = dict(zip(names, vals, strict=True))
+    if params["x_half"] <= 1.001e-3:
+        params["x_half"] = 0.0
+    return Fit(params, int(t.size), _rms(resid), clipped)
+
+
+def fit_ratio(slow_times, fast_times, lo: float = 1.0, hi: float = 4.0) -> Fit:
+    """Fit one time factor ``ratio`` in [lo, hi] of paired calls (``slow`` = ``ratio`` x ``fast``):
+    the geometric mean of the pairs' ratios, clipped to the bounds."""
+    s, f = _arr(slow_times), _arr(fast_times)
+    logs = np.log(s / f)
+    raw = math.exp(float(np.mean(logs)))
+    ratio = min(max(raw, lo), hi)
+    rms = float(np.sqrt(np.mean((logs - math.log(ratio)) ** 2)))
+    return Fit({"ratio": ratio}, int(s.size), rms, ["ratio"] if ratio != raw else [])
+
+
 def fit_bandwidth(nbytes, times, bw: float, launch_s: float, kernels_per_call=1) -> Fit:
     """Fit ``bw_eff`` in (0, 1] of :func:`simulator.kernels.memory_bound_time`."""
     b, t = _arr(nbytes), _arr(times)

@@ -29,6 +29,10 @@ FLASH_BWD_FLOPS = 2.5
 #: bars (head dim 64 and 128, seq 512-16k, H100 SXM5 BF16) of Shah et al. 2024 (FlashAttention-3,
 #: arXiv 2407.08608, fig. 5), non-causal and causal panels.
 NONCAUSAL_SEQ_HALF = 0.24
+#: Cache-line size of x86-64 and most ARM server cores, bytes (Intel 64 and IA-32 Architectures
+#: Optimization Reference Manual; AMD Software Optimization Guide for EPYC): output rows whose length
+#: is not a multiple of it take the profile's ``gemm_misaligned`` factor.
+CACHE_LINE_BYTES = 64
 
 
 @dataclass(frozen=True)
@@ -237,9 +241,17 @@ def _gemm_key(precision: str, where: str, op: Op) -> tuple:
 
 def gemm_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of one repetition of each GEMM op (first axis), all at once:
-    the profile's shape-dependent efficiency (forward layout; the input gradient (m,k,n) in the
-    backward layout, the weight gradient (n,k,m) in the weight-gradient layout), or the operand
-    traffic if slower."""
+    :func:`gemm_pass_times` with the backward's two GEMMs added."""
+    t_f, t_d, t_w = gemm_pass_times(ops, dev, precision)
+    return t_f, t_d + t_w
+
+
+def gemm_pass_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, input-gradient, weight-gradient) seconds of one repetition of each GEMM op
+    (first axis): the profile's shape-dependent efficiency (forward layout; the input gradient
+    (m,k,n) in the backward layout, the weight gradient (n,k,m) in the weight-gradient layout),
+    or the operand traffic if slower; forward outputs whose rows are not whole cache lines take
+    the profile's ``gemm_misaligned`` factor."""
     prof = dev.profile
     g, gb, gw = prof.gemm_for(precision), prof.gemm_bwd_for(precision), prof.gemm_wgrad_for(precision)
     peak, e = dev.gemm_peak(precision), workload.act_bytes(precision)
@@ -252,11 +264,17 @@ def gemm_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndarray, 
 
     weight = n * k * e  # the layer's weight: the operand or output unblocked kernels stream
 
-    def t(mm, nn, kk, eff):
+    def t(mm, nn, kk, eff, walks=False):
+        # input gradient g @ W: a reference kernel's dot products walk a column of W (kk long, nn apart)
+        walk = kernels.strided_walk_factor(nn, kk, e, eff.strided) if walks and eff.strided else 1.0
         return w * kernels.gemm_time(mm, nn, kk, peak, eff.e_max, eff.x_half, e, bw, bw_eff, 0.0,
-                                     eff.operand_half_bytes, eff.operand_floor, weight)
+                                     eff.operand_half_bytes, eff.operand_floor, weight, walk)
 
-    return t(m, n, k, g), t(m, k, n, gb) + t(n, k, m, gw)
+    t_f = t(m, n, k, g)
+    mis = prof.gemm_misaligned.get(precision)
+    if mis:  # output rows that are not whole cache lines (GPT-2's 50257-token head)
+        t_f = t_f * np.where(np.mod(n * e, CACHE_LINE_BYTES) != 0, mis, 1.0)
+    return t_f, t(m, k, n, gb, walks=True), t(n, k, m, gw)
 
 
 def _gemm_key(precision: str, where: str, op: Op) -> tuple:

@@ -34,16 +34,53 @@ def operand_factor(operand_bytes, half_bytes: float | None, floor: float = 0.0):
     return floor + (1.0 - floor) / (1.0 + s / half_bytes)
 
 
+def strided_capacity_lines(stride_bytes, sets: int, ways: int, line_bytes: int):
+    """Cache lines a walk down a column with ``stride_bytes`` between elements can keep in a
+    ``sets`` x ``ways`` set-associative cache of ``line_bytes`` lines: ``ways * sets / gcd(stride
+    in lines, sets)``. A stride of a multiple of ``line_bytes * sets`` reaches one set (``ways``
+    lines); a stride that is not a whole number of lines, or shorter than one, reaches them all."""
+    s = np.asarray(stride_bytes, dtype=float)
+    lines = np.floor(s / line_bytes).astype(np.int64)
+    whole = (np.mod(s, line_bytes) == 0) & (lines >= 1)
+    g = np.where(whole, np.gcd(np.maximum(lines, 1), sets), 1)
+    return ways * sets / g
+
+
+def strided_walk_factor(stride_el, length_el, bytes_per_el: float, walk) -> np.ndarray:
+    """Efficiency factor of a GEMM kernel without cache blocking whose inner dot product walks a
+    column of ``length_el`` elements ``stride_el`` elements apart (PyTorch's reference bf16 ``mm``
+    NN on CPUs without bf16 BLAS: the (k x n) operand's column of k elements, n apart), one cache
+    line per element. ``walk`` (:class:`simulator.profile.StridedWalk`) holds the L1 and L2
+    geometry and the fitted terms:
+
+    * conflict: the walk reaches only ``L1 sets / gcd(stride lines, sets)`` sets of the L1, so it
+      keeps ``C1`` lines there (:func:`strided_capacity_lines`); below ``conflict_lines`` the
+      column's lines evict each other and the kernel runs at ``conflict_floor``:
+      ``floor + (1 - floor) / (1 + (conflict_lines / C1) ** sharpness)``;
+    * column: the column's ``length_el`` lines against the ``C2`` lines the L2 keeps at that
+      stride, ``u = length / C2``: ``column_floor + (1 - column_floor) / (1 + u / column_half)``.
+    """
+    stride_b = np.asarray(stride_el, dtype=float) * bytes_per_el
+    c1 = strided_capacity_lines(stride_b, walk.l1_sets, walk.l1_ways, walk.line_bytes)
+    c2 = strided_capacity_lines(stride_b, walk.l2_sets, walk.l2_ways, walk.line_bytes)
+    conflict = walk.conflict_floor + (1.0 - walk.conflict_floor) / (1.0 + (walk.conflict_lines / c1) ** walk.sharpness)
+    u = np.asarray(length_el, dtype=float) / c2
+    column = walk.column_floor + (1.0 - walk.column_floor) / (1.0 + u / walk.column_half)
+    return conflict * column
+
+
 def gemm_time(m, n, k, peak_flops: float, e_max: float, x_half: float, bytes_per_el: float,
               bw: float, bw_eff: float, launch_s: float, operand_half_bytes: float | None = None,
-              operand_floor: float = 0.0, operand_bytes=None):
+              operand_floor: float = 0.0, operand_bytes=None, walk_factor=1.0):
     """Seconds for one GEMM (m x k) @ (k x n): launch + max(compute at shape efficiency, operand
     traffic); ``operand_half_bytes`` and ``operand_floor``: :func:`operand_factor` of the streamed
-    weight-sized matrix, ``operand_bytes`` (default the (k x n) operand, k * n * bytes_per_el)."""
+    weight-sized matrix, ``operand_bytes`` (default the (k x n) operand, k * n * bytes_per_el);
+    ``walk_factor``: a further efficiency factor (:func:`strided_walk_factor`)."""
     m, n, k = (np.asarray(a, dtype=float) for a in (m, n, k))
     flops = 2.0 * m * n * k
     ob = k * n * bytes_per_el if operand_bytes is None else operand_bytes
-    eff = gemm_efficiency(m, n, k, e_max, x_half) * operand_factor(ob, operand_half_bytes, operand_floor)
+    eff = (gemm_efficiency(m, n, k, e_max, x_half) * operand_factor(ob, operand_half_bytes, operand_floor)
+           * np.asarray(walk_factor, dtype=float))
     t_compute = flops / (peak_flops * eff)
     t_memory = bytes_per_el * (m * k + k * n + m * n) / (bw * bw_eff)
     return launch_s + np.maximum(t_compute, t_memory)

@@ -39,6 +39,27 @@ class _Strict(BaseModel):
         return self
 
 
+class StridedWalk(_Strict):
+    """A GEMM kernel without cache blocking that walks a strided column per dot product
+    (PyTorch's reference bf16 ``mm`` NN on CPUs without bf16 BLAS), :func:`simulator.kernels.strided_walk_factor`.
+
+    The cache geometry is the device's (Linux sysfs ``/sys/devices/system/cpu/cpu0/cache``);
+    the conflict and column terms are fitted to calibration's GEMM benchmarks."""
+
+    line_bytes: int = Field(gt=0)
+    l1_sets: int = Field(gt=0)
+    l1_ways: int = Field(gt=0)
+    l2_sets: int = Field(gt=0)
+    l2_ways: int = Field(gt=0)
+    conflict_lines: float = Field(gt=0, description="L1 lines the walk needs to keep to run unhindered")
+    conflict_floor: float = Field(gt=0, le=1, description="efficiency factor of a walk that thrashes its L1 sets")
+    sharpness: float = Field(gt=0, le=64, description="steepness of the conflict transition (assumption)")
+    column_half: float = Field(gt=0, description="column length / L2 lines kept at the stride, at which "
+                               "the column factor is halfway to its floor")
+    column_floor: float = Field(gt=0, le=1, description="efficiency factor of a column far larger than the L2")
+    source: str
+
+
 class GemmEfficiency(_Strict):
     """Achieved fraction of the dtype's dense peak for a GEMM of shape (m, n, k).
 
@@ -53,6 +74,7 @@ class GemmEfficiency(_Strict):
         "(kernels without cache blocking, :func:`simulator.kernels.operand_factor`); None: no dependence")
     operand_floor: float = Field(default=0.0, ge=0, le=1, description="efficiency of a large operand relative "
                                  "to a cache-resident one (with operand_half_mib)")
+    strided: StridedWalk | None = None  # input-gradient layout only: the strided-column walk (None: none)
     source: str
 
     @property
@@ -231,6 +253,11 @@ class Profile(_Strict):
     # views, autograd recording in the forward, autograd-engine nodes in the backward), us
     train_fwd_kernel_us: float | None = Field(default=None, ge=0, le=1000)
     train_bwd_kernel_us: float | None = Field(default=None, ge=0, le=1000)
+    # time factor of a forward-layout GEMM whose output rows are not whole 64-byte cache lines (n x bytes
+    # per element not a multiple of CACHE_LINE_BYTES, e.g. GPT-2's 50257-token LM head), per precision;
+    # absent: 1 (calibration/benches/gemm_align.py)
+    gemm_misaligned: dict[str, float] = {}
+    gemm_misaligned_source: str | None = None
     spread: dict[str, float] = {}  # relative IQR of each fitted parameter over measurement resamples
     # Sustained fp32 atomicAdd rate into global memory (L2), 1e9 adds/s, where `calibrate --from-runs`
     # fitted it (absent: the family fit's value for this GPU, simulator.family_validation.atomic_rate)
@@ -244,6 +271,16 @@ class Profile(_Strict):
                 raise ValueError(f"bw_eff_ops: unknown op class {key!r}; valid: {', '.join(BW_OP_CLASSES)}")
             if not (math.isfinite(val) and 0 < val <= 1):
                 raise ValueError(f"bw_eff_ops[{key}] must be in (0, 1]")
+        return v
+
+    @field_validator("gemm_misaligned")
+    @classmethod
+    def _misaligned(cls, v: dict[str, float]) -> dict[str, float]:
+        for key, val in v.items():
+            if key not in PEAK_PRECISIONS:
+                raise ValueError(f"gemm_misaligned: unknown precision {key!r}; valid: {', '.join(PEAK_PRECISIONS)}")
+            if not (math.isfinite(val) and 1 <= val <= 4):
+                raise ValueError(f"gemm_misaligned[{key}] must be in [1, 4]")
         return v
 
     def bw_eff(self, op: str) -> float:

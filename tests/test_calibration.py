@@ -25,7 +25,7 @@ from simulator.profile import load_profile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # a few benchmarks of every group the profile needs, so the tiny run stays well under 30 s
-ONLY = ("launch,bandwidth/copy/*,bandwidth/gelu/*,gemm/fp32/*,attention/flash/*,"
+ONLY = ("launch,bandwidth/copy/*,bandwidth/gelu/*,gemm/fp32/*,gemm_align,attention/flash/*,"
         "optimizer/fused/*,optimizer/for_loop/*,host")
 
 
@@ -108,6 +108,8 @@ def test_tiny_run_writes_loadable_profile(tiny_run):
     assert any(k.startswith("gemm/fp32/") for k in keys)
     assert not any(k.startswith("gemm/bf16/") for k in keys)  # --only honoured
     assert "gemm/fp32" in data["fits"]
+    # misaligned output rows: a time ratio within its bounds, from the paired bench
+    assert "gemm_misaligned/fp32" in data["fits"] and 1.0 <= prof.gemm_misaligned["fp32"] <= 4.0
     # the fitted parameters make simulator.kernels reproduce the measured GEMMs
     g = prof.gemm["fp32"]
     for key, rec in data["results"].items():

@@ -34,13 +34,47 @@ HEAD_SHAPES = {"tiny": [], "quick": [(256, 8192, 128), (512, 4096, 256)],
 #: Backward-layout shapes, few FLOPs each: large (k x n) operands (the LM head's input gradient
 #: g @ W reduces over the vocabulary; unblocked kernels slow down once the operand leaves the
 #: caches), large (m x n) outputs with short reductions (the weight gradient g^T @ x reduces over
-#: the tokens of a micro-batch)
-_BWD_QUICK = [(8, 256, 65536), (8, 1024, 16384), (16, 512, 8192), (8192, 256, 64), (16384, 512, 32)]
+#: the tokens of a micro-batch; outputs of 4-32 MiB, as a large vocabulary's head has)
+_BWD_QUICK = [(8, 256, 65536), (8, 1024, 16384), (16, 512, 8192), (8192, 256, 64), (16384, 512, 32),
+              (32768, 256, 32), (8192, 1024, 32)]
 BWD_SHAPES = {"tiny": [], "quick": _BWD_QUICK, "thorough": _BWD_QUICK + [(32, 768, 50304), (32768, 512, 128)]}
 #: fp32 only (cheap there; hours in an unblocked bf16 layout): a micro-batch of 64-256 tokens through
 #: weights of 12-64 MiB, which run below what the thickness alone predicts on a CPU
 FP32_SHAPES = {"tiny": [], "quick": [(64, 4096, 1024), (128, 3072, 1024), (128, 16384, 1024), (256, 4096, 2048)],
                "thorough": [(64, 4096, 1024), (128, 3072, 1024), (128, 16384, 1024), (256, 4096, 2048)]}
+
+
+#: CPU, half precision only: the input-gradient layout's reference kernel (no bf16 BLAS) walks a
+#: column of the (k x n) operand, n elements apart, per dot product; its speed depends on how many
+#: L1/L2 sets that stride reaches and on the column's length k (kernels.strided_walk_factor).
+#: Strides of 384-2304 bytes (n = 192..1152 in bf16) that reach 16-32 L1 sets, of 1-3 KiB that reach
+#: 2-8, and columns from 1/8 to ~8 times what the L2 keeps at the stride; m = 16-32 tokens (the
+#: kernel's speed does not depend on m), each under ~0.3 s
+WALK_SHAPES = {"tiny": [], "quick": [(32, 192, 1536), (32, 384, 512), (32, 384, 4096), (16, 384, 16384),
+                                     (32, 640, 1024), (32, 1152, 512), (32, 768, 512), (32, 512, 512),
+                                     (32, 1024, 256), (32, 512, 2048), (16, 768, 3072)]}
+WALK_SHAPES["thorough"] = WALK_SHAPES["quick"] + [(32, 320, 4096), (32, 576, 2048), (32, 1536, 384),
+                                                  (32, 2560, 512), (16, 384, 24576)]
+#: sysfs cache directory of the first CPU (Linux)
+SYSFS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
+
+
+def cache_geometry(root: str = SYSFS_CACHE) -> dict[str, int] | None:
+    """L1 data and L2 cache geometry of this CPU from Linux sysfs: line bytes, sets and ways
+    (``{"line_bytes", "l1_sets", "l1_ways", "l2_sets", "l2_ways"}``), None where unreadable."""
+    from pathlib import Path
+
+    out: dict[str, int] = {}
+    for d in sorted(Path(root).glob("index*")):
+        try:
+            level, kind = int((d / "level").read_text()), (d / "type").read_text().strip()
+            sets, ways = int((d / "number_of_sets").read_text()), int((d / "ways_of_associativity").read_text())
+            line = int((d / "coherency_line_size").read_text())
+        except (OSError, ValueError):
+            continue
+        if (level, kind) in ((1, "Data"), (2, "Unified")) and sets > 0 and ways > 0:
+            out |= {f"l{level}_sets": sets, f"l{level}_ways": ways, "line_bytes": line}
+    return out if len(out) == 5 else None
 
 
 def model_tokens(n: int, k: int, flop_cap: float, most: int = 512) -> int:
@@ -92,7 +126,7 @@ def precision_mode(precision: str, device: torch.device) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32 = prev
 
 
-def _bench(precision: str, m: int, n: int, k: int):
+def _bench(precision: str, m: int, n: int, k: int, cache: dict[str, int] | None = None):
     """Time an (m, n, k) GEMM in the three operand layouts a training step runs it in, and
     report their mean: forward ``F.linear`` (x @ W^T, weight stored (n, k)), input gradient
     (g @ W, both row-major) and weight gradient (g^T @ x, first operand transposed). On GPUs the
@@ -122,6 +156,8 @@ def _bench(precision: str, m: int, n: int, k: int):
         rec = ok(mean, flops=flops)
         rec["layouts_min_s"] = {name: t.min_s for name, t in zip(layouts, times, strict=True)}
         rec["layouts_times"] = {name: list(t.times) for name, t in zip(layouts, times, strict=True)}
+        if cache:
+            rec["cache"] = cache
         return rec
 
     return run
@@ -130,13 +166,16 @@ def _bench(precision: str, m: int, n: int, k: int):
 def plan(ctx: RunContext) -> list[Bench]:
     """One bench per (precision, shape)."""
     benches = []
+    cache = cache_geometry() if ctx.dev.kind == "cpu" else None
     for precision in ctx.dev.precisions:
         cap = 4e9 if ctx.dev.kind == "cpu" else 4e12  # FLOPs of one model-shaped GEMM call
         extra = FP32_SHAPES[ctx.settings.mode] if precision == "fp32" else []
+        if cache and precision in ("bf16", "fp16"):
+            extra = WALK_SHAPES[ctx.settings.mode]
         for m, n, k in sorted(set(shapes(ctx.settings.mode, ctx.settings.model, cap)) | set(extra),
                               key=lambda s: (s[0] * s[1] * s[2], s)):
             benches.append(Bench(f"gemm/{precision}/{m}x{n}x{k}", "gemm",
                                  {"precision": precision, "m": m, "n": n, "k": k},
-                                 _bench(precision, m, n, k),
+                                 _bench(precision, m, n, k, cache),
                                  ctx.est(2.0 * m * n * k, "flops", 2.0 * (m * k + k * n))))
     return benches

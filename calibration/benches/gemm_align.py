@@ -1,0 +1,50 @@
+"""Forward-layout GEMMs whose output rows are not whole cache lines.
+
+``gemm_align/<precision>/<m>x<n>x<k>``: ``torch.mm(x, W^T)`` (the ``F.linear`` layout, weight
+stored (n, k)) into a preallocated output, once with n a multiple of 64 elements and once with
+n + 1 (as GPT-2's 50257-token vocabulary makes the LM head). Odd row lengths leave every output
+row on its own offset within a 64-byte cache line, so the blocked kernel's vector stores split
+lines; an AVX2 CPU runs such GEMMs 1.1-1.7x slower (measured on the 2-core EPYC, 2026-12-01),
+though the FLOPs differ by 1/n. The record carries both times; the fit
+(:func:`calibration.fit.fit_ratio`) is the profile's ``gemm_misaligned``. The output is written
+into a kept buffer, so first touches of fresh pages (``fresh_memory``) stay out of it. Outputs of
+16 MiB, well beyond the per-core caches, as an LM head's logits are.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..device import DTYPES
+from . import Bench, RunContext, ok
+
+#: (m, n, k) with n a multiple of 64: the aligned shape; the misaligned one has n + 1
+SHAPES = {"tiny": [(64, 1024, 64)], "quick": [(512, 8192, 128), (256, 16384, 256)],
+          "thorough": [(512, 8192, 128), (256, 16384, 256), (1024, 4096, 256), (512, 8192, 512)]}
+
+
+def _bench(precision: str, m: int, n: int, k: int):
+    def run(ctx: RunContext) -> dict:
+        dtype = DTYPES[precision]
+        times = {}
+        for label, cols in (("aligned", n), ("misaligned", n + 1)):
+            x = torch.randn(m, k, device=ctx.device, dtype=dtype)
+            w = torch.randn(cols, k, device=ctx.device, dtype=dtype)
+            out = torch.empty(m, cols, device=ctx.device, dtype=dtype)
+            times[label] = ctx.time(lambda x=x, w=w, out=out: torch.mm(x, w.t(), out=out),
+                                    budget_s=ctx.settings.budget_s / 2)
+        rec = ok(times["misaligned"], flops=2.0 * m * (n + 1) * k)
+        rec["aligned_s"] = times["aligned"].min_s
+        rec["aligned_flops"] = 2.0 * m * n * k
+        return rec
+
+    return run
+
+
+def plan(ctx: RunContext) -> list[Bench]:
+    """fp32 only (half-precision GEMMs on a CPU without native support run other kernels)."""
+    if ctx.dev.kind != "cpu":
+        return []
+    return [Bench(f"gemm_align/fp32/{m}x{n}x{k}", "gemm_align", {"precision": "fp32", "m": m, "n": n, "k": k},
+                  _bench("fp32", m, n, k), ctx.est(4.0 * m * n * k, "flops", 8.0 * m * n))
+            for m, n, k in SHAPES[ctx.settings.mode]]

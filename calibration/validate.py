@@ -503,6 +503,48 @@ def update_profile(path: str | os.PathLike, summary: dict[str, Any], source: str
     save_profile(prof.model_copy(update={"validation": val}), path)
 
 
+def read_measured(path: str | os.PathLike) -> dict[str, tuple[Measured, dict[str, Any]]]:
+    """Measured steps of a ``--csv`` file by config id (single-process rows): the times and the
+    row's own metadata (steps, warm-up, device, date, torch version, load average)."""
+    def num(v: str | None) -> float | None:
+        try:
+            return float(v) if v not in (None, "") else None
+        except ValueError:
+            return None
+
+    p = Path(path)
+    try:
+        with p.open(newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, csv.Error, UnicodeDecodeError) as exc:
+        raise UsageError(f"--measured: cannot read {str(p)!r}: {exc}") from None
+    if rows and "measured_step_s" not in rows[0]:
+        raise UsageError(f"--measured: {str(p)!r} is not a validate CSV (no 'measured_step_s' column)")
+    out = {}
+    for r in rows:
+        if r.get("world", "1") not in ("1", "") or r.get("status") != "ok":
+            continue
+        m = Measured("ok", "", num(r.get("measured_step_s")), num(r.get("measured_fwd_s")),
+                     num(r.get("measured_bwd_s")), num(r.get("measured_rec_s")), num(r.get("measured_opt_s")),
+                     num(r.get("compile_s")), num(r.get("measured_min_s")), num(r.get("spread")))
+        meta = {k: r.get(k) for k in ("steps", "warmup", "device", "suite", "date", "torch", "loadavg_1min")}
+        out[r["id"]] = (m, meta)
+    return out
+
+
+def _remeasured(a: argparse.Namespace, configs: list[Config], profile) -> list[dict[str, Any]]:
+    """Rows of ``configs`` from the measurements in ``a.measured``, predicted with ``profile``."""
+    known = read_measured(a.measured)
+    todo = [c for c in configs if c.id in known]
+    if not todo:
+        raise UsageError(f"--measured {str(a.measured)!r} has no measured row of this suite's configs")
+    rows = []
+    for cfg in todo:
+        m, meta = known[cfg.id]
+        rows.append(make_row(cfg, m, predict(cfg, profile), 1, {**meta, "profile": profile.name}))
+    return rows
+
+
 # ---------------------------------------------------------------------------- CLI
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2
@@ -528,6 +570,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--update-profile", action="store_true",
                    help="store the residuals in the profile's 'validation' field (80%% intervals)")
     p.add_argument("--no-compile", action="store_true", help="skip configs that use torch.compile")
+    p.add_argument("--measured", type=Path, default=None,
+                   help="re-predict the measured steps of an earlier `--csv` of this suite with --profile "
+                        "instead of running them (to compare two calibrations on the same measurements)")
     return p
 
 
@@ -578,6 +623,11 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     steps = suite.steps if a.steps is None else a.steps
     if warmup < 1 or steps < 1:
         raise UsageError("--warmup and --steps must be at least 1")
+    if a.measured is not None:
+        if a.nproc and a.nproc > 1:
+            raise UsageError("--measured re-predicts single-process rows; drop --nproc")
+        rows = _remeasured(a, configs, profile)
+        return _report(a, rows, suite.name, rows[0]["device"], profile.name, 1, rows[0]["date"])
     try:
         import torch
     except ImportError:
@@ -614,30 +664,36 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
             print(f"validate: warning: machine was busy (load average up to {max(busy):.1f} on "
                   f"{os.cpu_count()} cores) during {len(busy)} configs; CPU step times are inflated "
                   "and noisy (see the spread column)", file=sys.stderr)
-        summary = summarize(rows)
         if not dist.is_main:
             return 0
-        if a.json:
-            print(json.dumps({"suite": suite.name, "device": dev_name, "profile": profile.name,
-                              "world": dist.world, "date": date, "rows": rows, **summary}, indent=2))
-        else:
-            print(format_table(rows, summary))
-        if a.csv:
-            merge_csv(a.csv, rows)
-            if not a.json:
-                print(f"merged {len(rows)} rows into {a.csv}")
-        if a.update_profile:
-            source = f"validate {suite.name} on {dev_name} {date[:10]}"
-            update_profile(a.profile, summary, source)
-            if not a.json:
-                print(f"wrote validation ({summary['n']} residuals, MAPE {summary['mape_pct']:.1f}%) "
-                      f"into {a.profile}")
-        return 0
+        return _report(a, rows, suite.name, dev_name, profile.name, dist.world, date)
     finally:
         if dist.initialized:
             import torch.distributed as tdist
 
             tdist.destroy_process_group()
+
+
+def _report(a: argparse.Namespace, rows: list[dict[str, Any]], suite: str, dev_name: str, profile: str,
+            world: int, date: str) -> int:
+    """Print the rows and summary (table or JSON), merge them into ``--csv`` and store the
+    residuals with ``--update-profile``; returns the exit status."""
+    summary = summarize(rows)
+    if a.json:
+        print(json.dumps({"suite": suite, "device": dev_name, "profile": profile, "world": world, "date": date,
+                          "rows": rows, **summary}, indent=2))
+    else:
+        print(format_table(rows, summary))
+    if a.csv:
+        merge_csv(a.csv, rows)
+        if not a.json:
+            print(f"merged {len(rows)} rows into {a.csv}")
+    if a.update_profile:
+        source = f"validate {suite} on {dev_name} {str(date)[:10]}"
+        update_profile(a.profile, summary, source)
+        if not a.json:
+            print(f"wrote validation ({summary['n']} residuals, MAPE {summary['mape_pct']:.1f}%) into {a.profile}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -129,6 +129,36 @@ def test_update_profile_gives_interval_and_csv_merges(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "r.csv", "s.json"]
 
 
+def test_measured_rows_are_repredicted_without_running(tmp_path, capsys, monkeypatch):
+    """--measured keeps the measured times of an earlier --csv and predicts them again with
+    another profile; no training step runs."""
+    suite = _suite(tmp_path / "s.json", [{"model": "tiny", "seq_len": 16, "micro_batch": 1},
+                                         {"model": "tiny", "seq_len": 32, "micro_batch": 2}])
+    cfgs = V.load_suite(suite).configs
+    slow = _profile(tmp_path / "slow.json")
+    m = V.Measured("ok", "", 0.5, 0.2, 0.25, 0.0, 0.05, None, 0.45, 1.2)
+    meta = {"steps": 3, "warmup": 1, "device": "test cpu", "suite": "unit", "date": "2026-12-01T00:00:00+00:00",
+            "torch": "x", "loadavg_1min": 0.1, "profile": "old"}
+    V.merge_csv(tmp_path / "r.csv", [V.make_row(c, m, V.predict(c, load_profile(slow)), 1, meta) for c in cfgs[:1]])
+    monkeypatch.setattr(V, "measure", lambda *a, **k: pytest.fail("--measured must not run training steps"))
+    fast = load_profile(slow).model_copy(update={"device": load_profile(slow).device.model_copy(
+        update={"peak_tflops": {"fp32": 0.5, "bf16": 0.1}, "mem_bw_gbs": 100.0}), "name": "fast"})
+    save_profile(fast, tmp_path / "fast.json")
+    out = {}
+    for name in ("slow", "fast"):
+        rc, text, err = _run(["--profile", str(tmp_path / f"{name}.json"), "--suite", str(suite),
+                              "--measured", str(tmp_path / "r.csv"), "--json"], capsys)
+        assert rc == 0, err
+        (row,) = json.loads(text)["rows"]  # only the config with a measured row
+        assert row["id"] == cfgs[0].id and row["measured_step_s"] == 0.5 and row["measured_opt_s"] == 0.05
+        assert row["date"] == meta["date"] and row["profile"] == load_profile(tmp_path / f"{name}.json").name
+        assert row["predicted_step_s"] == pytest.approx(V.predict(cfgs[0], load_profile(tmp_path / f"{name}.json"))["step"])
+        out[name] = row["predicted_step_s"]
+    assert out["fast"] < out["slow"]
+    rc, _, err = _run(["--profile", str(slow), "--suite", str(suite), "--measured", str(tmp_path / "no.csv")], capsys)
+    assert rc == 2 and "--measured" in err and len(err.strip().splitlines()) == 1
+
+
 def test_csv_without_id_column_is_not_overwritten(tmp_path):
     f = tmp_path / "other.csv"
     f.write_text("a,b\n1,2\n")

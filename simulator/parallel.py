@@ -38,6 +38,7 @@ import numpy as np
 
 from . import communication as comm
 from . import kernels, workload
+from .models import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -289,15 +290,9 @@ class ShardView:
     def kv_heads(self) -> int:
         return self.n_kv_heads
 
-    @property
-    def q_dim(self) -> int:
-        """Width of this GPU's query projection and attention output (its heads x head_dim)."""
-        return self.n_heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        """Width of this GPU's K (or V) projection (its KV heads x head_dim)."""
-        return self.n_kv_heads * self.head_dim
+    #: This GPU's query and K/V widths: the spec's own formulas over the shard's heads.
+    q_dim = property(ModelSpec.q_dim.fget)
+    kv_dim = property(ModelSpec.kv_dim.fget)
 
     def n_params(self) -> int:
         return self._params

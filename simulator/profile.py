@@ -133,6 +133,18 @@ class CollectiveFit(_Strict):
     source: str
 
 
+def _check_map(v: dict[str, float], name: str, valid, lo: float, hi: float, bounds: str,
+               lo_closed: bool = False) -> dict[str, float]:
+    """Check a ``{key: value}`` profile field: every key among ``valid``, every value finite and
+    in (lo, hi] (``lo_closed``: [lo, hi]); ``bounds`` words the range for the error message."""
+    for key, val in v.items():
+        if key not in valid:
+            raise ValueError(f"{name}: unknown key {key!r}; valid: {', '.join(valid)}")
+        if not (math.isfinite(val) and (val >= lo if lo_closed else val > lo) and val <= hi):
+            raise ValueError(f"{name}[{key}] must be {bounds}")
+    return v
+
+
 class DeviceInfo(_Strict):
     """The device a profile describes (enough to simulate it as ``1xlocal``)."""
 
@@ -149,11 +161,7 @@ class DeviceInfo(_Strict):
     @field_validator("peak_tflops")
     @classmethod
     def _peaks(cls, v: dict[str, float]) -> dict[str, float]:
-        for key, val in v.items():
-            if key not in PEAK_PRECISIONS:
-                raise ValueError(f"unknown precision {key!r}; valid: {', '.join(PEAK_PRECISIONS)}")
-            if not (math.isfinite(val) and val > 0):
-                raise ValueError(f"peak_tflops[{key}] must be a positive finite number")
+        _check_map(v, "peak_tflops", PEAK_PRECISIONS, 0.0, math.inf, "a positive finite number")
         if "fp32" not in v:
             raise ValueError("peak_tflops needs at least 'fp32'")
         return v
@@ -266,22 +274,12 @@ class Profile(_Strict):
     @field_validator("bw_eff_ops")
     @classmethod
     def _bw_ops(cls, v: dict[str, float]) -> dict[str, float]:
-        for key, val in v.items():
-            if key not in BW_OP_CLASSES:
-                raise ValueError(f"bw_eff_ops: unknown op class {key!r}; valid: {', '.join(BW_OP_CLASSES)}")
-            if not (math.isfinite(val) and 0 < val <= 1):
-                raise ValueError(f"bw_eff_ops[{key}] must be in (0, 1]")
-        return v
+        return _check_map(v, "bw_eff_ops", BW_OP_CLASSES, 0.0, 1.0, "in (0, 1]")
 
     @field_validator("gemm_misaligned")
     @classmethod
     def _misaligned(cls, v: dict[str, float]) -> dict[str, float]:
-        for key, val in v.items():
-            if key not in PEAK_PRECISIONS:
-                raise ValueError(f"gemm_misaligned: unknown precision {key!r}; valid: {', '.join(PEAK_PRECISIONS)}")
-            if not (math.isfinite(val) and 1 <= val <= 4):
-                raise ValueError(f"gemm_misaligned[{key}] must be in [1, 4]")
-        return v
+        return _check_map(v, "gemm_misaligned", PEAK_PRECISIONS, 1.0, 4.0, "in [1, 4]", lo_closed=True)
 
     def bw_eff(self, op: str) -> float:
         """Bandwidth efficiency of op class ``op`` (``memory_bw_eff`` unless calibrated apart)."""

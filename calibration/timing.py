@@ -27,6 +27,11 @@ class Timing:
     calls: int  # total timed calls
     times: tuple[float, ...] = ()  # per-call seconds of each timed sample (spread, resampling)
 
+    @classmethod
+    def of_calls(cls, times: list[float]) -> Timing:
+        """The timing of single calls that took ``times`` seconds each."""
+        return cls(statistics.median(times), _iqr(times), min(times), len(times), len(times), tuple(times))
+
     def as_dict(self) -> dict[str, object]:
         d = asdict(self)
         d["times"] = list(self.times)
@@ -80,8 +85,7 @@ def measure(fn: Callable[[], object], budget_s: float, device: torch.device | st
             t0 = timer()
             fn()
             single.append(timer() - t0)
-        return Timing(statistics.median(single), _iqr(single), min(single), len(single),
-                      len(single), tuple(single))
+        return Timing.of_calls(single)
     t = benchmark.Timer(stmt="fn()", globals={"fn": fn}, timer=timer,
                         num_threads=torch.get_num_threads())
     m = t.blocked_autorange(min_run_time=budget_s)

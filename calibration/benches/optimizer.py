@@ -17,7 +17,6 @@ them (:func:`counting_faults`).
 from __future__ import annotations
 
 import resource
-import statistics
 from collections.abc import Callable
 
 import torch
@@ -93,8 +92,7 @@ def time_cold(ctx: RunContext, fn: Callable[[], object]):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    q = statistics.quantiles(times, n=4) if len(times) >= 4 else [0.0, 0.0, 0.0]
-    return Timing(statistics.median(times), q[2] - q[0], min(times), len(times), len(times), tuple(times))
+    return Timing.of_calls(times)
 
 
 def _adamw(params: list[torch.Tensor], impl: str) -> torch.optim.Optimizer:

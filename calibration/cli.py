@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from simulator.errors import UsageError, run_cli
+from simulator.errors import UsageError, UsageParser, run_cli
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 MODES = {  # budget per point (s), per-call cap (s), min timed calls, torch.compile
@@ -27,13 +27,8 @@ MODES = {  # budget per point (s), per-call cap (s), min timed calls, torch.comp
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2 (argparse prints usage + line)
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="calibrate", description=(
+    p = UsageParser(prog="calibrate", description=(
         "Measure GEMMs, attention, bandwidth-bound ops, launch overhead, optimizer steps, "
         "host copies and collectives with torch, and fit a simulator profile."))
     mode = p.add_mutually_exclusive_group()

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from simulator.errors import UsageError, run_cli
+from simulator.errors import UsageError, UsageParser, run_cli
 
 PHASES = ("fwd", "bwd", "opt")
 CLASSES = ("gemm.fwd", "gemm.dgrad", "gemm.wgrad", "head.fwd", "head.dgrad", "head.wgrad", "attention",
@@ -389,13 +389,8 @@ def format_top(measured: dict[str, Any], n: int) -> str:
     return "\n".join(lines)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="opcompare", description="Per-operation-class measured vs predicted time of one "
+    p = UsageParser(prog="opcompare", description="Per-operation-class measured vs predicted time of one "
                 "training step of a validation suite's configuration (CPU).")
     p.add_argument("--profile", required=True, type=Path, help="calibration profile JSON")
     p.add_argument("--suite", required=True, type=Path, help="validation suite YAML")

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from simulator.errors import UsageError, run_cli
+from simulator.errors import UsageError, UsageParser, run_cli
 from simulator.models import ModelSpec, get_model
 from simulator.strategy import CHECKPOINTINGS as CHECKPOINTING
 from simulator.strategy import PRECISIONS
@@ -546,13 +546,8 @@ def _remeasured(a: argparse.Namespace, configs: list[Config], profile) -> list[d
 
 
 # ---------------------------------------------------------------------------- CLI
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="validate", description=(
+    p = UsageParser(prog="validate", description=(
         "Run real training steps in torch and compare the measured step time with the "
         "simulator's prediction from a calibration profile."))
     p.add_argument("--profile", required=True, type=Path, help="calibration profile JSON (from `calibrate`)")

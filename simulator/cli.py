@@ -11,7 +11,7 @@ import json
 import re
 import sys
 
-from .errors import UsageError, run_cli
+from .errors import UsageParser, run_cli
 
 SUBCOMMANDS = {"validate-published": "simulator.published:main",
                "validate-parallel": "simulator.parallel_validation:main", "compare": "simulator.compare:main",
@@ -21,13 +21,10 @@ SUBCOMMANDS = {"validate-published": "simulator.published:main",
 _NEGATIVE = re.compile(r"^-(\d|\.\d)")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit 2) that also reads a negative value after a flag
+class _Parser(UsageParser):
+    """:class:`simulator.errors.UsageParser` that also reads a negative value after a flag
     (``--overhead -10%``, which argparse alone takes for an unknown option), so that the flag's
     own check can name the bad value."""
-
-    def error(self, message: str):  # one line, exit 2
-        raise UsageError(message)
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         argv = list(sys.argv[1:] if args is None else args)

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import difflib
 from collections.abc import Callable, Iterable
 
 
 class UsageError(ValueError):
     """Bad user input (unknown name, malformed value). CLI exit status 2."""
+
+
+class UsageParser(argparse.ArgumentParser):
+    r"""argparse whose errors are one-line :class:`UsageError`\ s (exit 2 through :func:`run_cli`)
+    instead of usage text and ``SystemExit``."""
+
+    def error(self, message: str):
+        raise UsageError(message)
 
 
 def did_you_mean(value: str, choices: Iterable[str], n: int = 3) -> str:

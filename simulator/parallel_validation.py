@@ -13,13 +13,12 @@ Two sources, each row simulated with its recorded layout and strategy pinned:
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import numpy as np
 import pandas as pd
 
-from .errors import UsageError
+from .errors import UsageError, UsageParser
 from .hardware import cluster_text
 
 #: Assumption: the GPU of nanotron's published scaling runs (not stated in the figure).
@@ -109,13 +108,8 @@ def markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2
-        raise UsageError(message)
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = _Parser(prog="simulate validate-parallel",
+    ap = UsageParser(prog="simulate validate-parallel",
                                  description="Predicted against measured for published tensor/pipeline-parallel runs "
                                              "(Korthikanti et al. 2022 Table 5; nanotron scaling runs)")
     ap.add_argument("--csv", help="also write the rows to this CSV file")

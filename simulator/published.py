@@ -7,7 +7,6 @@ GPUs/nodes, sharding, activation checkpointing, micro-batch, accumulation and th
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -17,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from . import runs
-from .errors import UsageError
+from .errors import UsageError, UsageParser
 
 
 def load_rows(path: str | Path) -> pd.DataFrame:
@@ -84,11 +83,7 @@ def cross_validated(res: pd.DataFrame) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    class _P(argparse.ArgumentParser):
-        def error(self, message):
-            raise UsageError(message)
-
-    ap = _P(prog="simulate validate-published",
+    ap = UsageParser(prog="simulate validate-published",
             description="Predict published runs with their exact strategy (default: the bundled dev runs, "
                         "data/validation_dev.csv, data/published_runs_more.csv and data/korthikanti2022.csv).")
     ap.add_argument("file", nargs="?", default=None,

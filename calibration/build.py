@@ -118,11 +118,13 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                                          bw_gbs * 1e9, launch_s,
                                          [r.get("kernels", 1) for r in pts]).params["bw_eff"]
         fits["memory_bw_eff_per_op"] = per_op
+        gemm_bw_eff = per_op.get("copy", bw_eff)  # GEMM operands stream as a copy does
         ops = ", ".join(f"{op} {_fmt(e)}" for op, e in per_op.items())
         bw_eff_src = (f"{tag}: {f_bw.n} eager bandwidth-bound ops (>= 64 MiB moved where measured) fitted to memory_bound_time, "
                       f"rms log err {f_bw.rms_log:.2f}; per op: {ops}; bandwidth {bw_gbs:.1f} GB/s = {bw_src}")
     else:
         bw_eff, bw_eff_src = 0.8, f"memory_bw_eff: {PLACEHOLDER}"
+        gemm_bw_eff = bw_eff
         warn.append("bandwidth-bound ops not measured; memory_bw_eff = 0.8")
 
     comp_bw = {}
@@ -180,22 +182,26 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             m_, n_, k_ = (np.asarray(v, dtype=float) for v in shp)
             # the weight-sized matrix each layout streams: the (k x n) operand, or the (m x n) output of g^T @ x
             streamed = (m_ if lay == "mm_tn" else k_) * n_ * BYTES_PER_EL[prec]
-            f_g = F.fit_gemm(*shp, ts, peaks[prec] * 1e12, BYTES_PER_EL[prec], bw_gbs * 1e9, bw_eff, launch_s,
+            f_g = F.fit_gemm(*shp, ts, peaks[prec] * 1e12, BYTES_PER_EL[prec], bw_gbs * 1e9, gemm_bw_eff, launch_s,
                              operand_bytes=streamed if split else None)
             fits[f"{sec}/{prec}"] = f_g.as_dict()
             oh = f_g.params.get("operand_half_bytes")
-            dest[prec] = {"e_max": f_g.params["e_max"], "x_half": f_g.params["x_half"],
+            dims = {d: f_g.params[d] for d in ("m_half", "n_half", "k_half", "k_power") if d in f_g.params}
+            dest[prec] = {"e_max": f_g.params["e_max"], "x_half": f_g.params["x_half"], **dims,
                           "operand_half_mib": None if oh is None else oh / 2**20,
                           "operand_floor": f_g.params.get("operand_floor", 0.0),
                           "source": (f"{tag}: {f_g.n} GEMMs ({what if split else 'mean of the three layouts'}) "
                                      f"fitted to gemm_time, rms log err {f_g.rms_log:.2f}"
+                                     + (f", per-dimension efficiency m/(m + {dims['m_half']:.3g}) x n/(n + "
+                                        f"{dims['n_half']:.3g}) x k^p/(k^p + {dims['k_half']:.3g}^p), p = "
+                                        f"{dims['k_power']:.2f}" if dims else "")
                                      + (f", efficiency x {f_g.params['operand_floor']:.3g} + (1 - that) / (1 + "
                                         f"S / {oh / 2**20:.3g} MiB) for a (k x n) operand of S bytes" if oh else "")
                                      + (f"; peak {peaks[prec]:.4g} TFLOPS = {peak_src[prec]}" if lay == "linear_nt"
                                         else ""))}
             caches = [r.get("cache") for _, r in pts]
             if lay == "mm_nn" and split and caches[0] and all(c == caches[0] for c in caches):
-                _strided_walk(fits, dest, prec, f_g, tag, shp, ts, peaks[prec] * 1e12, bw_gbs * 1e9, bw_eff,
+                _strided_walk(fits, dest, prec, f_g, tag, shp, ts, peaks[prec] * 1e12, bw_gbs * 1e9, gemm_bw_eff,
                               launch_s, caches[0])
     if "fp32" not in gemm:
         gemm["fp32"] = {"e_max": 0.5, "x_half": 100.0, "source": f"gemm fp32: {PLACEHOLDER}"}
@@ -297,8 +303,9 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             return 0.0
         return float(fresh_time([(size, total)], _FreshOnly(fresh_prof)))
 
-    ops_eff: dict[str, float] = {}
-    ops_notes: list[str] = []
+    ops_eff: dict[str, float] = {"gemm": gemm_bw_eff}
+    ops_notes: list[str] = [f"gemm {_fmt(gemm_bw_eff)} (the copy kernel's: GEMM operands and outputs stream as a copy "
+                            "does)"]
 
     def _ops(cls: str, pts: list[dict], nbytes, known, kernels) -> None:
         if not pts:
@@ -529,6 +536,9 @@ def _flat(profile: Profile) -> dict[str, float]:
     for sec in ("gemm", "gemm_bwd", "gemm_wgrad"):
         for prec, g in d[sec].items():
             out.update({f"{sec}.{prec}.e_max": g["e_max"], f"{sec}.{prec}.x_half": g["x_half"]})
+            out.update({f"{sec}.{prec}.{p}": g[p] for p in ("m_half", "n_half", "k_half") if g.get(p)})
+            if g.get("k_half"):
+                out[f"{sec}.{prec}.k_power"] = g["k_power"]
             if g.get("operand_half_mib"):
                 out[f"{sec}.{prec}.operand_half_mib"] = g["operand_half_mib"]
                 out[f"{sec}.{prec}.operand_floor"] = g["operand_floor"]

@@ -60,9 +60,23 @@ def _rms(resid: np.ndarray) -> float:
     return float(np.sqrt(np.mean(resid**2))) if resid.size else float("nan")
 
 
-def _solve(resid_fn, x0: list[float], lo: list[float], hi: list[float]) -> np.ndarray:
+#: log error beyond which a robust fit's loss grows linearly (15%: above the repeat-to-repeat noise of a
+#: microbenchmark's minimum on a quiet machine, below what a noisy neighbour does to one)
+ROBUST_SCALE = 0.15
+
+
+def _soft_l1(resid: np.ndarray) -> float:
+    """Mean soft-L1 loss of log errors at :data:`ROBUST_SCALE` (what a robust :func:`_solve` minimizes)."""
+    z = (np.asarray(resid) / ROBUST_SCALE) ** 2
+    return float(np.mean(2.0 * (np.sqrt(1.0 + z) - 1.0)))
+
+
+def _solve(resid_fn, x0: list[float], lo: list[float], hi: list[float], robust: bool = False) -> np.ndarray:
+    """Bounded least squares; ``robust``: soft-L1 loss beyond :data:`ROBUST_SCALE` (log error), so
+    a point slowed by the machine (one noisy minimum) pulls the fit less than a squared error would."""
     x0 = np.clip(np.asarray(x0, dtype=float), np.asarray(lo) + 1e-9, np.asarray(hi) - 1e-9)
-    res = least_squares(resid_fn, x0, bounds=(lo, hi), method="trf", x_scale="jac")
+    kw = {"loss": "soft_l1", "f_scale": ROBUST_SCALE} if robust else {}
+    res = least_squares(resid_fn, x0, bounds=(lo, hi), method="trf", x_scale="jac", **kw)
     return res.x
 
 
@@ -76,16 +90,21 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
     ``operand_half_bytes`` and ``operand_floor`` (:func:`simulator.kernels.operand_factor`: the size
     at which efficiency falls halfway to the floor) when the points span sizes by at least 16x; they
     are kept only if they lower the rms error by a fifth and the halfway size lies inside the
-    measured range.
+    measured range. With at least :data:`DIMS_MIN_POINTS` points, the per-dimension terms
+    (``m_half``, ``n_half``, ``k_half``, ``k_power``; :func:`simulator.kernels.gemm_efficiency`) are
+    fitted in place of the thickness term (robustly, :func:`_solve`) and kept if they lower the
+    soft-L1 loss by a fifth.
     """
     m, n, k, t = (_arr(a) for a in (m, n, k, times))
     logt = np.log(t)
     ob = k * n * bytes_per_el if operand_bytes is None else _arr(operand_bytes)
 
-    def model(log_e: float, log_xh: float, log_oh: float | None = None, floor: float = 0.0) -> np.ndarray:
+    def model(log_e: float, log_xh: float, log_oh: float | None = None, floor: float = 0.0,
+              dims: tuple[float, float, float, float] | None = None) -> np.ndarray:
+        halves, power = ((0.0, 0.0, 0.0), 1.0) if dims is None else (tuple(math.exp(v) for v in dims[:3]), dims[3])
         return kernels.gemm_time(m, n, k, peak_flops, math.exp(log_e), math.exp(log_xh),
                                  bytes_per_el, bw, bw_eff, launch_s,
-                                 None if log_oh is None else math.exp(log_oh), floor, ob)
+                                 None if log_oh is None else math.exp(log_oh), floor, ob, halves=halves, k_power=power)
 
     eff_meas = 2 * m * n * k / (peak_flops * np.maximum(t - launch_s, 1e-12))
     e0 = float(min(1.0, max(1e-4, eff_meas.max() * 1.05)))
@@ -106,13 +125,38 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
             better = _rms(np.log(model(*x4)) - logt) < 0.8 * _rms(np.log(model(x[0], x[1])) - logt)
             if better and ob.min() <= math.exp(x4[2]) <= ob.max() and x4[3] < 0.9:
                 x, extra = x4[:2], {"operand_half_bytes": math.exp(x4[2]), "operand_floor": float(x4[3])}
+    log_oh = math.log(extra["operand_half_bytes"]) if extra else None
+    floor = extra.get("operand_floor", 0.0)
+    dims = None
+    if t.size >= DIMS_MIN_POINTS:
+        d = _fit_dims(lambda p: np.log(model(p[0], lo_xh, log_oh, floor, tuple(p[1:]))) - logt,
+                      math.log(e0), [float(np.median(v)) for v in (m, n, k)])
+        if _soft_l1(np.log(model(d[0], lo_xh, log_oh, floor, tuple(d[1:]))) - logt) < 0.8 * _soft_l1(
+                np.log(model(x[0], x[1], log_oh, floor)) - logt):
+            x, dims = np.array([d[0], lo_xh]), tuple(float(v) for v in d[1:])
     e_max, x_half = math.exp(x[0]), math.exp(x[1])
     clipped = ["e_max"] if e_max > 0.999 else []
     if x_half <= 1.001e-3:
         x_half = 0.0
-    log_oh = math.log(extra["operand_half_bytes"]) if extra else None
-    resid = np.log(model(math.log(e_max), math.log(max(x_half, 1e-3)), log_oh, extra.get("operand_floor", 0.0))) - logt
+    resid = np.log(model(math.log(e_max), math.log(max(x_half, 1e-3)), log_oh, floor, dims)) - logt
+    if dims is not None:
+        extra = {**extra, **{nm: (0.0 if v <= _LO_HALF + 1e-6 else math.exp(v))
+                             for nm, v in zip(("m_half", "n_half", "k_half"), dims[:3], strict=True)},
+                 "k_power": dims[3]}
     return Fit({"e_max": min(e_max, 1.0), "x_half": x_half, **extra}, int(t.size), _rms(resid), clipped)
+
+
+#: fewest GEMM points for fitting the four per-dimension terms
+DIMS_MIN_POINTS = 8
+_LO_HALF = math.log(1e-3)
+
+
+def _fit_dims(resid_fn, log_e0: float, medians: list[float]) -> np.ndarray:
+    """[log e_max, log m_half, log n_half, log k_half, k_power] minimizing ``resid_fn``: halves in
+    (1e-3, 1e5) elements (the lower bound meaning none), k_power in [1, 8]."""
+    x0 = [min(0.0, log_e0 + 0.5)] + [math.log(v / 8) for v in medians] + [2.0]
+    return _solve(resid_fn, x0, [math.log(1e-6)] + [_LO_HALF] * 3 + [1.0], [0.0] + [math.log(1e5)] * 3 + [8.0],
+                  robust=True)
 
 
 #: steepness of the L1-conflict transition of a strided walk (assumption: the measured speeds step

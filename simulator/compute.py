@@ -255,7 +255,7 @@ def gemm_pass_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndar
     prof = dev.profile
     g, gb, gw = prof.gemm_for(precision), prof.gemm_bwd_for(precision), prof.gemm_wgrad_for(precision)
     peak, e = dev.gemm_peak(precision), workload.act_bytes(precision)
-    bw, bw_eff = dev.mem_bw, prof.memory_bw_eff
+    bw, bw_eff = dev.mem_bw, prof.bw_eff("gemm")
     shape = np.broadcast_shapes(*(np.shape(op.m) for op in ops), *(np.shape(op.batch) for op in ops))
     m = np.stack([np.broadcast_to(np.asarray(op.m, float), shape) for op in ops])
     w = np.stack([np.broadcast_to(np.asarray(op.batch, float), shape) for op in ops])
@@ -268,7 +268,7 @@ def gemm_pass_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndar
         # input gradient g @ W: a reference kernel's dot products walk a column of W (kk long, nn apart)
         walk = kernels.strided_walk_factor(nn, kk, e, eff.strided) if walks and eff.strided else 1.0
         return w * kernels.gemm_time(mm, nn, kk, peak, eff.e_max, eff.x_half, e, bw, bw_eff, 0.0,
-                                     eff.operand_half_bytes, eff.operand_floor, weight, walk)
+                                     eff.operand_half_bytes, eff.operand_floor, weight, walk, eff.halves, eff.k_power)
 
     t_f = t(m, n, k, g)
     mis = prof.gemm_misaligned.get(precision)

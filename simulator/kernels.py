@@ -16,10 +16,29 @@ def gemm_thickness(m, n, k):
     return m * n * k / (m * n + n * k + m * k)
 
 
-def gemm_efficiency(m, n, k, e_max: float, x_half: float):
-    """Achieved fraction of dense peak for GEMM (m x k) @ (k x n): e_max * x / (x + x_half)."""
+def gemm_efficiency(m, n, k, e_max: float, x_half: float, halves: tuple[float, float, float] = (0.0, 0.0, 0.0),
+                    k_power: float = 1.0):
+    """Achieved fraction of dense peak for GEMM (m x k) @ (k x n):
+    ``e_max * x / (x + x_half) * m / (m + m_half) * n / (n + n_half) * kterm(k)``.
+
+    The thickness term is the whole-shape view (operand traffic per FLOP; GPUs). The per-dimension
+    terms, ``halves`` = (m_half, n_half, k_half) in elements, describe a blocked CPU kernel (oneDNN,
+    MKL, OpenBLAS): a register tile of a few rows and columns needs enough of both to fill it, and
+    each tile's load and store of C is amortized over the k-loop, so a short reduction runs far
+    below peak however large m and n are. ``kterm(k) = k^p / (k^p + k_half^p)`` with ``p`` =
+    ``k_power`` (the measured drop is steeper than hyperbolic); below ``k* = k_half (p - 1)^(1/p)``,
+    where that would make a longer reduction finish sooner, it continues as ``kterm(k*) k / k*`` (a
+    fixed time per output element): time never falls as k grows and stays finite as k shrinks.
+    Zeros give 1.
+    """
     x = gemm_thickness(m, n, k)
-    return e_max * x / (x + x_half)
+    eff = e_max * x / (x + x_half)
+    m_half, n_half, k_half = halves
+    if m_half or n_half or k_half:
+        m, n, k = (np.asarray(a, dtype=float) for a in (m, n, k))
+        kk = np.maximum(k, k_half * (k_power - 1.0) ** (1.0 / k_power))
+        eff = eff * m / (m + m_half) * n / (n + n_half) * (k / kk) * kk**k_power / (kk**k_power + k_half**k_power)
+    return eff
 
 
 def operand_factor(operand_bytes, half_bytes: float | None, floor: float = 0.0):
@@ -71,15 +90,17 @@ def strided_walk_factor(stride_el, length_el, bytes_per_el: float, walk) -> np.n
 
 def gemm_time(m, n, k, peak_flops: float, e_max: float, x_half: float, bytes_per_el: float,
               bw: float, bw_eff: float, launch_s: float, operand_half_bytes: float | None = None,
-              operand_floor: float = 0.0, operand_bytes=None, walk_factor=1.0):
-    """Seconds for one GEMM (m x k) @ (k x n): launch + max(compute at shape efficiency, operand
-    traffic); ``operand_half_bytes`` and ``operand_floor``: :func:`operand_factor` of the streamed
+              operand_floor: float = 0.0, operand_bytes=None, walk_factor=1.0,
+              halves: tuple[float, float, float] = (0.0, 0.0, 0.0), k_power: float = 1.0):
+    """Seconds for one GEMM (m x k) @ (k x n): launch + max(compute at shape efficiency
+    (:func:`gemm_efficiency`, with ``halves`` and ``k_power``), operand traffic);
+    ``operand_half_bytes`` and ``operand_floor``: :func:`operand_factor` of the streamed
     weight-sized matrix, ``operand_bytes`` (default the (k x n) operand, k * n * bytes_per_el);
     ``walk_factor``: a further efficiency factor (:func:`strided_walk_factor`)."""
     m, n, k = (np.asarray(a, dtype=float) for a in (m, n, k))
     flops = 2.0 * m * n * k
     ob = k * n * bytes_per_el if operand_bytes is None else operand_bytes
-    eff = (gemm_efficiency(m, n, k, e_max, x_half) * operand_factor(ob, operand_half_bytes, operand_floor)
+    eff = (gemm_efficiency(m, n, k, e_max, x_half, halves, k_power) * operand_factor(ob, operand_half_bytes, operand_floor)
            * np.asarray(walk_factor, dtype=float))
     t_compute = flops / (peak_flops * eff)
     t_memory = bytes_per_el * (m * k + k * n + m * n) / (bw * bw_eff)

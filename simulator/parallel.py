@@ -130,15 +130,18 @@ def layer_gemm_times(model, tokens, precision: str, dev, chunks: int = 1) -> tup
     split."""
     prof = dev.profile
     peak, f, b = dev.gemm_peak(precision), prof.gemm_for(precision), prof.gemm_bwd_for(precision)
-    e, bw, be = workload.act_bytes(precision), dev.mem_bw, prof.memory_bw_eff
+    e, bw, be = workload.act_bytes(precision), dev.mem_bw, prof.bw_eff("gemm")
     t = np.asarray(tokens, dtype=float)
     fwd, bwd = np.zeros_like(t), np.zeros_like(t)
     for g in workload.layer_gemms(model, t):
         w = g.count * np.asarray(g.batch, dtype=float)
         m = t / chunks
-        fwd = fwd + w * chunks * kernels.gemm_time(m, g.n, g.k, peak, f.e_max, f.x_half, e, bw, be, 0.0)
-        bwd = bwd + w * (chunks * kernels.gemm_time(m, g.k, g.n, peak, b.e_max, b.x_half, e, bw, be, 0.0)
-                         + kernels.gemm_time(g.k, g.n, t, peak, b.e_max, b.x_half, e, bw, be, 0.0))
+        fwd = fwd + w * chunks * kernels.gemm_time(m, g.n, g.k, peak, f.e_max, f.x_half, e, bw, be, 0.0,
+                                                   halves=f.halves, k_power=f.k_power)
+        bwd = bwd + w * (chunks * kernels.gemm_time(m, g.k, g.n, peak, b.e_max, b.x_half, e, bw, be, 0.0,
+                                                    halves=b.halves, k_power=b.k_power)
+                         + kernels.gemm_time(g.k, g.n, t, peak, b.e_max, b.x_half, e, bw, be, 0.0,
+                                             halves=b.halves, k_power=b.k_power))
     return fwd, bwd
 
 

@@ -64,11 +64,18 @@ class GemmEfficiency(_Strict):
     """Achieved fraction of the dtype's dense peak for a GEMM of shape (m, n, k).
 
     eff(m, n, k) = e_max * x / (x + x_half), with x = m*n*k / (m*n + n*k + m*k)
-    (a shape "thickness" in elements: n/3 for a square GEMM, ~min dim for thin ones).
+    (a shape "thickness" in elements: n/3 for a square GEMM, ~min dim for thin ones), times the
+    per-dimension terms of blocked CPU kernels where calibrated (m_half, n_half, k_half, k_power;
+    :func:`simulator.kernels.gemm_efficiency`).
     """
 
     e_max: float = Field(gt=0, le=1)
     x_half: float = Field(ge=0, description="thickness at which eff = e_max/2 (elements)")
+    m_half: float = Field(default=0.0, ge=0, description="rows (elements) at which the m term is 1/2; 0: none")
+    n_half: float = Field(default=0.0, ge=0, description="columns (elements) at which the n term is 1/2; 0: none")
+    k_half: float = Field(default=0.0, ge=0, description="reduction length (elements) at which the k term is "
+                          "1/2; 0: none")
+    k_power: float = Field(default=1.0, ge=1, le=8, description="steepness of the k term (1: hyperbolic)")
     operand_half_mib: float | None = Field(
         default=None, gt=0, description="size (MiB) of the (k x n) operand at which eff halves again "
         "(kernels without cache blocking, :func:`simulator.kernels.operand_factor`); None: no dependence")
@@ -76,6 +83,11 @@ class GemmEfficiency(_Strict):
                                  "to a cache-resident one (with operand_half_mib)")
     strided: StridedWalk | None = None  # input-gradient layout only: the strided-column walk (None: none)
     source: str
+
+    @property
+    def halves(self) -> tuple[float, float, float]:
+        """(m_half, n_half, k_half), elements."""
+        return (self.m_half, self.n_half, self.k_half)
 
     @property
     def operand_half_bytes(self) -> float | None:
@@ -121,8 +133,8 @@ class FreshMemory(_Strict):
 
 #: Op classes with their own bandwidth efficiency (``Profile.bw_eff_ops``): norms/activations/
 #: residual adds, eager softmax, cross-entropy over the logits, embedding gather and its gradient,
-#: autocast weight casts.
-BW_OP_CLASSES = ("elementwise", "softmax", "loss", "embedding", "cast")
+#: autocast weight casts; and the operand and output traffic of GEMMs (the memory side of their roofline).
+BW_OP_CLASSES = ("elementwise", "softmax", "loss", "embedding", "cast", "gemm")
 
 
 class CollectiveFit(_Strict):

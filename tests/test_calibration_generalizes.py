@@ -52,7 +52,7 @@ def test_profile_rejects_unknown_op_class_and_bad_values():
     from simulator.errors import UsageError
 
     with pytest.raises(UsageError, match="bw_eff_ops"):
-        _cpu_profile(bw_eff_ops={"gemm": 0.5})
+        _cpu_profile(bw_eff_ops={"matmul": 0.5})
     with pytest.raises(UsageError, match="bw_eff_ops"):
         _cpu_profile(bw_eff_ops={"loss": 1.5})
 

@@ -17,10 +17,11 @@ import numpy as np
 from . import memory, workload
 
 
-def fresh_bytes(parts, fm) -> np.ndarray:
+def fresh_bytes(parts, fm, heap_kept: bool = False) -> np.ndarray:
     """Bytes landing on fresh pages when one phase allocates ``parts``: (tensor size, total
     bytes) pairs, arrays broadcast. Tensors of at least ``fm.mmap_bytes`` are all fresh; of the
-    T bytes in smaller tensors, T * T^2 / (T^2 + keep^2) are."""
+    T bytes in smaller tensors, T * T^2 / (T^2 + keep^2) are, none where ``heap_kept`` (the heap
+    could not return their pages since the last time they were used)."""
     big = 0.0
     small = 0.0
     for size, total in parts:
@@ -28,17 +29,19 @@ def fresh_bytes(parts, fm) -> np.ndarray:
         total = np.asarray(total, dtype=float)
         big = big + np.where(is_big, total, 0.0)
         small = small + np.where(is_big, 0.0, total)
+    if heap_kept:
+        return big + 0.0 * small
     keep2 = fm.keep_bytes**2
     frac = np.where(small > 0, small**2 / np.maximum(small**2 + keep2, 1e-300), 0.0)
     return big + small * frac
 
 
-def fresh_time(parts, profile):
+def fresh_time(parts, profile, heap_kept: bool = False):
     """Seconds of first touches of :func:`fresh_bytes` (0 without a ``fresh_memory`` fit)."""
     fm = profile.fresh_memory
     if fm is None:
         return 0.0 * sum(np.asarray(t, dtype=float) for _, t in parts)
-    return fresh_bytes(parts, fm) / (fm.gbs * 1e9)
+    return fresh_bytes(parts, fm, heap_kept) / (fm.gbs * 1e9)
 
 
 def param_tensor_sizes(model) -> np.ndarray:
@@ -79,7 +82,12 @@ def micro_batch_fresh(model, seq_len: int, mb: np.ndarray, precision: str, atten
     eager attention's s x s probabilities) and the logit buffers; backward: the logits'
     gradient (:func:`logits_fresh_bytes`) and, for a head tied to the embedding, the two partial
     gradients of the shared weight that autograd sums into a third (the sum is counted with the
-    step's gradients, :func:`step_fresh`).
+    step's gradients, :func:`step_fresh`). Of these only the tensors of at least ``mmap_bytes``
+    are fresh in a training loop: the heap pages of the smaller ones stay mapped from the
+    previous step, because the parameter gradients that backward allocates after them live until
+    the optimizer step and keep the heap from trimming (``heap_kept``; measured with
+    ``python -m calibration.opcompare --faults``: GPT-2 small's forward faults in its 103 MB of
+    logits and nothing of its ~400 MB of smaller activations).
     """
     mb = np.asarray(mb, dtype=float)
     if profile.fresh_memory is None or not hasattr(model, "ffn_hidden"):  # transformers only
@@ -99,9 +107,9 @@ def micro_batch_fresh(model, seq_len: int, mb: np.ndarray, precision: str, atten
     n_logits = workload.logits_elements(model, mb, seq_len)
     lf, lb = logits_fresh_bytes(n_logits, e)
     fwd = fresh_time([(tokens * model.hidden * e, 0.5 * act), (tokens * f * e, 0.5 * act),
-                      (mb * heads * seq_len**2 * e, scores), (n_logits * 4.0, lf)], profile)
+                      (mb * heads * seq_len**2 * e, scores), (n_logits * 4.0, lf)], profile, heap_kept=True)
     vh = 4.0 * model.vocab_size * model.hidden if tied_head(model) else 0.0
-    return fwd, fresh_time([(n_logits * 4.0, lb), (vh, 2.0 * vh + 0.0 * mb)], profile)
+    return fwd, fresh_time([(n_logits * 4.0, lb), (vh, 2.0 * vh + 0.0 * mb)], profile, heap_kept=True)
 
 
 def tied_head(model) -> bool:

@@ -118,15 +118,16 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                                          bw_gbs * 1e9, launch_s,
                                          [r.get("kernels", 1) for r in pts]).params["bw_eff"]
         fits["memory_bw_eff_per_op"] = per_op
-        gemm_bw_eff = per_op.get("copy", bw_eff)  # GEMM operands stream as a copy does
+        copy_eff = per_op.get("copy")  # GEMM operands stream as a copy does
         ops = ", ".join(f"{op} {_fmt(e)}" for op, e in per_op.items())
         bw_eff_src = (f"{tag}: {f_bw.n} eager bandwidth-bound ops (>= 64 MiB moved where measured) fitted to memory_bound_time, "
                       f"rms log err {f_bw.rms_log:.2f}; per op: {ops}; bandwidth {bw_gbs:.1f} GB/s = {bw_src}")
     else:
         bw_eff, bw_eff_src = 0.8, f"memory_bw_eff: {PLACEHOLDER}"
-        gemm_bw_eff = bw_eff
+        copy_eff = None
         warn.append("bandwidth-bound ops not measured; memory_bw_eff = 0.8")
 
+    gemm_bw_eff = bw_eff if copy_eff is None else copy_eff
     comp_bw = {}
     for key, rec in _ok(results, "compiled/bandwidth/"):
         pts = rec.get("points", [])
@@ -303,9 +304,9 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             return 0.0
         return float(fresh_time([(size, total)], _FreshOnly(fresh_prof)))
 
-    ops_eff: dict[str, float] = {"gemm": gemm_bw_eff}
-    ops_notes: list[str] = [f"gemm {_fmt(gemm_bw_eff)} (the copy kernel's: GEMM operands and outputs stream as a copy "
-                            "does)"]
+    ops_eff: dict[str, float] = {} if copy_eff is None else {"gemm": copy_eff}
+    ops_notes: list[str] = [] if copy_eff is None else [
+        f"gemm {_fmt(copy_eff)} (the copy kernel's: GEMM operands and outputs stream as a copy does)"]
 
     def _ops(cls: str, pts: list[dict], nbytes, known, kernels) -> None:
         if not pts:

@@ -15,6 +15,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from simulator import kernels
+from simulator.profile import K_POWER_MAX
 
 
 @dataclass
@@ -143,6 +144,7 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
         extra = {**extra, **{nm: (0.0 if v <= _LO_HALF + 1e-6 else math.exp(v))
                              for nm, v in zip(("m_half", "n_half", "k_half"), dims[:3], strict=True)},
                  "k_power": dims[3]}
+        clipped += ["k_power"] if dims[3] >= K_POWER_MAX - 1e-6 else []
     return Fit({"e_max": min(e_max, 1.0), "x_half": x_half, **extra}, int(t.size), _rms(resid), clipped)
 
 
@@ -153,9 +155,9 @@ _LO_HALF = math.log(1e-3)
 
 def _fit_dims(resid_fn, log_e0: float, medians: list[float]) -> np.ndarray:
     """[log e_max, log m_half, log n_half, log k_half, k_power] minimizing ``resid_fn``: halves in
-    (1e-3, 1e5) elements (the lower bound meaning none), k_power in [1, 8]."""
+    (1e-3, 1e5) elements (the lower bound meaning none), k_power in [1, :data:`K_POWER_MAX`]."""
     x0 = [min(0.0, log_e0 + 0.5)] + [math.log(v / 8) for v in medians] + [2.0]
-    return _solve(resid_fn, x0, [math.log(1e-6)] + [_LO_HALF] * 3 + [1.0], [0.0] + [math.log(1e5)] * 3 + [8.0],
+    return _solve(resid_fn, x0, [math.log(1e-6)] + [_LO_HALF] * 3 + [1.0], [0.0] + [math.log(1e5)] * 3 + [K_POWER_MAX],
                   robust=True)
 
 

@@ -60,6 +60,11 @@ class StridedWalk(_Strict):
     source: str
 
 
+#: upper bound of a GEMM's k-term steepness (``GemmEfficiency.k_power``): a measured drop sharper than
+#: this is a step the calibration points cannot resolve
+K_POWER_MAX = 8.0
+
+
 class GemmEfficiency(_Strict):
     """Achieved fraction of the dtype's dense peak for a GEMM of shape (m, n, k).
 
@@ -75,7 +80,7 @@ class GemmEfficiency(_Strict):
     n_half: float = Field(default=0.0, ge=0, description="columns (elements) at which the n term is 1/2; 0: none")
     k_half: float = Field(default=0.0, ge=0, description="reduction length (elements) at which the k term is "
                           "1/2; 0: none")
-    k_power: float = Field(default=1.0, ge=1, le=8, description="steepness of the k term (1: hyperbolic)")
+    k_power: float = Field(default=1.0, ge=1, le=K_POWER_MAX, description="steepness of the k term (1: hyperbolic)")
     operand_half_mib: float | None = Field(
         default=None, gt=0, description="size (MiB) of the (k x n) operand at which eff halves again "
         "(kernels without cache blocking, :func:`simulator.kernels.operand_factor`); None: no dependence")

@@ -9,6 +9,8 @@ precision only, the rest of the graph on precision, attention, compilation and s
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -235,6 +237,21 @@ class _Timed:
         return t + k * per_kernel if self.serial else np.maximum(t, k * per_kernel)
 
 
+def layer_gemm_times(model, tokens, precision: str, dev: Device, chunks: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds per micro-batch of the view's layer GEMMs (all its layers) on ``tokens`` rows
+    (array): forward, and backward (input gradient + weight gradient), timed as
+    :func:`gemm_pass_times` times every GEMM. ``chunks``: the forward and input-gradient GEMMs
+    run as that many pieces of tokens/chunks rows each (asynchronous TP's decomposition); the
+    weight gradient, a reduction over the tokens, is not split."""
+    t = np.asarray(tokens, dtype=float)
+    gemms = workload.layer_gemms(model, t)
+    count = np.array([float(g.count) for g in gemms]).reshape((-1,) + (1,) * t.ndim)
+    t_f, t_d, t_w = gemm_pass_times([dataclasses.replace(g, m=t / chunks) for g in gemms], dev, precision)
+    if chunks != 1:
+        t_w = gemm_pass_times(gemms, dev, precision)[2]
+    return (count * chunks * t_f).sum(axis=0), (count * (chunks * t_d + t_w)).sum(axis=0)
+
+
 def _gemm_key(precision: str, where: str, op: Op) -> tuple:
     return ("gemm", precision, where, op.name)
 
@@ -246,7 +263,7 @@ def gemm_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndarray, 
     return t_f, t_d + t_w
 
 
-def gemm_pass_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def gemm_pass_times(ops: Sequence[Op | workload.Gemm], dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(forward, input-gradient, weight-gradient) seconds of one repetition of each GEMM op
     (first axis): the profile's shape-dependent efficiency (forward layout; the input gradient
     (m,k,n) in the backward layout, the weight gradient (n,k,m) in the weight-gradient layout),

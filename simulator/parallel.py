@@ -37,7 +37,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import communication as comm
-from . import kernels, workload
 from .models import ModelSpec
 
 
@@ -121,30 +120,6 @@ def tp_comm_time(tokens, hidden: int, e: int, tp: int, sp: bool, passes, bw: flo
     return np.asarray(passes, dtype=float) * per_pass
 
 
-def layer_gemm_times(model, tokens, precision: str, dev, chunks: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Seconds per micro-batch of the view's layer GEMMs (all its layers) on ``tokens`` rows
-    (array): forward, and backward (input gradient + weight gradient), at the profile's shape
-    efficiency (:func:`kernels.gemm_time`, as :mod:`simulator.compute` times GEMMs). ``chunks``:
-    the forward and input-gradient GEMMs run as that many pieces of tokens/chunks rows each
-    (asynchronous TP's decomposition); the weight gradient, a reduction over the tokens, is not
-    split."""
-    prof = dev.profile
-    peak, f, b = dev.gemm_peak(precision), prof.gemm_for(precision), prof.gemm_bwd_for(precision)
-    e, bw, be = workload.act_bytes(precision), dev.mem_bw, prof.bw_eff("gemm")
-    t = np.asarray(tokens, dtype=float)
-    fwd, bwd = np.zeros_like(t), np.zeros_like(t)
-    for g in workload.layer_gemms(model, t):
-        w = g.count * np.asarray(g.batch, dtype=float)
-        m = t / chunks
-        fwd = fwd + w * chunks * kernels.gemm_time(m, g.n, g.k, peak, f.e_max, f.x_half, e, bw, be, 0.0,
-                                                   halves=f.halves, k_power=f.k_power)
-        bwd = bwd + w * (chunks * kernels.gemm_time(m, g.k, g.n, peak, b.e_max, b.x_half, e, bw, be, 0.0,
-                                                    halves=b.halves, k_power=b.k_power)
-                         + kernels.gemm_time(g.k, g.n, t, peak, b.e_max, b.x_half, e, bw, be, 0.0,
-                                             halves=b.halves, k_power=b.k_power))
-    return fwd, bwd
-
-
 def async_tp_time(comm_pass, gemms: tuple, split: tuple, fwd_passes, tp: int, overlap: float) -> np.ndarray:
     """Seconds asynchronous tensor parallelism adds per micro-batch (PyTorch's async TP in
     torchtitan, Megatron-LM's --tp-comm-overlap): each sequence-parallel all-gather is split into
@@ -155,7 +130,7 @@ def async_tp_time(comm_pass, gemms: tuple, split: tuple, fwd_passes, tp: int, ov
     GEMM time less its last piece, (tp-1)/tp of it, which has nothing left to hide; the rest stays
     exposed. The split GEMMs run less efficiently (fewer rows each): their extra time is added.
     ``gemms``/``split``: (forward, backward) GEMM seconds whole and split into tp pieces
-    (:func:`layer_gemm_times`); ``fwd_passes``: forward passes per micro-batch (1 + the share of
+    (:func:`simulator.compute.layer_gemm_times`); ``fwd_passes``: forward passes per micro-batch (1 + the share of
     layers recomputed)."""
     (gf, gb), (sf, sb) = gemms, split
     win = (tp - 1) / tp

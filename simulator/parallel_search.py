@@ -15,7 +15,7 @@ from itertools import product
 
 import numpy as np
 
-from . import memory, parallel, workload
+from . import compute, memory, parallel, workload
 from .compute import attention_core, micro_batch_time
 from .estimate import Problem, Space, Table, evaluate
 from .opcost import model_flops_per_token
@@ -109,8 +109,8 @@ def _async_tp(pb: Problem, model, packs: list[tuple], pack: np.ndarray, tokens: 
         if not sel.any():
             continue
         u, inv = np.unique(tok[sel], return_inverse=True)  # a few micro-batch sizes
-        whole = tuple(x[inv] for x in parallel.layer_gemm_times(model, u, p, pb.device))
-        split = tuple(x[inv] for x in parallel.layer_gemm_times(model, u, p, pb.device, chunks=tp))
+        whole = tuple(x[inv] for x in compute.layer_gemm_times(model, u, p, pb.device))
+        split = tuple(x[inv] for x in compute.layer_gemm_times(model, u, p, pb.device, chunks=tp))
         t = parallel.async_tp_time(tp_mb[sel] / passes[sel], whole, split, passes[sel] - 1.0, tp,
                                    pb.stack.async_tp_overlap)
         better = np.full(t.size, True) if pinned else t < tp_mb[sel]

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator import communication as comm
-from simulator import memory, parallel, workload
+from simulator import compute, memory, parallel, workload
 from simulator.api import run_search, simulate
 from simulator.cli import main
 from simulator.models import get_model
@@ -302,7 +302,7 @@ def test_split_gemms_are_never_faster():
 
     dev = setup("llama-2-70b", "8xh100").problem.device
     tok = np.array([512.0, 4096.0, 32768.0])
-    whole, split = parallel.layer_gemm_times(v, tok, "bf16", dev), parallel.layer_gemm_times(v, tok, "bf16", dev, 8)
+    whole, split = compute.layer_gemm_times(v, tok, "bf16", dev), compute.layer_gemm_times(v, tok, "bf16", dev, 8)
     assert (split[0] >= whole[0]).all() and (split[1] >= whole[1]).all()
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 from simulator.errors import UsageError, UsageParser, run_cli
 
+from . import host_load
+
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 MODES = {  # budget per point (s), per-call cap (s), min timed calls, torch.compile
     "tiny": (0.01, 0.25, 2, False),
@@ -239,13 +241,20 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     else:
         err(f"calibrating {dev.name} [{mode}]: {len(benches)} benchmarks -> {out}")
     console = None if (a.no_progress or not benches) else errc
+    cpu0 = host_load.sample()
     summary = run_benches(benches, ctx, store, console, resume=a.resume)
     if not a.refit:
         _collectives(a, dev, ctx, store, only, err)
+        other = host_load.other_cores(cpu0, host_load.sample())
+        store.data["runs"][-1]["other_cores"] = other
+        if dev.kind == "cpu" and host_load.is_busy(other):
+            err(f"warning: other processes used {other:.2f} of {os.cpu_count()} cores while calibrating; "
+                "CPU timings are inflated (calibrate again on a quiet machine)")
     runs = [r for r in store.data["runs"] if r.get("mode") != "refit"]
     notes = [f"measured in {len(runs)} run(s): " + "; ".join(
         f"{r.get('mode')} {r.get('started', '')[:16]}"
-        + (f" (load average {r['loadavg_1min']} on {os.cpu_count()} cores)"
+        + (f" (load average {r['loadavg_1min']} on {os.cpu_count()} cores"
+           + (f", other processes {r['other_cores']} cores" if r.get("other_cores") is not None else "") + ")"
            if "loadavg_1min" in r and dev.kind == "cpu" else "") for r in runs)]
     measured_by = "; ".join(dict.fromkeys(r.get("command", "") for r in runs)) or command
     if a.refit:

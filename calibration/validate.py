@@ -41,6 +41,8 @@ from simulator.models import ModelSpec, get_model
 from simulator.strategy import CHECKPOINTINGS as CHECKPOINTING
 from simulator.strategy import PRECISIONS
 
+from . import host_load
+
 SUITE_DIR = Path(__file__).resolve().parent / "suites"
 DEFAULT_SUITE = SUITE_DIR / "cpu_default.yaml"
 GPU_DEFAULT_SUITE = SUITE_DIR / "gpu_default.yaml"
@@ -53,7 +55,7 @@ CSV_FIELDS = (
     "measured_step_s", "predicted_step_s", "error_pct", "log_ratio", "measured_min_s", "spread",
     "measured_fwd_s", "predicted_fwd_s", "measured_bwd_s", "predicted_bwd_s",
     "measured_rec_s", "predicted_rec_s", "measured_opt_s", "predicted_opt_s", "compile_s", "steps", "warmup",
-    "device", "profile", "suite", "date", "torch", "loadavg_1min",
+    "device", "profile", "suite", "date", "torch", "loadavg_1min", "other_cores",
 )
 
 
@@ -505,7 +507,8 @@ def update_profile(path: str | os.PathLike, summary: dict[str, Any], source: str
 
 def read_measured(path: str | os.PathLike) -> dict[str, tuple[Measured, dict[str, Any]]]:
     """Measured steps of a ``--csv`` file by config id (single-process rows): the times and the
-    row's own metadata (steps, warm-up, device, date, torch version, load average)."""
+    row's own metadata (steps, warm-up, device, date, torch version, load average, other processes'
+    CPU use)."""
     def num(v: str | None) -> float | None:
         try:
             return float(v) if v not in (None, "") else None
@@ -527,7 +530,8 @@ def read_measured(path: str | os.PathLike) -> dict[str, tuple[Measured, dict[str
         m = Measured("ok", "", num(r.get("measured_step_s")), num(r.get("measured_fwd_s")),
                      num(r.get("measured_bwd_s")), num(r.get("measured_rec_s")), num(r.get("measured_opt_s")),
                      num(r.get("compile_s")), num(r.get("measured_min_s")), num(r.get("spread")))
-        meta = {k: r.get(k) for k in ("steps", "warmup", "device", "suite", "date", "torch", "loadavg_1min")}
+        meta = {k: r.get(k) for k in ("steps", "warmup", "device", "suite", "date", "torch", "loadavg_1min",
+                                      "other_cores")}
         out[r["id"]] = (m, meta)
     return out
 
@@ -648,15 +652,15 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
         for i, cfg in enumerate(configs):
             load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
             if dist.is_main and not a.json:
-                print(f"[{i + 1}/{len(configs)}] {cfg.id} (load average {load}) ...", file=sys.stderr,
-                      flush=True)
+                print(f"[{i + 1}/{len(configs)}] {cfg.id} ...", file=sys.stderr, flush=True)
+            before = host_load.sample()
             m = measure(cfg, dist, warmup, steps)
+            other = host_load.other_cores(before, host_load.sample())
             pred = predict(cfg, profile, dist.world)
-            rows.append(make_row(cfg, m, pred, dist.world, {**meta, "loadavg_1min": load}))
-        busy = [r["loadavg_1min"] for r in rows if r["loadavg_1min"] is not None
-                and r["loadavg_1min"] > 0.5 * (os.cpu_count() or 1)]
+            rows.append(make_row(cfg, m, pred, dist.world, {**meta, "loadavg_1min": load, "other_cores": other}))
+        busy = [r["other_cores"] for r in rows if host_load.is_busy(r["other_cores"])]
         if dist.is_main and busy and dist.device.type == "cpu":
-            print(f"validate: warning: machine was busy (load average up to {max(busy):.1f} on "
+            print(f"validate: warning: machine was busy (other processes used up to {max(busy):.2f} of "
                   f"{os.cpu_count()} cores) during {len(busy)} configs; CPU step times are inflated "
                   "and noisy (see the spread column)", file=sys.stderr)
         if not dist.is_main:

@@ -3,8 +3,9 @@
 The 1-minute load average counts the measuring process's own threads (a training step on every
 core reads as a busy machine) and lags by a minute, so quietness is measured over the interval
 instead: the CPU seconds all processes spent (``/proc/stat``: user, nice, system, irq, softirq
-and steal, which is time the hypervisor gave to other guests) minus this process's own
-(:func:`os.times`), per wall second, in cores. Linux only; elsewhere the figures are None.
+and steal, which is time the hypervisor gave to other guests) minus that of this process and its
+descendants (``/proc/<pid>/stat``: torch.compile's worker pool, a ``torchrun`` child), per wall
+second, in cores. Linux only; elsewhere the figures are None.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ QUIET_SHARE = 0.1
 
 @dataclass(frozen=True)
 class CpuSample:
-    """CPU seconds used by the whole host and by this process at a monotonic wall time (s)."""
+    """CPU seconds used by the whole host and by this process tree at a monotonic wall time (s)."""
 
     wall_s: float
     host_s: float
@@ -28,7 +29,7 @@ class CpuSample:
 
 
 def sample() -> CpuSample | None:
-    """The host's and this process's CPU seconds now, or None without ``/proc/stat``."""
+    """The host's and this process tree's CPU seconds now, or None without ``/proc/stat``."""
     try:
         with open("/proc/stat") as fh:
             ticks = [int(v) for v in fh.readline().split()[1:9]]
@@ -38,8 +39,31 @@ def sample() -> CpuSample | None:
     if len(ticks) < 8:
         return None
     busy = sum(ticks) - ticks[3] - ticks[4]  # all but idle and iowait (guest time is inside user)
-    t = os.times()
-    return CpuSample(time.monotonic(), busy / hz, t.user + t.system)
+    return CpuSample(time.monotonic(), busy / hz, _tree_ticks(os.getpid()) / hz)
+
+
+def _tree_ticks(root: int) -> int:
+    """CPU ticks of process ``root`` and its live descendants, with the children each has reaped
+    (``/proc/<pid>/stat`` utime, stime, cutime, cstime)."""
+    parent: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process ended while we looked
+        parent[int(entry)] = int(fields[1])
+        ticks[int(entry)] = sum(int(v) for v in fields[11:15])
+    tree, frontier = {root}, [root]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parent.items() if pp == p and c not in tree]
+        tree.update(kids)
+        frontier += kids
+    return sum(ticks.get(p, 0) for p in tree)
 
 
 def other_cores(start: CpuSample | None, end: CpuSample | None) -> float | None:

@@ -87,14 +87,14 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
 
     peak_flops, bw, bw_eff and launch_s are held fixed (device peak, fitted bandwidth and
     launch overhead). With a single point, x_half is fixed at 0 and e_max alone is fitted.
-    ``operand_bytes`` (per point, the weight-sized matrix the kernel streams): also fit
-    ``operand_half_bytes`` and ``operand_floor`` (:func:`simulator.kernels.operand_factor`: the size
-    at which efficiency falls halfway to the floor) when the points span sizes by at least 16x; they
-    are kept only if they lower the rms error by a fifth and the halfway size lies inside the
-    measured range. With at least :data:`DIMS_MIN_POINTS` points, the per-dimension terms
-    (``m_half``, ``n_half``, ``k_half``, ``k_power``; :func:`simulator.kernels.gemm_efficiency`) are
-    fitted in place of the thickness term (robustly, :func:`_solve`) and kept if they lower the
-    soft-L1 loss by a fifth.
+    With at least :data:`DIMS_MIN_POINTS` points, the per-dimension terms (``m_half``,
+    ``n_half``, ``k_half``, ``k_power``; :func:`simulator.kernels.gemm_efficiency`) are fitted in
+    place of the thickness term (robustly, :func:`_solve`) and kept if they lower the soft-L1 loss
+    by a fifth. ``operand_bytes`` (per point, the weight-sized matrix the kernel streams): then,
+    on top of that shape model, ``operand_half_bytes`` and ``operand_floor``
+    (:func:`simulator.kernels.operand_factor`: the size at which efficiency falls halfway to the
+    floor) when the points span sizes by at least 16x (:func:`_fit_operand`): a slowdown the
+    shape model already explains (thin GEMMs over large weights) is not taken for a cache effect.
     """
     m, n, k, t = (_arr(a) for a in (m, n, k, times))
     logt = np.log(t)
@@ -119,22 +119,17 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
         xh0 = float(np.median(kernels.gemm_thickness(m, n, k)))
         x = _solve(lambda p: np.log(model(p[0], p[1])) - logt, [math.log(e0), math.log(xh0)],
                    [math.log(1e-6), lo_xh], [0.0, hi_xh])
-        if operand_bytes is not None and t.size >= 4 and ob.max() >= 16 * ob.min():
-            x4 = _solve(lambda p: np.log(model(p[0], p[1], p[2], p[3])) - logt,
-                        [min(0.0, x[0] + 0.5), x[1], math.log(float(np.median(ob))), 0.3],
-                        [math.log(1e-6), lo_xh, math.log(ob.min() / 16), 0.0], [0.0, hi_xh, math.log(ob.max() * 16), 1.0])
-            better = _rms(np.log(model(*x4)) - logt) < 0.8 * _rms(np.log(model(x[0], x[1])) - logt)
-            if better and ob.min() <= math.exp(x4[2]) <= ob.max() and x4[3] < 0.9:
-                x, extra = x4[:2], {"operand_half_bytes": math.exp(x4[2]), "operand_floor": float(x4[3])}
-    log_oh = math.log(extra["operand_half_bytes"]) if extra else None
-    floor = extra.get("operand_floor", 0.0)
     dims = None
     if t.size >= DIMS_MIN_POINTS:
-        d = _fit_dims(lambda p: np.log(model(p[0], lo_xh, log_oh, floor, tuple(p[1:]))) - logt,
+        d = _fit_dims(lambda p: np.log(model(p[0], lo_xh, dims=tuple(p[1:]))) - logt,
                       math.log(e0), [float(np.median(v)) for v in (m, n, k)])
-        if _soft_l1(np.log(model(d[0], lo_xh, log_oh, floor, tuple(d[1:]))) - logt) < 0.8 * _soft_l1(
-                np.log(model(x[0], x[1], log_oh, floor)) - logt):
+        if _soft_l1(np.log(model(d[0], lo_xh, dims=tuple(d[1:]))) - logt) < 0.8 * _soft_l1(
+                np.log(model(x[0], x[1])) - logt):
             x, dims = np.array([d[0], lo_xh]), tuple(float(v) for v in d[1:])
+    if operand_bytes is not None and t.size >= 4 and ob.max() >= 16 * ob.min():
+        x, extra = _fit_operand(model, logt, ob, x, dims, lo_xh, hi_xh)
+    log_oh = math.log(extra["operand_half_bytes"]) if extra else None
+    floor = extra.get("operand_floor", 0.0)
     e_max, x_half = math.exp(x[0]), math.exp(x[1])
     clipped = ["e_max"] if e_max > 0.999 else []
     if x_half <= 1.001e-3:
@@ -146,6 +141,30 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
                  "k_power": dims[3]}
         clipped += ["k_power"] if dims[3] >= K_POWER_MAX - 1e-6 else []
     return Fit({"e_max": min(e_max, 1.0), "x_half": x_half, **extra}, int(t.size), _rms(resid), clipped)
+
+
+def _fit_operand(model, logt: np.ndarray, ob: np.ndarray, x: np.ndarray, dims, lo_xh: float,
+                 hi_xh: float) -> tuple[np.ndarray, dict[str, float]]:
+    """Try the streamed-operand terms (``operand_half_bytes``, ``operand_floor``) on top of the
+    fitted shape model (``x``: log e_max, log x_half; ``dims`` held fixed), robustly. They are
+    kept only if they lower the soft-L1 loss by a fifth, the halfway size lies inside the measured
+    sizes with at least two points at or above it (a slowdown seen on one point is noise, not a
+    cache leaving), and the floor is below 0.9; otherwise ``x`` is returned unchanged, with no terms."""
+    thick = dims is None
+    base = _soft_l1(np.log(model(x[0], x[1], dims=dims)) - logt)
+
+    def resid(p: np.ndarray) -> np.ndarray:
+        return np.log(model(p[0], p[1] if thick else lo_xh, p[-2], p[-1], dims)) - logt
+
+    x0 = [min(0.0, x[0] + 0.5)] + ([x[1]] if thick else []) + [math.log(float(np.median(ob))), 0.3]
+    lo = [math.log(1e-6)] + ([lo_xh] if thick else []) + [math.log(ob.min() / 16), 0.0]
+    hi = [0.0] + ([hi_xh] if thick else []) + [math.log(ob.max() * 16), 1.0]
+    p = _solve(resid, x0, lo, hi, robust=True)
+    half, floor = math.exp(p[-2]), float(p[-1])
+    if (_soft_l1(resid(p)) < 0.8 * base and ob.min() <= half <= ob.max() and int((ob >= half).sum()) >= 2
+            and floor < 0.9):
+        return np.array([p[0], p[1] if thick else lo_xh]), {"operand_half_bytes": half, "operand_floor": floor}
+    return x, {}
 
 
 #: fewest GEMM points for fitting the four per-dimension terms

@@ -329,10 +329,11 @@ def predict(cfg, profile) -> dict[str, Any]:
     out["fwd"]["host"] += tm.host * reps * ga
     out["bwd"]["host"] += tm.host * reps * ga * (1.0 + sum(share[i] * b.repeat for i, b in enumerate(g.blocks)) / reps)
     if profile.fresh_memory is not None:
-        ff, fb = fresh_memory.micro_batch_fresh(cfg.spec, cfg.seq_len, mb, cfg.precision, cfg.attention,
+        ff, fb, fr = fresh_memory.micro_batch_fresh(cfg.spec, cfg.seq_len, mb, cfg.precision, cfg.attention,
                                                 cfg.checkpointing, profile)
         out["fwd"]["fresh"] += float(np.asarray(ff).ravel()[0]) * ga
-        out["bwd"]["fresh"] += float(np.asarray(fb).ravel()[0]) * ga + fresh_memory.step_fresh(cfg.spec, profile)[0]
+        out["bwd"]["fresh"] += (float(np.asarray(fb).ravel()[0]) + float(np.asarray(fr).ravel()[0])) * ga \
+            + fresh_memory.step_fresh(cfg.spec, profile)[0]
     step = predict_step(cfg, profile)
     if step.get("step") is not None:
         out["opt"]["optimizer"] = float(step["opt"])

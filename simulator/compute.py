@@ -143,7 +143,7 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
         key = ("fresh", precision, attention, checkpointing)
         if key not in memo:
             memo[key] = fresh_memory.micro_batch_fresh(model, seq_len, mb, precision, attention, checkpointing, prof)
-        fwd, bwd = fwd + memo[key][0], bwd + memo[key][1]
+        fwd, bwd, rec = fwd + memo[key][0], bwd + memo[key][1], rec + memo[key][2]
     z = np.zeros_like(mb)
     return MicroBatchTime(fwd + z, bwd + z, rec + z, hw + z)
 

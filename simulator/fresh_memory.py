@@ -75,41 +75,54 @@ def param_tensor_sizes(model) -> np.ndarray:
 
 
 def micro_batch_fresh(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
-                      checkpointing: str, profile) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) seconds of first touches per micro-batch.
+                      checkpointing: str, profile) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, backward, recomputation) seconds of first touches per micro-batch.
 
-    Forward: the activations kept for backward (half in hidden-wide, half in MLP-wide tensors;
-    eager attention's s x s probabilities) and the logit buffers; backward: the logits'
-    gradient (:func:`logits_fresh_bytes`) and, for a head tied to the embedding, the two partial
-    gradients of the shared weight that autograd sums into a third (the sum is counted with the
-    step's gradients, :func:`step_fresh`). Of these only the tensors of at least ``mmap_bytes``
-    are fresh in a training loop: the heap pages of the smaller ones stay mapped from the
-    previous step, because the parameter gradients that backward allocates after them live until
-    the optimizer step and keep the heap from trimming (``heap_kept``; measured with
-    ``python -m calibration.opcompare --faults``: GPT-2 small's forward faults in its 103 MB of
-    logits and nothing of its ~400 MB of smaller activations).
+    Forward: the activations kept for backward (half in hidden-wide, half in MLP-wide tensors),
+    eager attention's s x s temporaries (:func:`eager_temp_bytes_per_element`) in every layer and
+    the logit buffers; backward: eager attention's s x s gradients, the logits' gradient
+    (:func:`logits_fresh_bytes`) and, for a head tied to the embedding, the two partial gradients
+    of the shared weight that autograd sums into a third (the sum is counted with the step's
+    gradients, :func:`step_fresh`); recomputation: the s x s temporaries again in each layer whose
+    attention is recomputed (full and selective checkpointing). Of these only the tensors of at
+    least ``mmap_bytes`` are fresh in a training loop: the heap pages of the smaller ones stay
+    mapped from the previous step, because the parameter gradients that backward allocates after
+    them live until the optimizer step and keep the heap from trimming (``heap_kept``; measured
+    with ``python -m calibration.opcompare --faults``: GPT-2 small's forward faults in its 103 MB
+    of logits and nothing of its ~400 MB of smaller activations; a 6-layer eager model at s=1024
+    faults in each of the four s x s tensors of every layer, forward and backward).
     """
     mb = np.asarray(mb, dtype=float)
+    zero = 0.0 * mb
     if profile.fresh_memory is None or not hasattr(model, "ffn_hidden"):  # transformers only
-        return 0.0 * mb, 0.0 * mb
+        return zero, zero, zero
     e = workload.act_bytes(precision)
     tokens = mb * seq_len
     L = model.n_layers
-    act = memory.activations(model, seq_len, mb, precision, attention, checkpointing)
-    scores = 0.0 * mb
-    if attention == "eager":
-        per_layer = tokens * workload.eager_scores_bytes_per_token(model, seq_len, e)
-        kept = 0.0 if checkpointing in ("full", "selective") else L - 1.0
-        scores = per_layer * (kept + 1.0)  # one layer's working set even when checkpointed
-        act = np.maximum(act - scores, 0.0)
     heads = float(getattr(model, "n_heads", 1))
+    act = memory.activations(model, seq_len, mb, precision, attention, checkpointing)
+    scores: list[tuple[np.ndarray, np.ndarray]] = []  # (tensor bytes, total bytes) per pass
+    if attention == "eager":
+        if checkpointing == "none":  # the kept probabilities are among the temporaries
+            act = np.maximum(act - L * tokens * workload.eager_scores_bytes_per_token(model, seq_len, e), 0.0)
+        scores = [(mb * heads * seq_len**2 * b, L * n * mb * heads * seq_len**2 * b) for b, n in eager_temps(e)]
+    rec = scores if checkpointing in ("full", "selective") else []
     f = float(getattr(model, "ffn_hidden", model.hidden))
     n_logits = workload.logits_elements(model, mb, seq_len)
     lf, lb = logits_fresh_bytes(n_logits, e)
     fwd = fresh_time([(tokens * model.hidden * e, 0.5 * act), (tokens * f * e, 0.5 * act),
-                      (mb * heads * seq_len**2 * e, scores), (n_logits * 4.0, lf)], profile, heap_kept=True)
+                      *scores, (n_logits * 4.0, lf)], profile, heap_kept=True)
     vh = 4.0 * model.vocab_size * model.hidden if tied_head(model) else 0.0
-    return fwd, fresh_time([(n_logits * 4.0, lb), (vh, 2.0 * vh + 0.0 * mb)], profile, heap_kept=True)
+    bwd = fresh_time([*scores, (n_logits * 4.0, lb), (vh, 2.0 * vh + zero)], profile, heap_kept=True)
+    return fwd, bwd, fresh_time([*rec, (0.0, zero)], profile, heap_kept=True)
+
+
+def eager_temps(e: int) -> list[tuple[float, int]]:
+    """(bytes per element, tensors) of the s x s tensors one layer of materialised attention
+    allocates in one pass (:class:`calibration.torch_model.Attention`): forward the scores, their
+    scaled and their masked copies (``e`` bytes each) and the probabilities (under autocast fp32,
+    plus their half-precision copy); backward as many gradients of the same sizes."""
+    return [(2.0, 4), (4.0, 1)] if e == 2 else [(float(e), 4)]
 
 
 def tied_head(model) -> bool:

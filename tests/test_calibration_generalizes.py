@@ -88,6 +88,27 @@ def test_fresh_pages_cost_more_with_vocabulary_and_less_with_checkpointing():
     assert big.breakdown_s["optimizer"] > ref.breakdown_s["optimizer"]  # foreach temporaries
 
 
+def test_eager_attention_maps_every_s_by_s_temporary_in_each_pass():
+    """Materialised attention allocates four s x s tensors per layer in forward and four in
+    backward, all above the mmap threshold at s=1024 (opcompare --faults); checkpointing re-runs
+    them in recomputation instead of keeping the probabilities."""
+    prof = _cpu_profile(fresh_memory=FreshMemory(gbs=1.0, keep_bytes=0.0, source="t"))
+    m = get_model("gpt2").model_copy(update={"n_layers": 6, "hidden": 192, "n_heads": 3, "vocab_size": 4096})
+    mb = np.array([4.0])
+    f_s, b_s, r_s = fresh_memory.micro_batch_fresh(m, 1024, mb, "fp32", "sdpa", "none", prof)
+    f_e, b_e, r_e = fresh_memory.micro_batch_fresh(m, 1024, mb, "fp32", "eager", "none", prof)
+    temps = 6 * 4 * 3 * 1024**2 * 4 * 4.0 / 1e9  # layers x mb x heads x s^2 x 4 tensors x 4 bytes (s)
+    assert float(b_e[0] - b_s[0]) == pytest.approx(temps, rel=1e-6)
+    assert float(f_e[0] - f_s[0]) == pytest.approx(temps, rel=0.05)  # less the probabilities no longer counted as kept
+    assert float(r_e[0]) == float(r_s[0]) == 0.0
+    f_f, b_f, r_f = fresh_memory.micro_batch_fresh(m, 1024, mb, "fp32", "eager", "full", prof)
+    assert float(r_f[0]) == pytest.approx(temps, rel=1e-6) and float(b_f[0]) == pytest.approx(float(b_e[0]))
+    half = fresh_memory.micro_batch_fresh(m, 1024, mb, "bf16", "eager", "none", prof)[1] - \
+        fresh_memory.micro_batch_fresh(m, 1024, mb, "bf16", "sdpa", "none", prof)[1]
+    # bf16: four 2-byte tensors of 25 MB come from the heap; the fp32 probabilities (50 MB) are fresh
+    assert float(half[0]) == pytest.approx(temps / 4, rel=1e-6)
+
+
 def test_a_training_steps_small_activations_reuse_the_heap():
     """Tensors under the mmap threshold come from heap pages the previous step used (gradients
     allocated after them keep the heap from trimming): no fresh pages, however many of them."""

@@ -106,8 +106,8 @@ def test_tied_head_adds_two_fresh_weight_gradients_on_a_cpu():
     prof = _cpu_profile(fresh_memory=FreshMemory(gbs=1.0, keep_bytes=2**30, source="t"))
     untied = get_model("gpt2").model_copy(update={"tied_embeddings": False})
     mb = np.array([1.0])
-    _, b_t = fresh_memory.micro_batch_fresh(get_model("gpt2"), 64, mb, "fp32", "sdpa", "none", prof)
-    _, b_u = fresh_memory.micro_batch_fresh(untied, 64, mb, "fp32", "sdpa", "none", prof)
+    _, b_t, _ = fresh_memory.micro_batch_fresh(get_model("gpt2"), 64, mb, "fp32", "sdpa", "none", prof)
+    _, b_u, _ = fresh_memory.micro_batch_fresh(untied, 64, mb, "fp32", "sdpa", "none", prof)
     vh = 4.0 * untied.vocab_size * untied.hidden  # above the mmap threshold: always fresh
     assert float(b_t[0] - b_u[0]) == pytest.approx(2 * vh / 1e9, rel=1e-6)
     assert not fresh_memory.tied_head(get_model("vit-b-16"))

@@ -145,7 +145,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         if prec in cat_peaks:
             peaks[prec], peak_src[prec] = cat_peaks[prec], cat_src or "catalog"
             continue
-        rates = [r["flops"] / min([r["time_s"], *r.get("layouts_min_s", {}).values()])
+        rates = [r["flops"] / min([r["time_s"], *_layouts(r).values()])
                  for _, r in _ok(results, f"gemm/{prec}/")]
         rates += [r["flops"] / r["time_s"] for k, r in _ok(results, "attention/")
                   if k.split("/")[3] == prec and k.split("/")[1] != "math"]
@@ -170,7 +170,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         all_pts = _ok(results, f"gemm/{prec}/")
         if not all_pts or prec not in peaks:
             continue
-        split = all("layouts_min_s" in r for _, r in all_pts)
+        split = all(_layouts(r) for _, r in all_pts)
         for lay, (dest, sec, what) in layouts.items():
             if not split and lay != "linear_nt":
                 continue
@@ -179,7 +179,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             if not pts:
                 continue
             shp = [[r_p(k, d) for k, _ in pts] for d in "mnk"]
-            ts = [r["layouts_min_s"][lay] if split else r["time_s"] for _, r in pts]
+            ts = [_layouts(r)[lay] if split else r["time_s"] for _, r in pts]
             m_, n_, k_ = (np.asarray(v, dtype=float) for v in shp)
             # the weight-sized matrix each layout streams: the (k x n) operand, or the (m x n) output of g^T @ x
             streamed = (m_ if lay == "mm_tn" else k_) * n_ * BYTES_PER_EL[prec]
@@ -502,6 +502,12 @@ def dispatch_overhead(results: dict[str, dict], profile: Profile) -> dict | None
 SPREAD_REPLICATES = 8
 
 
+def _layouts(rec: dict) -> dict[str, float]:
+    """Seconds per call of a GEMM record in each layout (median; ``layouts_min_s``, the fastest
+    call, in measurements taken before medians were recorded), or {} if not split by layout."""
+    return rec.get("layouts_s") or rec.get("layouts_min_s") or {}
+
+
 @dataclass
 class _FreshOnly:
     """Stands in for a profile in :func:`simulator.fresh_memory.fresh_time` during fitting."""
@@ -510,8 +516,9 @@ class _FreshOnly:
 
 
 def _resample(results: dict[str, dict], rng) -> dict[str, dict]:
-    """``results`` with each ok record's time replaced by the fastest of a bootstrap resample of
-    its timed samples (GEMMs: per layout), so refitting shows how measurement noise moves the fit."""
+    """``results`` with each ok record's time replaced by the median of a bootstrap resample of
+    its timed samples (GEMMs: per layout), so refitting shows how measurement noise moves the fit.
+    Records of an older format, whose times are the fastest sample, resample the fastest."""
     out = {}
     for key, rec in results.items():
         if rec.get("status") != "ok":
@@ -520,12 +527,15 @@ def _resample(results: dict[str, dict], rng) -> dict[str, dict]:
         new = dict(rec)
         lt = rec.get("layouts_times")
         if lt and all(lt.values()):
-            mins = {n: float(min(rng.choice(ts, len(ts)))) for n, ts in lt.items()}
-            new["layouts_min_s"], new["time_s"] = mins, sum(mins.values()) / len(mins)
+            key = "layouts_s" if "layouts_s" in rec else "layouts_min_s"
+            stat = np.median if key == "layouts_s" else np.min
+            per = {n: float(stat(rng.choice(ts, len(ts)))) for n, ts in lt.items()}
+            new[key], new["time_s"] = per, sum(per.values()) / len(per)
         else:
             ts = (rec.get("timing") or {}).get("times") or []
             if len(ts) >= 2 and min(ts) > 0:
-                new["time_s"] = rec["time_s"] * float(min(rng.choice(ts, len(ts)))) / min(ts)
+                stat = np.median if rec.get("stat") == "median" else np.min
+                new["time_s"] = rec["time_s"] * float(stat(rng.choice(ts, len(ts)))) / float(stat(ts))
         out[key] = new
     return out
 

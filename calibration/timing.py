@@ -27,6 +27,14 @@ class Timing:
     calls: int  # total timed calls
     times: tuple[float, ...] = ()  # per-call seconds of each timed sample (spread, resampling)
 
+    @property
+    def fit_s(self) -> float:
+        """The per-call seconds a profile is fitted to: the median. The simulator predicts a typical
+        step and ``validate`` measures the median step; on a host shared with other guests (SMT
+        siblings, memory bandwidth), whose speed varies by up to 2x from second to second without
+        any CPU time showing as used, the fastest call catches its best moments only."""
+        return self.median_s
+
     @classmethod
     def of_calls(cls, times: list[float]) -> Timing:
         """The timing of single calls that took ``times`` seconds each."""

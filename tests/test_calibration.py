@@ -119,7 +119,7 @@ def test_tiny_run_writes_loadable_profile(tiny_run):
                                      g.x_half, 4, prof.device.mem_bw_gbs * 1e9, prof.memory_bw_eff,
                                      prof.launch_overhead_us * 1e-6)
             # the forward fit is to the F.linear layout's time where the layouts were timed apart
-            measured = rec.get("layouts_min_s", {}).get("linear_nt", rec["time_s"])
+            measured = rec.get("layouts_s", {}).get("linear_nt", rec["time_s"])
             assert abs(np.log(pred / measured)) < 3 * data["fits"]["gemm/fp32"]["rms_log"] + 1e-3
 
 

@@ -1,8 +1,8 @@
 """Benchmark definitions. Each :class:`Bench` measures one point and returns a record.
 
 A record is a JSON-able dict with at least ``status`` ('ok' or 'unsupported') and, when
-ok, ``time_s`` (seconds per call: the fastest timed sample, since other processes only
-ever add time; the median and spread are kept under ``timing``) plus the work it did (``flops`` and/or
+ok, ``time_s`` (seconds per call: the median timed sample, :attr:`calibration.timing.Timing.fit_s`;
+the fastest and the spread are kept under ``timing``) plus the work it did (``flops`` and/or
 ``bytes``) so fitting never needs to re-derive it. Keys are stable strings such as
 ``gemm/bf16/2048x3072x768``; the measurements file is keyed by them, which is what
 ``--resume`` relies on.
@@ -91,7 +91,7 @@ class Bench:
 
 def ok(timing, **work: float) -> dict:
     """Build an 'ok' record from a :class:`calibration.timing.Timing` and work counters."""
-    rec = {"status": "ok", "time_s": timing.min_s, **{k: float(v) for k, v in work.items()}}
+    rec = {"status": "ok", "time_s": timing.fit_s, "stat": "median", **{k: float(v) for k, v in work.items()}}
     rec["timing"] = timing.as_dict()
     return rec
 

@@ -14,6 +14,7 @@ device hides for all but small models.
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -68,8 +69,8 @@ def _bench(family: str, attention: str, layers: int):
         t = ctx.time(step, warmup=3)
         timed = parts[3:] or parts  # after the warm-up calls
         rec = ok(t, layers=layers)
-        rec["fwd_s"] = min(p[0] for p in timed)
-        rec["bwd_s"] = min(p[1] for p in timed)
+        rec["fwd_s"] = statistics.median(p[0] for p in timed)
+        rec["bwd_s"] = statistics.median(p[1] for p in timed)
         return rec
 
     return run

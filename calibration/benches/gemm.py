@@ -154,7 +154,7 @@ def _bench(precision: str, m: int, n: int, k: int, cache: dict[str, int] | None 
                       min_s=sum(t.min_s for t in times) / 3, samples=min(t.samples for t in times),
                       calls=sum(t.calls for t in times))
         rec = ok(mean, flops=flops)
-        rec["layouts_min_s"] = {name: t.min_s for name, t in zip(layouts, times, strict=True)}
+        rec["layouts_s"] = {name: t.fit_s for name, t in zip(layouts, times, strict=True)}
         rec["layouts_times"] = {name: list(t.times) for name, t in zip(layouts, times, strict=True)}
         if cache:
             rec["cache"] = cache

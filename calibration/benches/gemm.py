@@ -9,6 +9,7 @@ the weight-gradient GEMM of the MLP up projection (4h, h, t). Work: flops = 2*m*
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterator
 
 import torch
@@ -77,6 +78,51 @@ def cache_geometry(root: str = SYSFS_CACHE) -> dict[str, int] | None:
     return out if len(out) == 5 else None
 
 
+def last_level_cache_bytes(root: str = SYSFS_CACHE) -> int | None:
+    """Size of this CPU's largest cache in bytes (sysfs ``size``, e.g. ``32768K``), or None."""
+    from pathlib import Path
+
+    sizes = []
+    for d in Path(root).glob("index*"):
+        try:
+            text = (d / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes.append(int(digits) * scale)
+    return max(sizes) if sizes else None
+
+
+#: a CPU GEMM bench cycles its second operand through copies totalling this many times the last
+#: level cache, so each call reads it from memory as a training step does (a layer's weight was
+#: last touched a whole step earlier; a saved activation, a whole forward earlier)
+COLD_LLC_FACTOR = 2
+#: at most this many copies of the operand, and at most this many bytes of them
+COLD_MAX_COPIES = 64
+COLD_MAX_BYTES = 1 << 30
+
+
+def cold_copies(operand_bytes: float, cold_bytes: int) -> int:
+    """Copies of an operand of ``operand_bytes`` to cycle through so that together they span
+    ``cold_bytes`` (1: no cycling)."""
+    if cold_bytes <= 0 or operand_bytes <= 0:
+        return 1
+    return int(max(1, min(COLD_MAX_COPIES, -(-cold_bytes // int(operand_bytes)), COLD_MAX_BYTES // int(operand_bytes))))
+
+
+def _cycled(t: torch.Tensor, copies: int) -> Iterator[torch.Tensor]:
+    """Endless cycle over ``copies`` copies of ``t``, held in one allocation: a pool of at least
+    the mmap threshold is mapped and unmapped whole, so it leaves no free space in the heap for
+    later allocations (the fresh-memory bench) to reuse."""
+    if copies == 1:
+        return itertools.cycle([t])
+    pool = t.new_empty((copies, *t.shape))
+    pool.copy_(t.expand(copies, *t.shape))
+    return itertools.cycle(pool.unbind(0))
+
+
 def model_tokens(n: int, k: int, flop_cap: float, most: int = 512) -> int:
     """Largest power-of-two token count (16..``most``) whose (tokens, n, k) GEMM stays under
     ``flop_cap`` FLOPs, so a big model's shapes fit a quick calibration of a small device."""
@@ -126,13 +172,15 @@ def precision_mode(precision: str, device: torch.device) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32 = prev
 
 
-def _bench(precision: str, m: int, n: int, k: int, cache: dict[str, int] | None = None):
+def _bench(precision: str, m: int, n: int, k: int, cache: dict[str, int] | None = None, cold_bytes: int = 0):
     """Time an (m, n, k) GEMM in the three operand layouts a training step runs it in, and
     report their mean: forward ``F.linear`` (x @ W^T, weight stored (n, k)), input gradient
     (g @ W, both row-major) and weight gradient (g^T @ x, first operand transposed). On GPUs the
     three are close; on CPUs the library picks different kernels per layout (oneDNN's bf16
     ``F.linear`` runs ~10x faster than bf16 ``torch.mm`` on an AVX2 CPU), so timing only one
-    layout would misdescribe training."""
+    layout would misdescribe training. ``cold_bytes`` (CPUs): the second operand (the weight; in
+    the weight-gradient layout the saved activation) cycles through :func:`cold_copies`, so it
+    comes from memory, not from a last-level cache that a warm benchmark fits in."""
 
     def run(ctx: RunContext) -> dict:
         flops = 2.0 * m * n * k
@@ -142,10 +190,12 @@ def _bench(precision: str, m: int, n: int, k: int, cache: dict[str, int] | None 
         w = torch.randn(n, k, device=ctx.device, dtype=dtype)  # nn.Linear weight layout
         b = torch.randn(k, n, device=ctx.device, dtype=dtype)
         xt = torch.randn(k, m, device=ctx.device, dtype=dtype)
+        copies = cold_copies(n * k * x.element_size(), cold_bytes)
+        nw, nb = _cycled(w, copies), _cycled(b, copies)
         layouts = {
-            "linear_nt": lambda: F.linear(x, w),
-            "mm_nn": lambda: torch.mm(x, b),
-            "mm_tn": lambda: torch.mm(xt.t(), b),
+            "linear_nt": lambda: F.linear(x, next(nw)),
+            "mm_nn": lambda: torch.mm(x, next(nb)),
+            "mm_tn": lambda: torch.mm(xt.t(), next(nb)),
         }
         budget = ctx.settings.budget_s / len(layouts)
         with precision_mode(precision, ctx.device):
@@ -158,6 +208,8 @@ def _bench(precision: str, m: int, n: int, k: int, cache: dict[str, int] | None 
         rec["layouts_times"] = {name: list(t.times) for name, t in zip(layouts, times, strict=True)}
         if cache:
             rec["cache"] = cache
+        if copies > 1:
+            rec["operand_copies"] = copies
         return rec
 
     return run
@@ -167,6 +219,8 @@ def plan(ctx: RunContext) -> list[Bench]:
     """One bench per (precision, shape)."""
     benches = []
     cache = cache_geometry() if ctx.dev.kind == "cpu" else None
+    llc = last_level_cache_bytes() if ctx.dev.kind == "cpu" else None
+    cold = COLD_LLC_FACTOR * llc if llc else 0
     for precision in ctx.dev.precisions:
         cap = 4e9 if ctx.dev.kind == "cpu" else 4e12  # FLOPs of one model-shaped GEMM call
         extra = FP32_SHAPES[ctx.settings.mode] if precision == "fp32" else []
@@ -176,6 +230,6 @@ def plan(ctx: RunContext) -> list[Bench]:
                               key=lambda s: (s[0] * s[1] * s[2], s)):
             benches.append(Bench(f"gemm/{precision}/{m}x{n}x{k}", "gemm",
                                  {"precision": precision, "m": m, "n": n, "k": k},
-                                 _bench(precision, m, n, k, cache),
+                                 _bench(precision, m, n, k, cache, cold),
                                  ctx.est(2.0 * m * n * k, "flops", 2.0 * (m * k + k * n))))
     return benches

@@ -71,20 +71,28 @@ def counting_faults(fn: Callable[[], object]) -> tuple[Callable[[], None], Calla
 
 #: Bytes written between timed optimizer calls on a CPU so that they start, as in training, with
 #: the parameters, gradients and moments out of the caches (a forward and backward pass touches
-#: far more than the last-level cache in between). Assumption: 4x the 32 MiB L3 of the AMD EPYC
-#: calibrated so far, enough for any CPU whose last-level cache is at most 128 MiB.
+#: far more than the last-level cache in between): at least this many, and
+#: :data:`calibration.benches.gemm.COLD_LLC_FACTOR` times the last-level cache where sysfs tells it
+#: (a 300 MiB L3 kept a 128 MiB flush's victims).
 FLUSH_BYTES = 128 << 20
 
 
+def flush_bytes() -> int:
+    """Bytes to write between timed calls so that their data leaves the caches."""
+    from .gemm import COLD_LLC_FACTOR, last_level_cache_bytes
+
+    return max(FLUSH_BYTES, COLD_LLC_FACTOR * (last_level_cache_bytes() or 0))
+
+
 def time_cold(ctx: RunContext, fn: Callable[[], object]):
-    """Time ``fn`` on a CPU with the caches flushed (``FLUSH_BYTES`` written) before each call,
+    """Time ``fn`` on a CPU with the caches flushed (:func:`flush_bytes` written) before each call,
     outside the timed interval: one warm-up call, then calls until the run's budget is spent
     and at least ``min_runs`` are timed. Returns a :class:`calibration.timing.Timing`."""
     import time
 
     from ..timing import Timing
 
-    flush = torch.empty(FLUSH_BYTES // 4)
+    flush = torch.empty(flush_bytes() // 4)
     fn()
     times: list[float] = []
     while len(times) < ctx.settings.min_runs or sum(times) < ctx.settings.budget_s:

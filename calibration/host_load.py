@@ -6,6 +6,9 @@ instead: the CPU seconds all processes spent (``/proc/stat``: user, nice, system
 and steal, which is time the hypervisor gave to other guests) minus that of this process and its
 descendants (``/proc/<pid>/stat``: torch.compile's worker pool, a ``torchrun`` child), per wall
 second, in cores. Linux only; elsewhere the figures are None.
+
+A virtual machine can also run slower with no CPU time used on it at all, while other guests share
+its physical cores: :func:`host_speed` times a probe GEMM against the profile's prediction for it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+
+import numpy as np
 
 #: other processes may use this share of the cores before a CPU timing is flagged as taken on a
 #: busy machine (a tenth of two cores slows a two-thread benchmark by about a tenth at most)
@@ -78,3 +83,54 @@ def other_cores(start: CpuSample | None, end: CpuSample | None) -> float | None:
 def is_busy(cores: float | None, n_cpus: int | None = None) -> bool:
     """Whether ``cores`` of other work exceed :data:`QUIET_SHARE` of the machine's cores."""
     return cores is not None and cores > QUIET_SHARE * (n_cpus or os.cpu_count() or 1)
+
+
+#: the probe GEMM (tokens, out, in) of :func:`host_speed`: one of `calibrate --quick`'s grid
+#: points (512 tokens through GPT-2 small's MLP up-projection), about 10 ms on a 2-core CPU
+PROBE_SHAPE = (512, 3072, 768)
+#: probe calls per reading
+PROBE_CALLS = 5
+
+
+def host_speed(profile) -> float | None:
+    """How fast the host runs now against the calibration: the profile's predicted time of an
+    fp32 :data:`PROBE_SHAPE` forward GEMM over its median measured time (1: as calibrated; 0.6:
+    the host runs at 60%, as a VM does while other guests share its cores, which no CPU time on
+    this guest shows). None where the profile has no fp32 GEMM fit."""
+    pred = probe_prediction(profile)
+    return None if pred is None else round(pred / probe_seconds(), 2)
+
+
+def probe_prediction(profile) -> float | None:
+    """The profile's seconds for the probe GEMM (None without an fp32 fit on a CPU)."""
+    from simulator import compute, workload
+    from simulator.device import device_from_profile
+
+    if "fp32" not in profile.gemm or profile.device.kind != "cpu":
+        return None
+    m, n, k = PROBE_SHAPE
+    return float(np.asarray(compute.gemm_pass_times(
+        [workload.Gemm("probe", np.array([float(m)]), float(n), float(k), 1)],
+        device_from_profile(profile), "fp32")[0]).ravel()[0])
+
+
+def probe_seconds() -> float:
+    """Median seconds of :data:`PROBE_CALLS` probe GEMMs on this CPU, after one untimed call."""
+    import statistics
+
+    import torch
+    import torch.nn.functional as F
+
+    m, n, k = PROBE_SHAPE
+    x, w = torch.randn(m, k), torch.randn(n, k)
+    F.linear(x, w)
+    times = []
+    for _ in range(PROBE_CALLS):
+        t0 = time.perf_counter()
+        F.linear(x, w)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+#: a host running below this share of its calibrated speed makes CPU timings unrepresentative
+SLOW_SHARE = 0.8

@@ -55,7 +55,7 @@ CSV_FIELDS = (
     "measured_step_s", "predicted_step_s", "error_pct", "log_ratio", "measured_min_s", "spread",
     "measured_fwd_s", "predicted_fwd_s", "measured_bwd_s", "predicted_bwd_s",
     "measured_rec_s", "predicted_rec_s", "measured_opt_s", "predicted_opt_s", "compile_s", "steps", "warmup",
-    "device", "profile", "suite", "date", "torch", "loadavg_1min", "other_cores",
+    "device", "profile", "suite", "date", "torch", "loadavg_1min", "other_cores", "host_speed",
 )
 
 
@@ -508,7 +508,7 @@ def update_profile(path: str | os.PathLike, summary: dict[str, Any], source: str
 def read_measured(path: str | os.PathLike) -> dict[str, tuple[Measured, dict[str, Any]]]:
     """Measured steps of a ``--csv`` file by config id (single-process rows): the times and the
     row's own metadata (steps, warm-up, device, date, torch version, load average, other processes'
-    CPU use)."""
+    CPU use, the host's speed against the calibration)."""
     def num(v: str | None) -> float | None:
         try:
             return float(v) if v not in (None, "") else None
@@ -531,7 +531,7 @@ def read_measured(path: str | os.PathLike) -> dict[str, tuple[Measured, dict[str
                      num(r.get("measured_bwd_s")), num(r.get("measured_rec_s")), num(r.get("measured_opt_s")),
                      num(r.get("compile_s")), num(r.get("measured_min_s")), num(r.get("spread")))
         meta = {k: r.get(k) for k in ("steps", "warmup", "device", "suite", "date", "torch", "loadavg_1min",
-                                      "other_cores")}
+                                      "other_cores", "host_speed")}
         out[r["id"]] = (m, meta)
     return out
 
@@ -653,16 +653,27 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
             load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
             if dist.is_main and not a.json:
                 print(f"[{i + 1}/{len(configs)}] {cfg.id} ...", file=sys.stderr, flush=True)
+            cpu = dist.device.type == "cpu"
+            speed0 = host_load.host_speed(profile) if cpu else None
             before = host_load.sample()
             m = measure(cfg, dist, warmup, steps)
             other = host_load.other_cores(before, host_load.sample())
+            speed1 = host_load.host_speed(profile) if cpu else None
+            speed = round(min(speed0, speed1), 2) if speed0 is not None and speed1 is not None else None
             pred = predict(cfg, profile, dist.world)
-            rows.append(make_row(cfg, m, pred, dist.world, {**meta, "loadavg_1min": load, "other_cores": other}))
+            rows.append(make_row(cfg, m, pred, dist.world, {**meta, "loadavg_1min": load, "other_cores": other,
+                                                             "host_speed": speed}))
         busy = [r["other_cores"] for r in rows if host_load.is_busy(r["other_cores"])]
         if dist.is_main and busy and dist.device.type == "cpu":
             print(f"validate: warning: machine was busy (other processes used up to {max(busy):.2f} of "
                   f"{os.cpu_count()} cores) during {len(busy)} configs; CPU step times are inflated "
                   "and noisy (see the spread column)", file=sys.stderr)
+        slow = [r["host_speed"] for r in rows if r["host_speed"] is not None and r["host_speed"] < host_load.SLOW_SHARE]
+        if dist.is_main and slow:
+            print(f"validate: warning: the host ran at down to {min(slow):.2f} of its calibrated speed (a probe GEMM "
+                  f"before and after each config) during {len(slow)} configs; other guests share this machine, "
+                  "so those step times are slower than the profile describes (see the host_speed column)",
+                  file=sys.stderr)
         if not dist.is_main:
             return 0
         return _report(a, rows, suite.name, dev_name, profile.name, dist.world, date)

@@ -414,7 +414,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """n, MAPE (percent, of the median step), worst absolute error and log(measured/predicted)
     residuals over rows with both times; ``mape_min_pct`` is the same against the fastest timed
     step (a noise check); ``components`` the MAPE per pass (forward, backward, recomputation,
-    optimizer) over rows where that pass takes measurable time."""
+    optimizer) over rows where that pass takes measurable time; ``steady`` the n, MAPE and worst
+    error over rows measured while the host ran at no less than ``host_load.SLOW_SHARE`` of its
+    calibrated speed (where ``host_speed`` was measured)."""
     done = [r for r in rows if r.get("error_pct") is not None]
     mape = statistics.fmean(abs(r["error_pct"]) for r in done) if done else None
     comps = {}
@@ -428,9 +430,21 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                                if r.get(mk) and r.get(pk) is not None and r[mk] > 0.01 * r["measured_step_s"])}
     mins = [100.0 * abs(r["predicted_step_s"] - r["measured_min_s"]) / r["measured_min_s"]
             for r in done if r.get("measured_min_s")]
+    speeds = [(r, _num(r.get("host_speed"))) for r in done]
+    steady = [abs(r["error_pct"]) for r, s in speeds if s is not None and s >= host_load.SLOW_SHARE]
     return {"n": len(done), "mape_pct": mape, "mape_min_pct": statistics.fmean(mins) if mins else None,
             "worst_pct": max((abs(r["error_pct"]) for r in done), default=None), "components": comps,
+            "steady": ({"n": len(steady), "mape_pct": statistics.fmean(steady), "worst_pct": max(steady)}
+                       if steady and any(s is not None for _, s in speeds) else None),
             "log_ratio_residuals": [r["log_ratio"] for r in done]}
+
+
+def _num(v: Any) -> float | None:
+    """A number from a row value (CSV rows hold strings), None if empty."""
+    try:
+        return None if v in (None, "") else float(v)
+    except (TypeError, ValueError):
+        return None
 
 
 def _fmt(x: Any, scale: float = 1e3, nd: int = 1) -> str:
@@ -459,6 +473,11 @@ def format_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
         for name, c in summary.get("components", {}).items():
             lines.append(f"  {names[name]:<10} MAPE {c['mape_pct']:5.1f}%  mean signed error "
                          f"{c['signed_pct']:+6.1f}%  ({c['n']} configurations)")
+        st = summary.get("steady")
+        if st:
+            lines.append(f"  with the host at >= {host_load.SLOW_SHARE} of its calibrated speed (host_speed): "
+                         f"{st['n']} of {summary['n']} configurations, MAPE {st['mape_pct']:.1f}%, "
+                         f"worst {st['worst_pct']:.1f}%")
     else:
         lines.append("\nno configuration has both a prediction and a measurement")
     return "\n".join(lines)

@@ -208,3 +208,16 @@ def test_gpu_default_suite_loads_with_at_least_12_configs():
 
     suite = load_suite(GPU_DEFAULT_SUITE)
     assert len(suite.configs) >= 12
+
+
+def test_summary_reports_the_configs_measured_on_a_steady_host():
+    """Rows measured while the host ran below 0.8 of its calibrated speed are counted apart (CSV
+    rows hold strings); without host_speed there is no such line."""
+    def row(err, speed):
+        return {"error_pct": err, "log_ratio": 0.0, "predicted_step_s": 1.0, "measured_step_s": 1.0,
+                "measured_min_s": 1.0, "host_speed": speed}
+
+    s = V.summarize([row(-10.0, "0.95"), row(-40.0, "0.5"), row(20.0, 1.1)])
+    assert s["steady"] == {"n": 2, "mape_pct": 15.0, "worst_pct": 20.0}
+    assert "2 of 3 configurations, MAPE 15.0%" in V.format_table([], s)
+    assert V.summarize([row(-10.0, None), row(5.0, "")])["steady"] is None

@@ -13,6 +13,7 @@ its physical cores: :func:`host_speed` times a probe GEMM against the profile's 
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -90,15 +91,22 @@ def is_busy(cores: float | None, n_cpus: int | None = None) -> bool:
 PROBE_SHAPE = (512, 3072, 768)
 #: probe calls per reading
 PROBE_CALLS = 5
+#: fp32 elements of the probe copy (128 MiB read, 128 MiB written: mostly beyond a last-level cache)
+PROBE_COPY_ELEMENTS = 1 << 25
 
 
 def host_speed(profile) -> float | None:
-    """How fast the host runs now against the calibration: the profile's predicted time of an
-    fp32 :data:`PROBE_SHAPE` forward GEMM over its median measured time (1: as calibrated; 0.6:
-    the host runs at 60%, as a VM does while other guests share its cores, which no CPU time on
-    this guest shows). None where the profile has no fp32 GEMM fit."""
+    """How fast the host runs now against the calibration: the lower of two ratios of the
+    profile's predicted time to the median measured time, an fp32 :data:`PROBE_SHAPE` forward
+    GEMM's and a :data:`PROBE_COPY_ELEMENTS` copy's (1: as calibrated; 0.6: the host runs at 60%,
+    as a VM does while other guests share its cores or its memory bandwidth, which no CPU time on
+    this guest shows: the GEMM probe read 0.9-1.1 while copies ran 35% slower). None where the
+    profile has no fp32 GEMM fit."""
     pred = probe_prediction(profile)
-    return None if pred is None else round(pred / probe_seconds(), 2)
+    if pred is None:
+        return None
+    copy = 8.0 * PROBE_COPY_ELEMENTS / (profile.device.mem_bw_gbs * 1e9 * profile.bw_eff("gemm"))
+    return round(min(pred / probe_seconds(), copy / copy_seconds()), 2)
 
 
 def probe_prediction(profile) -> float | None:
@@ -128,6 +136,30 @@ def probe_seconds() -> float:
     for _ in range(PROBE_CALLS):
         t0 = time.perf_counter()
         F.linear(x, w)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+@functools.cache
+def _copy_buffers():
+    import torch
+
+    x = torch.ones(PROBE_COPY_ELEMENTS)
+    y = torch.empty_like(x)
+    y.copy_(x)  # fault the pages in once: the probe times copies, not first touches
+    return x, y
+
+
+def copy_seconds() -> float:
+    """Median seconds of :data:`PROBE_CALLS` copies of :data:`PROBE_COPY_ELEMENTS` fp32 elements
+    (buffers kept for the process, so repeated probes fault nothing in)."""
+    import statistics
+
+    x, y = _copy_buffers()
+    times = []
+    for _ in range(PROBE_CALLS):
+        t0 = time.perf_counter()
+        y.copy_(x)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 

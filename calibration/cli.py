@@ -22,6 +22,8 @@ from simulator.errors import UsageError, UsageParser, run_cli
 from . import host_load
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
+#: seconds over which calibrate samples other processes' CPU use before it starts
+QUIET_CHECK_S = 0.5
 MODES = {  # budget per point (s), per-call cap (s), min timed calls, torch.compile
     "tiny": (0.01, 0.25, 2, False),
     "quick": (0.08, 0.35, 3, True),
@@ -223,10 +225,13 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     run_info = {"started": now(), "command": command, "mode": "refit" if a.refit else mode}
     resume = _prepare_outputs(out, meas, a, err)
     if hasattr(os, "getloadavg"):
-        load = os.getloadavg()[0]
-        run_info["loadavg_1min"] = round(load, 2)
-        if not a.refit and dev.kind == "cpu" and load > 0.5 * (os.cpu_count() or 1):
-            err(f"warning: machine is busy (load average {load:.1f} on {os.cpu_count()} cores); "
+        run_info["loadavg_1min"] = round(os.getloadavg()[0], 2)
+    if not a.refit and dev.kind == "cpu":  # what other processes use now (the load average lags a minute)
+        before = host_load.sample()
+        time.sleep(QUIET_CHECK_S)
+        other = host_load.other_cores(before, host_load.sample())
+        if host_load.is_busy(other):
+            err(f"warning: machine is busy (other processes use {other:.2f} of {os.cpu_count()} cores); "
                 "CPU timings will be inflated")
     if resume:
         store = MeasurementStore.load(meas)

@@ -689,7 +689,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
                   "and noisy (see the spread column)", file=sys.stderr)
         slow = [r["host_speed"] for r in rows if r["host_speed"] is not None and r["host_speed"] < host_load.SLOW_SHARE]
         if dist.is_main and slow:
-            print(f"validate: warning: the host ran at down to {min(slow):.2f} of its calibrated speed (a probe GEMM "
+            print(f"validate: warning: the host ran at down to {min(slow):.2f} of its calibrated speed (a probe GEMM and copy "
                   f"before and after each config) during {len(slow)} configs; other guests share this machine, "
                   "so those step times are slower than the profile describes (see the host_speed column)",
                   file=sys.stderr)

@@ -526,15 +526,14 @@ def _resample(results: dict[str, dict], rng) -> dict[str, dict]:
             continue
         new = dict(rec)
         lt = rec.get("layouts_times")
+        stat = np.median if rec.get("stat") == "median" else np.min
         if lt and all(lt.values()):
-            key = "layouts_s" if "layouts_s" in rec else "layouts_min_s"
-            stat = np.median if key == "layouts_s" else np.min
             per = {n: float(stat(rng.choice(ts, len(ts)))) for n, ts in lt.items()}
-            new[key], new["time_s"] = per, sum(per.values()) / len(per)
+            new["layouts_s" if "layouts_s" in rec else "layouts_min_s"] = per
+            new["time_s"] = sum(per.values()) / len(per)
         else:
             ts = (rec.get("timing") or {}).get("times") or []
             if len(ts) >= 2 and min(ts) > 0:
-                stat = np.median if rec.get("stat") == "median" else np.min
                 new["time_s"] = rec["time_s"] * float(stat(rng.choice(ts, len(ts)))) / float(stat(ts))
         out[key] = new
     return out

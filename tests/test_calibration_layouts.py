@@ -174,3 +174,19 @@ def test_cpu_gemm_bench_reads_its_second_operand_from_memory(tmp_path):
     got = [next(it) for _ in range(4)]
     assert all(torch.equal(g, w) for g in got) and got[0].data_ptr() != got[1].data_ptr()
     assert got[3].data_ptr() == got[0].data_ptr()
+
+
+def test_resampling_keeps_every_record_under_its_key():
+    """The spread's bootstrap replaces each record's time (GEMMs: per layout, by the statistic the
+    record was taken with) and keeps the measurements keyed as they were."""
+    from calibration.build import _resample
+
+    gemm = {"status": "ok", "time_s": 2.0, "stat": "median", "layouts_s": {"a": 1.0, "b": 3.0},
+            "layouts_times": {"a": [1.0, 1.0, 1.0], "b": [3.0, 3.0, 3.0]}}
+    old = {"status": "ok", "time_s": 1.0, "layouts_min_s": {"a": 1.0}, "layouts_times": {"a": [1.0, 2.0]}}
+    other = {"status": "ok", "time_s": 4.0, "stat": "median", "timing": {"times": [4.0, 4.0, 4.0]}}
+    out = _resample({"gemm/fp32/1x2x3": gemm, "gemm/fp32/4x5x6": old, "loss/t1v2": other,
+                     "x": {"status": "unsupported"}}, np.random.default_rng(0))
+    assert set(out) == {"gemm/fp32/1x2x3", "gemm/fp32/4x5x6", "loss/t1v2", "x"}
+    assert out["gemm/fp32/1x2x3"]["layouts_s"] == {"a": 1.0, "b": 3.0} and out["gemm/fp32/1x2x3"]["time_s"] == 2.0
+    assert out["gemm/fp32/4x5x6"]["layouts_min_s"]["a"] in (1.0, 2.0) and out["loss/t1v2"]["time_s"] == 4.0

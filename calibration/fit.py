@@ -393,8 +393,8 @@ def fit_fresh(tensor_bytes, total_bytes, fresh_times, reuse_times, mmap_bytes: f
     from those points alone (median rate), then ``keep_bytes`` from the rest; the small tensors'
     heap pages depend on what the process allocated before, and a joint fit let one of them move
     the rate 6x between two calibrations. Residuals are relative to the fresh time, so noise in a
-    near-zero difference does not dominate. Returns None when no point costs 10% more than its reuse time (GPU caching
-    allocators: nothing to model)."""
+    near-zero difference does not dominate. Returns None when no point costs 10% more than its
+    reuse time (GPU caching allocators: nothing to model)."""
     from types import SimpleNamespace
 
     from simulator.fresh_memory import fresh_bytes

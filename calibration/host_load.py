@@ -23,6 +23,9 @@ import numpy as np
 #: other processes may use this share of the cores before a CPU timing is flagged as taken on a
 #: busy machine (a tenth of two cores slows a two-thread benchmark by about a tenth at most)
 QUIET_SHARE = 0.1
+#: a host running below this share of its calibrated speed (:func:`host_speed`) makes CPU timings
+#: unrepresentative of the profile (a fifth slower than calibrated: as much as our error budget)
+SLOW_SHARE = 0.8
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,8 @@ def host_speed(profile) -> float | None:
     pred = probe_prediction(profile)
     if pred is None:
         return None
+    # 4 bytes read and 4 written per element, at the copy kernel's fitted rate (bw_eff_ops "gemm" is
+    # the copy's efficiency: calibration.build)
     copy = 8.0 * PROBE_COPY_ELEMENTS / (profile.device.mem_bw_gbs * 1e9 * profile.bw_eff("gemm"))
     return round(min(pred / probe_seconds(), copy / copy_seconds()), 2)
 
@@ -163,6 +168,3 @@ def copy_seconds() -> float:
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
-
-#: a host running below this share of its calibrated speed makes CPU timings unrepresentative
-SLOW_SHARE = 0.8

@@ -528,12 +528,6 @@ def read_measured(path: str | os.PathLike) -> dict[str, tuple[Measured, dict[str
     """Measured steps of a ``--csv`` file by config id (single-process rows): the times and the
     row's own metadata (steps, warm-up, device, date, torch version, load average, other processes'
     CPU use, the host's speed against the calibration)."""
-    def num(v: str | None) -> float | None:
-        try:
-            return float(v) if v not in (None, "") else None
-        except ValueError:
-            return None
-
     p = Path(path)
     try:
         with p.open(newline="") as fh:
@@ -546,9 +540,9 @@ def read_measured(path: str | os.PathLike) -> dict[str, tuple[Measured, dict[str
     for r in rows:
         if r.get("world", "1") not in ("1", "") or r.get("status") != "ok":
             continue
-        m = Measured("ok", "", num(r.get("measured_step_s")), num(r.get("measured_fwd_s")),
-                     num(r.get("measured_bwd_s")), num(r.get("measured_rec_s")), num(r.get("measured_opt_s")),
-                     num(r.get("compile_s")), num(r.get("measured_min_s")), num(r.get("spread")))
+        m = Measured("ok", "", _num(r.get("measured_step_s")), _num(r.get("measured_fwd_s")),
+                     _num(r.get("measured_bwd_s")), _num(r.get("measured_rec_s")), _num(r.get("measured_opt_s")),
+                     _num(r.get("compile_s")), _num(r.get("measured_min_s")), _num(r.get("spread")))
         meta = {k: r.get(k) for k in ("steps", "warmup", "device", "suite", "date", "torch", "loadavg_1min",
                                       "other_cores", "host_speed")}
         out[r["id"]] = (m, meta)
@@ -672,7 +666,7 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
             load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
             if dist.is_main and not a.json:
                 print(f"[{i + 1}/{len(configs)}] {cfg.id} ...", file=sys.stderr, flush=True)
-            cpu = dist.device.type == "cpu"
+            cpu = dist.device.type == "cpu" and dist.is_main  # one probe: ranks probing at once would slow each other
             speed0 = host_load.host_speed(profile) if cpu else None
             before = host_load.sample()
             m = measure(cfg, dist, warmup, steps)

@@ -79,7 +79,7 @@ def micro_batch_fresh(model, seq_len: int, mb: np.ndarray, precision: str, atten
     """(forward, backward, recomputation) seconds of first touches per micro-batch.
 
     Forward: the activations kept for backward (half in hidden-wide, half in MLP-wide tensors),
-    eager attention's s x s temporaries (:func:`eager_temp_bytes_per_element`) in every layer and
+    eager attention's s x s temporaries (:func:`eager_temps`) in every layer and
     the logit buffers; backward: eager attention's s x s gradients, the logits' gradient
     (:func:`logits_fresh_bytes`) and, for a head tied to the embedding, the two partial gradients
     of the shared weight that autograd sums into a third (the sum is counted with the step's

@@ -220,6 +220,16 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     out = a.out or PROFILE_DIR / f"{dev.slug}.json"
     if out.suffix != ".json":
         raise UsageError(f"--out must end in .json, got {str(out)!r}")
+    only = [s.strip() for s in a.only.split(",") if s.strip()] if a.only else None
+    ctx = RunContext(dev, settings)
+    planned = [] if a.refit else plan(ctx)
+    benches = [b for b in planned if _selected(b.key, b.group, only)]
+    if only and not a.refit:  # before any file is written
+        groups = sorted({b.group for b in planned} | {"collectives"})
+        unmatched = [p for p in only if p not in groups and not any(_selected(b.key, b.group, [p]) for b in benches)]
+        if unmatched:
+            raise UsageError(f"--only {','.join(unmatched)!r} matches no benchmark; groups: {', '.join(groups)} "
+                             "(or key globs such as 'gemm/fp32/*')")
     meas = measurements_path(out)
     command = "calibrate " + " ".join(shlex.quote(x) for x in argv)
     run_info = {"started": now(), "command": command, "mode": "refit" if a.refit else mode}
@@ -238,9 +248,6 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
         store.resume(dev.describe(), run_info)
     else:
         store = MeasurementStore.create(meas, dev.describe(), run_info)
-    only = [s.strip() for s in a.only.split(",") if s.strip()] if a.only else None
-    ctx = RunContext(dev, settings)
-    benches = [] if a.refit else [b for b in plan(ctx) if _selected(b.key, b.group, only)]
     if a.refit:
         err(f"refitting {out} from {meas.name} ({len(store.results)} measurements)")
     else:

@@ -345,3 +345,11 @@ def test_build_profile_recovers_every_section_from_synthetic_measurements(monkey
     assert prof.cpu_adam_gparams_per_s == pytest.approx(2.0)
     c = prof.collectives["local"]
     assert c.alpha_us == pytest.approx(30.0, rel=1e-3) and c.busbw_gbs == pytest.approx(150.0, rel=1e-3)
+
+
+def test_only_that_matches_nothing_is_a_usage_error(tmp_path, capsys):
+    """A mistyped --only names the groups and writes no profile (it used to fit one from nothing)."""
+    out = tmp_path / "p.json"
+    rc, _, err = _run(["--tiny", "--out", str(out), "--only", "gemm,nosuchbench"], capsys)
+    assert rc == 2 and "'nosuchbench' matches no benchmark" in err and "gemm" in err and "Traceback" not in err
+    assert not out.exists() and not (tmp_path / "p.measurements.json").exists()

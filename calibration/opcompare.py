@@ -128,7 +128,7 @@ def measure(cfg, warmup: int = 2, trace_faults: bool = False) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from .torch_model import build_model
+    from .torch_model import build_model, seed_long_run_state
 
     torch.manual_seed(0)
     model = build_model(cfg.spec, cfg.attention, cfg.checkpointing, device="cpu")
@@ -173,7 +173,9 @@ def measure(cfg, warmup: int = 2, trace_faults: bool = False) -> dict[str, Any]:
     from .benches.stepops import prime_host_allocator
 
     prime_host_allocator()
-    for _ in range(max(1, warmup)):
+    step()
+    seed_long_run_state(opt)
+    for _ in range(warmup - 1):
         step()
     walls = [step() for _ in range(3)]
     wall = {p: statistics.median(w[p] for w in walls) for p in PHASES}

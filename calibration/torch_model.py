@@ -267,3 +267,25 @@ def build_model(spec: ModelSpec, attention: str = "sdpa", checkpointing: str = "
 def count_params(model: nn.Module) -> int:
     """Parameters as Hugging Face counts them (tied weights once)."""
     return sum(p.numel() for p in model.parameters())
+
+
+#: Adam's second moment given to rows a short run has never updated (fp32; normal, not subnormal).
+#: Its square root, 1e-15, is far below AdamW's eps (1e-8), so no update changes.
+SEEN_SECOND_MOMENT = 1e-30
+
+
+def seed_long_run_state(opt: torch.optim.Optimizer) -> None:
+    """Give every exact zero of AdamW's second moments ``SEEN_SECOND_MOMENT``, as in a long run.
+
+    After a few steps of a few hundred tokens, the embedding rows of tokens not yet drawn still have
+    a second moment of exactly zero (97% of a 50k vocabulary after three steps of 512 tokens); in a
+    long run nearly every row has been updated. On some CPUs the square root of an exact zero runs
+    ~5x slower than of a normal float (an AMD EPYC with AVX-512: 46 vs 9.6 ms over 16M floats), so
+    an untied 50k embedding's optimizer step took 2.5x the long-run time. Call after the first
+    ``opt.step()``; updates stay the same, as the seeded moment's root is below eps.
+    """
+    with torch.no_grad():
+        for state in opt.state.values():
+            v = state.get("exp_avg_sq")
+            if v is not None:
+                v.masked_fill_(v == 0, SEEN_SECOND_MOMENT)

@@ -247,7 +247,7 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
     import torch
     import torch.distributed as tdist
 
-    from .torch_model import build_model
+    from .torch_model import build_model, seed_long_run_state
 
     dev = dist.device
     torch.manual_seed(seed + dist.rank)
@@ -322,6 +322,7 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
         one_step()
         if cfg.compile:
             out.compile_s = time.perf_counter() - t0
+        seed_long_run_state(opt)
         for _ in range(max(0, warmup - 1)):
             one_step()
     except Exception as exc:  # noqa: BLE001 - a failed config is a row, not a crash

@@ -1,7 +1,7 @@
 """A real torch decoder built from a :class:`simulator.models.ModelSpec`, for validation runs.
 
 The structure follows the spec: LayerNorm or RMSNorm (with or without bias), rotary (partial,
-``rotary_pct``), learned or ALiBi positions, gated (SiLU) or plain (GELU) MLP, grouped-query
+``rotary_pct``), learned or ALiBi positions, gated or plain MLP with the spec's activation, grouped-query
 attention via ``n_kv_heads``, parallel (GPT-NeoX) or sequential residual, tied or untied LM head.
 Its parameter count equals ``spec.n_params()`` exactly.
 
@@ -40,6 +40,15 @@ INIT_STD = 0.02  # initializer_range of the Hugging Face GPT-2, GPT-NeoX and Lla
 #: the whole block (the non-reentrant variant stops once it has what backward needs, skipping e.g.
 #: the MLP's down projection)
 REENTRANT = True
+
+
+#: The torch function of each ModelSpec activation (simulator.models.ACTIVATIONS).
+ACTIVATION_FNS = {
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "relu": F.relu,
+}
 
 
 class RecomputeClock:
@@ -168,7 +177,7 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """Plain (GELU) or gated (SiLU, gate and up fused in one matrix) MLP."""
+    """Plain or gated (gate and up fused in one matrix) MLP with the spec's activation."""
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
@@ -176,14 +185,14 @@ class MLP(nn.Module):
         up = 2 * spec.ffn_hidden if self.gated else spec.ffn_hidden
         self.up = nn.Linear(spec.hidden, up, bias=spec.linear_bias)
         self.down = nn.Linear(spec.ffn_hidden, spec.hidden, bias=spec.linear_bias)
-        self.approx = "tanh" if spec.family == "gpt2" else "none"
+        self.act = ACTIVATION_FNS[spec.mlp_activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.up(x)
         if self.gated:
             g, u = h.chunk(2, dim=-1)
-            return self.down(F.silu(g) * u)
-        return self.down(F.gelu(h, approximate=self.approx))
+            return self.down(self.act(g) * u)
+        return self.down(self.act(h))
 
 
 class Block(nn.Module):

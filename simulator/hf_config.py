@@ -653,6 +653,25 @@ def _default_name(data: Mapping[str, Any], path: Path | None) -> str:
     return str(data.get("model_type", "model"))
 
 
+#: Hugging Face activation names (``transformers.activations.ACT2FN``) and the ModelSpec
+#: activation each computes; names not listed keep the family's default.
+HF_ACTIVATIONS = {
+    "gelu": "gelu", "gelu_python": "gelu",
+    "gelu_new": "gelu_tanh", "gelu_fast": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+    "silu": "silu", "swish": "silu", "relu": "relu",
+}
+
+
+def _activation(data: Mapping[str, Any]) -> str | None:
+    """The MLP activation a config names (Gemma's ``hidden_activation`` before ``hidden_act``;
+    GPT-2 and OPT call it ``activation_function``), or None."""
+    for key in ("hidden_activation", "hidden_act", "activation_function"):
+        name = data.get(key)
+        if isinstance(name, str):
+            return HF_ACTIVATIONS.get(name)
+    return None
+
+
 def model_from_hf_config(
     path_or_dict: str | os.PathLike[str] | Mapping[str, Any], name: str | None = None
 ) -> ModelSpec:
@@ -681,6 +700,9 @@ def model_from_hf_config(
         fields = builder(_Cfg(data), spec_name)
     except _ConfigProblem as exc:
         raise UsageError(f"{where}: {exc} (model_type {model_type!r}); {_supported()}") from None
+    act = _activation(data)
+    if act is not None and "ffn_hidden" in fields:  # transformer specs: other families keep their own
+        fields["activation"] = act
     ref = data.get("_name_or_path")
     fields.update(
         name=spec_name,

@@ -84,6 +84,12 @@ class NamedSpec(BaseModel):
         return self.display or self.name
 
 
+#: MLP activations a :class:`ModelSpec` names (of the gate, in a gated MLP): exact (erf) GELU,
+#: GPT-2's tanh approximation (Hugging Face ``gelu_new`` / ``gelu_pytorch_tanh``), SiLU, ReLU.
+Activation = Literal["gelu", "gelu_tanh", "silu", "relu"]
+ACTIVATIONS: tuple[str, ...] = get_args(Activation)
+
+
 class ModelSpec(NamedSpec):
     """Architecture of one transformer, enough to count parameters and FLOPs exactly.
 
@@ -104,6 +110,8 @@ class ModelSpec(NamedSpec):
     n_kv_heads: int | None = Field(default=None, gt=0)
     ffn_hidden: int = Field(gt=0)
     gated_mlp: bool = False
+    activation: Activation | None = None
+    """The MLP's activation (:data:`ACTIVATIONS`); None: :attr:`mlp_activation`'s default."""
     vocab_size: int = Field(gt=0)
     max_positions: int = Field(gt=0)
     tied_embeddings: bool
@@ -185,6 +193,18 @@ class ModelSpec(NamedSpec):
         return self
 
     # ------------------------------------------------------------------ shapes
+    @property
+    def mlp_activation(self) -> str:
+        """``activation``, else the family's: tanh-approximated GELU for GPT-2 and BLOOM and for
+        Gemma's gated MLP (GeGLU), ReLU for OPT, SiLU for other gated MLPs (SwiGLU), else GELU."""
+        if self.activation is not None:
+            return self.activation
+        if self.family in ("gpt2", "bloom", "gemma", "gemma2", "gemma3"):
+            return "gelu_tanh"
+        if self.family == "opt":
+            return "relu"
+        return "silu" if self.gated_mlp else "gelu"
+
     @property
     def kv_heads(self) -> int:
         """Number of key/value heads (``n_heads`` unless grouped-query attention)."""

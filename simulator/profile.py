@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .atomic import write_text_atomic
 from .errors import UsageError
 from .hardware import PEAK_PRECISIONS
+from .models import ACTIVATIONS
 
 SCHEMA_VERSION = 1
 
@@ -140,6 +141,18 @@ class FreshMemory(_Strict):
 #: residual adds, eager softmax, cross-entropy over the logits, embedding gather and its gradient,
 #: autocast weight casts; and the operand and output traffic of GEMMs (the memory side of their roofline).
 BW_OP_CLASSES = ("elementwise", "softmax", "loss", "embedding", "cast", "gemm")
+#: Element types an eager MLP activation runs in: fp32 (also under TF32) or the autocast half type.
+ACTIVATION_DTYPES = ("fp32", "bf16", "fp16")
+#: Bandwidth classes of eager MLP activations, per activation and element type: on a CPU the
+#: tanh-approximated GELU is compute-bound (~3x the exact GELU's time; calibration/benches/
+#: bandwidth.py ``activation/``). Absent from a profile, an activation runs at the ``elementwise``
+#: class's efficiency.
+ACTIVATION_CLASSES = tuple(f"activation.{a}.{d}" for a in ACTIVATIONS for d in ACTIVATION_DTYPES)
+
+
+def activation_class(activation: str, precision: str) -> str:
+    """The bandwidth class of an eager MLP ``activation`` under ``precision`` (fp32 for fp32/TF32)."""
+    return f"activation.{activation}.{precision if precision in ACTIVATION_DTYPES else 'fp32'}"
 
 
 class CollectiveFit(_Strict):
@@ -291,7 +304,7 @@ class Profile(_Strict):
     @field_validator("bw_eff_ops")
     @classmethod
     def _bw_ops(cls, v: dict[str, float]) -> dict[str, float]:
-        return _check_map(v, "bw_eff_ops", BW_OP_CLASSES, 0.0, 1.0, "in (0, 1]")
+        return _check_map(v, "bw_eff_ops", BW_OP_CLASSES + ACTIVATION_CLASSES, 0.0, 1.0, "in (0, 1]")
 
     @field_validator("gemm_misaligned")
     @classmethod
@@ -299,7 +312,10 @@ class Profile(_Strict):
         return _check_map(v, "gemm_misaligned", PEAK_PRECISIONS, 1.0, 4.0, "in [1, 4]", lo_closed=True)
 
     def bw_eff(self, op: str) -> float:
-        """Bandwidth efficiency of op class ``op`` (``memory_bw_eff`` unless calibrated apart)."""
+        """Bandwidth efficiency of op class ``op`` (``memory_bw_eff`` unless calibrated apart; an
+        activation class not calibrated: the ``elementwise`` class's)."""
+        if op not in self.bw_eff_ops and op in ACTIVATION_CLASSES:
+            op = "elementwise"
         return self.bw_eff_ops.get(op, self.memory_bw_eff)
 
     def gemm_bwd_for(self, precision: str) -> GemmEfficiency:

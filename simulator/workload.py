@@ -245,6 +245,14 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     return fwd, bwd
 
 
+def activation_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> MemOps:
+    """The eager MLP activation's share of :func:`layer_elementwise`'s forward, all layers: it
+    reads and writes ``ffn_hidden`` elements per token (of the gate, in a gated MLP), one kernel
+    per layer. Its backward, like the rest, moves twice that in two kernels."""
+    tokens = mb * float(seq_len)
+    return MemOps(tokens * 2.0 * model.ffn_hidden * e * model.n_layers, float(model.n_layers))
+
+
 def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
                fused: bool = False) -> tuple[MemOps, MemOps]:
     """Cross-entropy over the logits (fwd, bwd). Eager upcasts to fp32 and runs log-softmax,

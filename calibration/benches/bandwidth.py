@@ -16,6 +16,11 @@ cross_entropy      2NE    2  (log_softmax writes log-probs, nll reads one per ro
                               logits T x 50304)
 =================  =====  =========================================================
 
+MLP activations (``activation/<act>/<precision>/<n>``): GELU, its tanh approximation and SiLU,
+2NE bytes, in fp32 and the device's half type, on layer-sized tensors: each fits its own
+bandwidth class (``simulator.profile.ACTIVATION_CLASSES``), as the tanh approximation is
+compute-bound on a CPU.
+
 Launch overhead: a loop of 100 ops on one-element tensors, per op (``time_s`` is per op),
 i.e. the host-side cost per eager kernel that dominates small models. Compiled: the same
 kind of tiny chain (8 elementwise ops) under ``torch.compile`` becomes one fused kernel;
@@ -47,6 +52,12 @@ CUDA_SIZES: dict[str, list[int]] = {
     "quick": [1 << 24, 1 << 26, 1 << 28],
     "thorough": [1 << 22, 1 << 24, 1 << 26, 1 << 28, 1 << 30],
 }
+# elements of the ``activation/`` benches: an MLP activation of 256-4k tokens x 1-4k wide, whose
+# output the heap holds (below the mmap threshold), as in a training step
+ACT_SIZES: dict[str, list[int]] = {"tiny": [1 << 16], "quick": [1 << 20, 1 << 22],
+                                   "thorough": [1 << 18, 1 << 20, 1 << 22]}
+# activations timed apart (ReLU moves bytes like any elementwise op: the elementwise class)
+BENCH_ACTIVATIONS = ("gelu", "gelu_tanh", "silu")
 # op -> (bytes per element moved, eager kernels per call)
 OPS: dict[str, tuple[int, int]] = {
     "copy": (2, 1), "add": (3, 1), "gelu": (2, 1), "layer_norm": (2, 1),
@@ -136,6 +147,19 @@ def _compile(fn: Callable, dynamic: bool) -> Callable:
     return torch.compile(fn, dynamic=dynamic)
 
 
+def _act_bench(act: str, n: int, precision: str):
+    def run(ctx: RunContext) -> dict:
+        from ..torch_model import ACTIVATION_FNS
+
+        dtype = DTYPES[precision]
+        x = torch.randn(n // ROW, ROW, device=ctx.device, dtype=dtype)
+        fn = ACTIVATION_FNS[act]
+        t = ctx.time(lambda: fn(x))
+        return ok(t, bytes=float(2 * n * x.element_size()), kernels=1, elements=n)
+
+    return run
+
+
 def _compiled_launch(ctx: RunContext) -> dict:
     x = torch.ones(8, device=ctx.device)
     try:
@@ -186,6 +210,12 @@ def plan(ctx: RunContext) -> list[Bench]:
                                      {"op": op, "precision": precision, "elements": n},
                                      _bw_bench(op, n, precision),
                                      ctx.est(OPS[op][0] * 4.0 * n, "bytes", 4.0 * n)))
+    for precision in ["fp32"] + [p for p in ctx.dev.precisions if p in ("bf16", "fp16")][:1]:
+        for act in BENCH_ACTIVATIONS:
+            for n in ACT_SIZES[mode]:
+                benches.append(Bench(f"activation/{act}/{precision}/{n}", "bandwidth",
+                                     {"op": act, "precision": precision, "elements": n},
+                                     _act_bench(act, n, precision), ctx.est(2 * 4.0 * n, "bytes", 4.0 * n)))
     if ctx.settings.compile:
         benches.append(Bench("compiled/launch/chain8", "compiled", {"eager_ops": 8},
                              _compiled_launch, 20.0))

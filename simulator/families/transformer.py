@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import workload
 from ..models import FAMILIES, ModelSpec
+from ..profile import activation_class
 from . import register
 from .base import Block, Graph, Knobs, Op
 from .base import Family as FamilyDef
@@ -64,6 +65,14 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
     rest_saved = per_layer - core - sum(e * op.k for op in projections)
     rest_kept = op_kept - sum(e * op.n for op in projections)
     rest_params = model.param_breakdown()["layer_per_layer"] - sum(op.params for op in ops)
+    if not knobs.compiled:  # eager: the activation is a kernel of its own, at its class's speed
+        af = workload.activation_bytes(model, mb, seq_len, e)
+        lf = workload.MemOps(lf.nbytes - af.nbytes, float(lf.kernels) - float(af.kernels))
+        lb = workload.MemOps(lb.nbytes - 2.0 * af.nbytes, float(lb.kernels) - 2.0 * float(af.kernels))
+        ops.append(Op("activation", "elementwise", bytes_fwd=af.nbytes / L1, bytes_bwd=2.0 * af.nbytes / L1,
+                      kernels_fwd=float(af.kernels) / L1, kernels_bwd=2.0 * float(af.kernels) / L1,
+                      recompute=frozenset({"op"}),
+                      bandwidth=activation_class(model.mlp_activation, knobs.precision)))
     ops.append(Op("norms_residual_activation", "elementwise", bytes_fwd=lf.nbytes / L1, bytes_bwd=lb.nbytes / L1,
                   kernels_fwd=float(lf.kernels) / L1, kernels_bwd=float(lb.kernels) / L1,
                   saved=tokens * rest_saved, recompute=frozenset({"op"}), kept={"op": tokens * rest_kept},

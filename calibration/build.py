@@ -65,8 +65,10 @@ def _fmt(x: float) -> str:
 
 
 def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
-                  name: str | None = None, extra_sources: list[str] | None = None) -> Built:
-    """Fit every section of the profile from ``results`` (key -> record)."""
+                  name: str | None = None, extra_sources: list[str] | None = None,
+                  host_allocator: str | None = None) -> Built:
+    """Fit every section of the profile from ``results`` (key -> record), measured with
+    ``host_allocator`` (:mod:`calibration.host_alloc`; CPU)."""
     fits: dict[str, dict] = {}
     warn: list[str] = []
     date = provenance_fields(dev, command)["date"][:10]
@@ -439,7 +441,8 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                    "mem_bw_gbs": bw_gbs, "memory_gib": total_mem,
                    "usable_memory_gib": min(dev.usable_memory_gib, total_mem),
                    "host_memory_gib": dev.host_memory_gib},
-        "provenance": {"method": "calibration", "sources": sources, **provenance_fields(dev, command)},
+        "provenance": {"method": "calibration", "sources": sources, **provenance_fields(dev, command),
+                       "host_allocator": host_allocator},
         "gemm": gemm,
         "attention": {**attn, "source": attn_src},
         "memory_bw_eff": bw_eff, "memory_bw_eff_source": bw_eff_src,

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from simulator.errors import UsageError, UsageParser, run_cli
 
-from . import host_load
+from . import host_alloc, host_load
+from .host_alloc import ALLOCATORS
 
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 #: seconds over which calibrate samples other processes' CPU use before it starts
@@ -60,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--for-model", metavar="MODEL", help="also measure this model's shapes (preset "
                    "name, e.g. pythia-1b): its layer and LM-head GEMMs, head size and sequence, "
                    "vocabulary and parameter tensors")
+    p.add_argument("--allocator", choices=ALLOCATORS, default=ALLOCATORS[0],
+                   help="CPU: 'keep' has glibc keep freed memory, as tuned CPU training does, so steps "
+                        "re-fault nothing; 'default' leaves glibc as shipped and fits its page-fault "
+                        "cost (calibration/host_alloc.py; default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--only", help=argparse.SUPPRESS)  # comma-separated groups or key globs
     runs = p.add_argument_group("fit to end-to-end runs instead of measuring (docs/calibrate_from_runs.md)")
@@ -174,8 +179,9 @@ def _collectives(a, dev, ctx, store, only, err) -> None:
                     "wall_s": time.perf_counter() - t0})
 
 
-def run(a: argparse.Namespace, argv: list[str]) -> int:
-    """The calibration itself (after argument parsing)."""
+def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
+    """The calibration itself (after argument parsing); ``relaunch``: started from the command
+    line, so it may start itself again with the host allocator asked for (:mod:`.host_alloc`)."""
     if a.from_runs is not None:
         return _from_runs(a)
     for flag, val in (("--base-profile", a.base_profile), ("--params", a.params)):
@@ -206,6 +212,8 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
 
     t_start = time.perf_counter()
     dev = detect(a.device)
+    if relaunch and dev.kind == "cpu" and not a.refit:
+        host_alloc.relaunch_for(a.allocator)  # returns only where nothing needs to change
     mode = _mode(a)
     budget, cap, min_runs, compile_ = MODES[mode]
     if dev.kind == "cpu" and mode == "thorough":
@@ -236,6 +244,11 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     resume = _prepare_outputs(out, meas, a, err)
     if hasattr(os, "getloadavg"):
         run_info["loadavg_1min"] = round(os.getloadavg()[0], 2)
+    if not a.refit and dev.kind == "cpu":
+        run_info["host_allocator"] = host_alloc.active()
+        if run_info["host_allocator"] != a.allocator:
+            err(f"warning: --allocator {a.allocator}: measuring with the {run_info['host_allocator']!r} host "
+                "allocator (not glibc, or calibrate was not started from the command line)")
     if not a.refit and dev.kind == "cpu":  # what other processes use now (the load average lags a minute)
         before = host_load.sample()
         time.sleep(QUIET_CHECK_S)
@@ -271,7 +284,12 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
     measured_by = "; ".join(dict.fromkeys(r.get("command", "") for r in runs)) or command
     if a.refit:
         measured_by += f" (refitted by {command})"
-    built = build_profile(dev, store.results, measured_by, extra_sources=notes)
+    allocs = {r.get("host_allocator", "default") for r in runs} if dev.kind == "cpu" else set()
+    allocator = None if not allocs else allocs.pop() if len(allocs) == 1 else "mixed"
+    if allocator == "mixed":
+        err("warning: the measurements were taken with different --allocator settings; calibrate again "
+            "with --force")
+    built = build_profile(dev, store.results, measured_by, extra_sources=notes, host_allocator=allocator)
     from .build import fit_spread
 
     spread = fit_spread(dev, store.results, measured_by, built.profile)
@@ -313,6 +331,8 @@ def _report(built, summary, out: Path, meas: Path, wall: float) -> None:
                 for k, g in sec.items()))
     if p.bw_eff_ops:
         print("  bandwidth per op class: " + ", ".join(f"{k} {v:.3f}" for k, v in p.bw_eff_ops.items()))
+    if p.provenance.host_allocator:
+        print(f"  host allocator: {p.provenance.host_allocator} (calibration/host_alloc.py)")
     if p.fresh_memory:
         print(f"  fresh host pages: {p.fresh_memory.gbs:.2f} GB/s; heap keeps "
               f"{p.fresh_memory.keep_bytes / 2**20:.1f} MiB per step")
@@ -332,10 +352,11 @@ def _report(built, summary, out: Path, meas: Path, wall: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``calibrate`` console script; returns the exit status."""
+    from_cli = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     prev_term = _on_sigterm()
     try:
-        return run_cli("calibrate", lambda: run(build_parser().parse_args(argv), argv),
+        return run_cli("calibrate", lambda: run(build_parser().parse_args(argv), argv, relaunch=from_cli),
                        interrupted="interrupted; measurements so far are saved — rerun with --resume")
     finally:
         if prev_term is not None:

@@ -47,6 +47,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from simulator.errors import UsageError, UsageParser, run_cli
 
+from . import host_alloc
+from .host_alloc import ALLOCATORS
+
 PHASES = ("fwd", "bwd", "opt")
 CLASSES = ("gemm.fwd", "gemm.dgrad", "gemm.wgrad", "head.fwd", "head.dgrad", "head.wgrad", "attention",
            "softmax", "elementwise", "loss", "embedding", "host", "fresh", "optimizer")
@@ -402,6 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=0, help="also list the N operators with the most self time")
     p.add_argument("--faults", type=int, default=0,
                    help="trace one more step's page faults per operator and list the N largest")
+    p.add_argument("--allocator", choices=ALLOCATORS, default=None,
+                   help="how the C allocator treats freed memory (calibration/host_alloc.py; default: the "
+                        "setting the profile was measured with)")
     return p
 
 
@@ -415,7 +421,7 @@ def pick(configs: list, key: str):
     return hits[0]
 
 
-def run(a: argparse.Namespace) -> int:
+def run(a: argparse.Namespace, relaunch: bool = False) -> int:
     from simulator.profile import load_profile
 
     from .validate import load_suite
@@ -426,6 +432,8 @@ def run(a: argparse.Namespace) -> int:
         raise UsageError(f"config {cfg.id!r}: opcompare profiles eager fp32/bf16 steps only")
     if a.warmup < 1:
         raise UsageError(f"--warmup must be >= 1, got {a.warmup}")
+    if relaunch:
+        host_alloc.relaunch_for(a.allocator or host_alloc.recorded(profile.provenance))
     measured = measure(cfg, a.warmup, trace_faults=a.faults > 0)
     predicted = predict(cfg, profile)
     fm = profile.fresh_memory
@@ -439,8 +447,9 @@ def run(a: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
+    from_cli = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
-    return run_cli("opcompare", lambda: run(build_parser().parse_args(argv)))
+    return run_cli("opcompare", lambda: run(build_parser().parse_args(argv), relaunch=from_cli))
 
 
 if __name__ == "__main__":

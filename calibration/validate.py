@@ -41,7 +41,8 @@ from simulator.models import ModelSpec, get_model
 from simulator.strategy import CHECKPOINTINGS as CHECKPOINTING
 from simulator.strategy import PRECISIONS
 
-from . import host_load
+from . import host_alloc, host_load
+from .host_alloc import ALLOCATORS
 
 SUITE_DIR = Path(__file__).resolve().parent / "suites"
 DEFAULT_SUITE = SUITE_DIR / "cpu_default.yaml"
@@ -55,7 +56,7 @@ CSV_FIELDS = (
     "measured_step_s", "predicted_step_s", "error_pct", "log_ratio", "measured_min_s", "spread",
     "measured_fwd_s", "predicted_fwd_s", "measured_bwd_s", "predicted_bwd_s",
     "measured_rec_s", "predicted_rec_s", "measured_opt_s", "predicted_opt_s", "compile_s", "steps", "warmup",
-    "device", "profile", "suite", "date", "torch", "loadavg_1min", "other_cores", "host_speed",
+    "device", "profile", "suite", "date", "torch", "loadavg_1min", "other_cores", "host_speed", "host_allocator",
 )
 
 
@@ -578,6 +579,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     p.add_argument("--nproc", type=int, default=None,
                    help="relaunch under `torchrun --nproc-per-node N` (DDP; predicted as Nxlocal)")
+    p.add_argument("--allocator", choices=ALLOCATORS, default=None,
+                   help="CPU: how the C allocator treats freed memory (calibration/host_alloc.py; default: "
+                        "the setting the profile was measured with)")
     p.add_argument("--json", action="store_true", help="print rows and summary as JSON")
     p.add_argument("--csv", type=Path, help="merge rows into this CSV by config id (atomic write)")
     p.add_argument("--update-profile", action="store_true",
@@ -607,15 +611,18 @@ def _relaunch(argv: list[str], nproc: int) -> int:
     return subprocess.call(cmd)
 
 
-def run(a: argparse.Namespace, argv: list[str]) -> int:
+def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
     """Validation itself (after argument parsing); returns the exit status."""
     from simulator.profile import load_profile
 
     if a.nproc is not None and a.nproc < 1:
         raise UsageError(f"--nproc must be >= 1, got {a.nproc}")
+    profile = load_profile(a.profile)
+    cpu = not str(a.device or "").startswith("cuda") and (a.device or not _cuda_available())
+    if relaunch and cpu and a.measured is None:  # before torchrun, whose workers inherit the setting
+        host_alloc.relaunch_for(a.allocator or host_alloc.recorded(profile.provenance))
     if a.nproc and a.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return _relaunch(argv, a.nproc)
-    profile = load_profile(a.profile)
     if a.update_profile:  # fail before the suite runs, not after
         folder = Path(a.profile).resolve().parent
         if not os.access(a.profile, os.W_OK) or not os.access(folder, os.W_OK):
@@ -661,6 +668,11 @@ def run(a: argparse.Namespace, argv: list[str]) -> int:
         if dist.device.type == "cpu":
             from .benches.stepops import prime_host_allocator
 
+            meta["host_allocator"] = host_alloc.active()
+            if dist.is_main and meta["host_allocator"] != host_alloc.recorded(profile.provenance):
+                print(f"validate: warning: measuring with the {meta['host_allocator']!r} host allocator, profile "
+                      f"{profile.name!r} was calibrated with {host_alloc.recorded(profile.provenance)!r}: "
+                      "page-fault costs differ (calibration/host_alloc.py)", file=sys.stderr)
             prime_host_allocator()  # the allocator state calibration's fresh-page fit assumed
         rows = []
         for i, cfg in enumerate(configs):
@@ -722,8 +734,9 @@ def _report(a: argparse.Namespace, rows: list[dict[str, Any]], suite: str, dev_n
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``validate`` console script; returns the exit status."""
+    from_cli = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
-    return run_cli("validate", lambda: run(build_parser().parse_args(argv), argv))
+    return run_cli("validate", lambda: run(build_parser().parse_args(argv), argv, relaunch=from_cli))
 
 
 if __name__ == "__main__":

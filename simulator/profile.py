@@ -206,6 +206,9 @@ class Provenance(_Strict):
     driver: str | None = None
     host: str | None = None
     command: str | None = None
+    # CPU: how the measuring process's C allocator treated freed memory ('keep': glibc kept it,
+    # nothing re-faulted; 'default': glibc as shipped; calibration/host_alloc.py); None: not recorded
+    host_allocator: Literal["keep", "default", "mixed"] | None = None
 
 
 class ValidationSummary(_Strict):

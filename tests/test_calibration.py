@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from calibration import cli  # noqa: E402
+from calibration import cli, host_alloc  # noqa: E402
 from calibration import fit as F  # noqa: E402
 from calibration.benches import Bench  # noqa: E402
 from calibration.build import fit_collectives  # noqa: E402
@@ -103,6 +103,7 @@ def test_tiny_run_writes_loadable_profile(tiny_run):
     assert "fp32" in prof.gemm and prof.device.peak_tflops["fp32"] > 0
     assert prof.launch_overhead_us > 0 and 0 < prof.memory_bw_eff <= 1
     assert prof.provenance.command.startswith("calibrate ") and prof.provenance.host
+    assert prof.provenance.host_allocator == host_alloc.active()  # in-process: no relaunch
     data = json.loads(measurements_path(out).read_text())
     keys = set(data["results"])
     assert any(k.startswith("gemm/fp32/") for k in keys)

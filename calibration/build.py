@@ -295,7 +295,12 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         mmap = FreshMemory.model_fields["mmap_bytes"].default
         f_fr = F.fit_fresh([r["tensor_bytes"] for r in fr], [r["bytes"] for r in fr],
                            [r["time_s"] for r in fr], [r["reuse_s"] for r in fr], mmap)
-        if f_fr is not None:
+        if f_fr is not None and f_fr.params["gbs"] > bw_gbs:
+            # faster than writing the pages at the copy bandwidth: no first-touch cost to model (the
+            # 'keep' host allocator serves every block from pages already mapped), only noise
+            warn.append(f"fresh pages: no first-touch cost measured ({f_fr.params['gbs']:.0f} GB/s fitted, above "
+                        f"the {bw_gbs:.0f} GB/s copy bandwidth); no fresh_memory term")
+        elif f_fr is not None:
             fits["fresh_memory"] = f_fr.as_dict()
             fresh = {"gbs": f_fr.params["gbs"], "keep_bytes": f_fr.params["keep_bytes"], "mmap_bytes": mmap,
                      "source": (f"{tag}: {f_fr.n} calls allocating, writing and freeing tensors of one size "

@@ -79,3 +79,23 @@ def test_validate_from_the_command_line_starts_itself_with_the_profiles_allocato
            "--steps", "1", "--warmup", "1", "--csv", str(out)]
     subprocess.run(cmd, check=True, env=env, capture_output=True, cwd=os.path.dirname(os.path.dirname(__file__)))
     assert ",keep" in out.read_text().splitlines()[1]
+
+
+def test_no_first_touch_cost_means_no_fresh_memory_term():
+    """Under 'keep' the fresh-page benches cost what reusing a buffer costs, give or take noise:
+    a fitted rate above the copy bandwidth is no cost at all, and the profile gets no term."""
+    import json
+    from pathlib import Path
+
+    from calibration.build import build_profile
+    from calibration.device import detect
+
+    meas = Path(__file__).resolve().parents[1] / "calibration/profiles/cpu-intel-xeon.measurements.json"
+    results = json.loads(meas.read_text())["results"]
+    assert build_profile(detect("cpu"), results, "test").profile.fresh_memory is not None  # as measured
+    for key, rec in results.items():
+        if key.startswith("fresh/"):  # 12% over the reuse time: noise, far faster than any page fault
+            results[key] = {**rec, "time_s": 1.12 * rec["reuse_s"]}
+    built = build_profile(detect("cpu"), results, "test")
+    assert built.profile.fresh_memory is None
+    assert any("no first-touch cost" in w for w in built.warnings)

@@ -477,13 +477,24 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                         f"(backward) per counted kernel (median over {over['n']} tiny decoders, GPT-2/NeoX/Llama "
                         "blocks: measured minus predicted time over the kernels the simulator counts)"))
         profile = parse_profile(data, origin="calibration")
+        amp = next((p for p in ("bf16", "fp16") if any(k.endswith(f"/{p}") for k, _ in _ok(results, "dispatch/"))),
+                   None)
+        over_amp = dispatch_overhead(results, profile, amp) if amp else None
+        if over_amp is not None:
+            fits[f"dispatch/{amp}"] = over_amp
+            data.update(train_fwd_kernel_us_amp=over_amp["fwd_us"], train_bwd_kernel_us_amp=over_amp["bwd_us"],
+                        launch_source=data["launch_source"] + (
+                            f"; under {amp} autocast {over_amp['fwd_us']:.1f} us and {over_amp['bwd_us']:.1f} us "
+                            f"(median over {over_amp['n']} tiny decoders)"))
+            profile = parse_profile(data, origin="calibration")
     return Built(profile, fits, warn)
 
 
-def dispatch_overhead(results: dict[str, dict], profile: Profile) -> dict | None:
+def dispatch_overhead(results: dict[str, dict], profile: Profile, precision: str = "fp32") -> dict | None:
     """Host time per counted kernel of eager training passes beyond the launch overhead (us), forward
-    and backward: for each tiny decoder of the ``dispatch/`` benches, (measured - predicted time) /
-    the kernels :mod:`simulator.compute` counts for it; the median over the decoders, floored at 0."""
+    and backward: for each tiny decoder of the ``dispatch/`` benches in ``precision`` (fp32, or the
+    autocast type of the ``/<precision>`` benches), (measured - predicted time) / the kernels
+    :mod:`simulator.compute` counts for it; the median over the decoders, floored at 0."""
     import numpy as np
 
     from simulator.compute import micro_batch_time
@@ -491,16 +502,19 @@ def dispatch_overhead(results: dict[str, dict], profile: Profile) -> dict | None
 
     from .benches.dispatch import TOKENS, tiny_spec
 
-    base = profile.model_copy(update={"train_fwd_kernel_us": None, "train_bwd_kernel_us": None})
+    base = profile.model_copy(update={"train_fwd_kernel_us": None, "train_bwd_kernel_us": None,
+                                      "train_fwd_kernel_us_amp": None, "train_bwd_kernel_us_amp": None})
     devs = [device_from_profile(base.model_copy(update={"launch_overhead_us": us})) for us in (0.0, 1.0)]
     dev = device_from_profile(base)
     fwd, bwd = [], []
     for key, r in _ok(results, "dispatch/"):
+        if r.get("precision", "fp32") != precision:
+            continue
         fam, att = key.split("/")[1].split("-", 1)
         spec = tiny_spec(fam, int(r["layers"]))
 
         def mbt(d, spec=spec, att=att):
-            return micro_batch_time(spec, TOKENS, np.array([1.0]), "fp32", att, False, "none", d)
+            return micro_batch_time(spec, TOKENS, np.array([1.0]), precision, att, False, "none", d)
 
         pred, (t0, t1) = mbt(dev), (mbt(d) for d in devs)
         kf, kb = float(t1.fwd[0] - t0.fwd[0]) * 1e6, float(t1.bwd[0] - t0.bwd[0]) * 1e6  # counted kernels
@@ -576,7 +590,7 @@ def _flat(profile: Profile) -> dict[str, float]:
         out.update({"fresh_memory.gbs": d["fresh_memory"]["gbs"],
                     "fresh_memory.keep_bytes": d["fresh_memory"]["keep_bytes"]})
     for k in ("memory_bw_eff", "launch_overhead_us", "optimizer_tensor_us", "train_fwd_kernel_us",
-              "train_bwd_kernel_us"):
+              "train_bwd_kernel_us", "train_fwd_kernel_us_amp", "train_bwd_kernel_us_amp"):
         if d[k] is not None:
             out[k] = d[k]
     return out

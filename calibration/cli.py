@@ -319,7 +319,9 @@ def _report(built, summary, out: Path, meas: Path, wall: float) -> None:
     print(f"  memory_bw_eff {p.memory_bw_eff:.3f}; launch {p.launch_overhead_us:.2f} us, "
           f"compiled {p.compiled_launch_overhead_us:.2f} us"
           + (f"; eager training passes +{p.train_fwd_kernel_us:.1f} us (forward) +{p.train_bwd_kernel_us or 0:.1f} us "
-             "(backward) per kernel" if p.train_fwd_kernel_us is not None else ""))
+             "(backward) per kernel" if p.train_fwd_kernel_us is not None else "")
+          + (f" (under autocast +{p.train_fwd_kernel_us_amp:.1f} / +{p.train_bwd_kernel_us_amp or 0:.1f} us)"
+             if p.train_fwd_kernel_us_amp is not None else ""))
     opt = ", ".join(f"{k} {v:.3f}" for k, v in p.optimizer_bw_eff.items())
     print(f"  optimizer_bw_eff: {opt}; host->device {p.host_to_device_gbs:.1f} GB/s; "
           f"CPU Adam {p.cpu_adam_gparams_per_s:.3f} Gparams/s")

@@ -21,7 +21,7 @@ from .families.base import Graph, Op
 from .family_validation import atomic_rate
 from .opcost import graph
 from .stacks import Stack, get_stack
-from .strategy import checkpointed_layers
+from .strategy import HALF_PRECISIONS, checkpointed_layers
 
 #: FlashAttention's backward executes 5 matmuls of the forward's size against the forward's 2
 #: (it recomputes the scores): 2.5x the forward FLOPs (Dao 2023, FlashAttention-2, sec. 3.1.2).
@@ -212,8 +212,11 @@ class _Timed:
         self.graph = g
         self.launch = 1e-6 * (prof.compiled_launch_overhead_us if compiled else prof.launch_overhead_us)
         # eager training passes: host work around each kernel (module calls, views, autograd), where calibrated
-        self.extra = {"fwd": 0.0 if compiled else 1e-6 * (prof.train_fwd_kernel_us or 0.0),
-                      "bwd": 0.0 if compiled else 1e-6 * (prof.train_bwd_kernel_us or 0.0)}
+        fwd_us, bwd_us = prof.train_fwd_kernel_us, prof.train_bwd_kernel_us
+        if precision in HALF_PRECISIONS and prof.train_fwd_kernel_us_amp is not None:  # autocast's own
+            fwd_us, bwd_us = prof.train_fwd_kernel_us_amp, prof.train_bwd_kernel_us_amp
+        self.extra = {"fwd": 0.0 if compiled else 1e-6 * (fwd_us or 0.0),
+                      "bwd": 0.0 if compiled else 1e-6 * (bwd_us or 0.0)}
         self.serial = prof.device.kind == "cpu"
         self.host = 1e-6 * prof.layer_overhead_us
         placed = [(op, float(b.repeat) * op.count, i, b.name) for i, b in enumerate(g.blocks) for op in b.ops]

@@ -294,6 +294,10 @@ class Profile(_Strict):
     # views, autograd recording in the forward, autograd-engine nodes in the backward), us
     train_fwd_kernel_us: float | None = Field(default=None, ge=0, le=1000)
     train_bwd_kernel_us: float | None = Field(default=None, ge=0, le=1000)
+    # the same under autocast (bf16/fp16 mixed precision: input casts and autocast dispatch per op), us;
+    # absent: the values above
+    train_fwd_kernel_us_amp: float | None = Field(default=None, ge=0, le=1000)
+    train_bwd_kernel_us_amp: float | None = Field(default=None, ge=0, le=1000)
     # time factor of a forward-layout GEMM whose output rows are not whole 64-byte cache lines (n x bytes
     # per element not a multiple of CACHE_LINE_BYTES, e.g. GPT-2's 50257-token LM head), per precision;
     # absent: 1 (calibration/benches/gemm_align.py)

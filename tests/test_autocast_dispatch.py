@@ -42,3 +42,15 @@ def test_fit_takes_the_autocast_benches_apart():
     assert after.train_fwd_kernel_us == pytest.approx(before.train_fwd_kernel_us)
     assert after.train_fwd_kernel_us_amp > after.train_fwd_kernel_us
     assert after.train_bwd_kernel_us_amp > after.train_bwd_kernel_us
+
+
+def test_dispatch_bench_runs_under_autocast():
+    """The real bench, once in bf16: an ok record carrying its precision and both pass times."""
+    from calibration.benches import RunContext, Settings
+    from calibration.benches.dispatch import plan
+
+    ctx = RunContext(detect("cpu"), Settings(mode="tiny", budget_s=0.01, max_call_s=1.0, min_runs=2, compile=False))
+    bench = next(b for b in plan(ctx) if b.key == "dispatch/llama-sdpa/L1/bf16")
+    rec = bench.run(ctx)
+    assert rec["status"] == "ok" and rec["precision"] == "bf16"
+    assert rec["fwd_s"] > 0 and rec["bwd_s"] > 0

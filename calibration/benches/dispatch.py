@@ -74,7 +74,8 @@ def _bench(family: str, attention: str, layers: int, precision: str = "fp32"):
 
         t = ctx.time(step, warmup=3)
         timed = parts[3:] or parts  # after the warm-up calls
-        rec = ok(t, layers=layers, precision=precision)
+        rec = ok(t, layers=layers)
+        rec["precision"] = precision
         rec["fwd_s"] = statistics.median(p[0] for p in timed)
         rec["bwd_s"] = statistics.median(p[1] for p in timed)
         return rec

@@ -267,11 +267,20 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
         err(f"calibrating {dev.name} [{mode}]: {len(benches)} benchmarks -> {out}")
     console = None if (a.no_progress or not benches) else errc
     cpu0 = host_load.sample()
+    probe0 = host_load.probe_pair() if dev.kind == "cpu" and benches else None
     summary = run_benches(benches, ctx, store, console, resume=a.resume)
     if not a.refit:
         _collectives(a, dev, ctx, store, only, err)
         other = host_load.other_cores(cpu0, host_load.sample())
         store.data["runs"][-1]["other_cores"] = other
+        if probe0 is not None:
+            probe1 = host_load.probe_pair()
+            moved = host_load.drift(probe0, probe1)
+            store.data["runs"][-1]["host_probe_s"] = {"start": list(probe0), "end": list(probe1)}
+            if moved > host_load.DRIFT_FACTOR:
+                err(f"warning: the host changed speed while calibrating (probe GEMM {probe0[0] * 1e3:.2f} -> "
+                    f"{probe1[0] * 1e3:.2f} ms, copy {probe0[1] * 1e3:.1f} -> {probe1[1] * 1e3:.1f} ms): "
+                    "the profile mixes both; calibrate again and compare")
         if dev.kind == "cpu" and host_load.is_busy(other):
             err(f"warning: other processes used {other:.2f} of {os.cpu_count()} cores while calibrating; "
                 "CPU timings are inflated (calibrate again on a quiet machine)")

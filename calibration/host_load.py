@@ -168,3 +168,19 @@ def copy_seconds() -> float:
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
+
+
+#: probe times that change by more than this factor between the start and the end of a calibration
+#: mean the host changed speed while it measured: the profile mixes two machines
+DRIFT_FACTOR = 1.2
+
+
+def probe_pair() -> tuple[float, float]:
+    """Seconds of the probe GEMM and of the probe copy now (:func:`probe_seconds`, :func:`copy_seconds`)."""
+    return probe_seconds(), copy_seconds()
+
+
+def drift(start: tuple[float, float], end: tuple[float, float]) -> float:
+    """The larger factor by which the probe GEMM or copy changed between two :func:`probe_pair`
+    readings (1: steady)."""
+    return max(max(a / b, b / a) for a, b in zip(start, end, strict=True))

@@ -1,5 +1,6 @@
 """Quietness of the host: other processes' CPU use, not the measuring process's own threads."""
 
+import json
 import subprocess
 import sys
 import time
@@ -77,3 +78,21 @@ def test_host_speed_compares_a_probe_gemm_with_the_profile():
     fast = host_load.probe_prediction(prof.model_copy(update={"device": dev}))
     assert 0.09 < fast / host_load.probe_prediction(prof) < 0.2
     assert host_load.host_speed(prof.model_copy(update={"gemm": {}})) is None
+
+
+def test_drift_is_the_larger_factor_either_way():
+    assert host_load.drift((1.0, 2.0), (1.0, 2.0)) == 1.0
+    assert host_load.drift((1.0, 2.0), (1.3, 2.0)) == pytest.approx(1.3)
+    assert host_load.drift((1.0, 2.0), (1.0, 1.0)) == pytest.approx(2.0)  # a faster copy counts too
+
+
+def test_calibrate_warns_when_the_host_changes_speed(tmp_path, monkeypatch, capsys):
+    from calibration import cli
+
+    readings = iter([(0.010, 0.020), (0.014, 0.020)])
+    monkeypatch.setattr(host_load, "probe_pair", lambda: next(readings))
+    out = tmp_path / "p.json"
+    assert cli.main(["--tiny", "--no-progress", "--out", str(out), "--only", "launch,bandwidth/copy/*,gemm/fp32/*"]) == 0
+    assert "changed speed while calibrating" in capsys.readouterr().err
+    runs = json.loads(out.with_name("p.measurements.json").read_text())["runs"]
+    assert runs[-1]["host_probe_s"] == {"start": [0.010, 0.020], "end": [0.014, 0.020]}

@@ -477,8 +477,8 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                         f"(backward) per counted kernel (median over {over['n']} tiny decoders, GPT-2/NeoX/Llama "
                         "blocks: measured minus predicted time over the kernels the simulator counts)"))
         profile = parse_profile(data, origin="calibration")
-        amp = next((p for p in ("bf16", "fp16") if any(k.endswith(f"/{p}") for k, _ in _ok(results, "dispatch/"))),
-                   None)
+        amp = next((r["precision"] for _, r in _ok(results, "dispatch/") if r.get("precision", "fp32") != "fp32"),
+                   None)  # the autocast type of the dispatch benches, if any
         over_amp = dispatch_overhead(results, profile, amp) if amp else None
         if over_amp is not None:
             fits[f"dispatch/{amp}"] = over_amp

@@ -249,7 +249,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
         if run_info["host_allocator"] != a.allocator:
             err(f"warning: --allocator {a.allocator}: measuring with the {run_info['host_allocator']!r} host "
                 "allocator (not glibc, or calibrate was not started from the command line)")
-    if not a.refit and dev.kind == "cpu":  # what other processes use now (the load average lags a minute)
+        # what other processes use now (the load average lags a minute)
         before = host_load.sample()
         time.sleep(QUIET_CHECK_S)
         other = host_load.other_cores(before, host_load.sample())

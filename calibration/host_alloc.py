@@ -79,4 +79,4 @@ def relaunch_for(mode: str) -> None:
 
 def recorded(provenance) -> str:
     """The allocator a profile was measured with (profiles from before the setting: ``default``)."""
-    return getattr(provenance, "host_allocator", None) or "default"
+    return provenance.host_allocator or "default"

@@ -169,7 +169,6 @@ def copy_seconds() -> float:
     return statistics.median(times)
 
 
-
 #: probe times that change by more than this factor between the start and the end of a calibration
 #: mean the host changed speed while it measured: the profile mixes two machines
 DRIFT_FACTOR = 1.2

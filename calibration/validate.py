@@ -618,8 +618,8 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
     if a.nproc is not None and a.nproc < 1:
         raise UsageError(f"--nproc must be >= 1, got {a.nproc}")
     profile = load_profile(a.profile)
-    cpu = not str(a.device or "").startswith("cuda") and (a.device or not _cuda_available())
-    if relaunch and cpu and a.measured is None:  # before torchrun, whose workers inherit the setting
+    cuda = str(a.device or "").startswith("cuda") or (not a.device and _cuda_available())
+    if relaunch and not cuda and a.measured is None:  # before torchrun, whose workers inherit the setting
         host_alloc.relaunch_for(a.allocator or host_alloc.recorded(profile.provenance))
     if a.nproc and a.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return _relaunch(argv, a.nproc)
@@ -628,9 +628,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
         if not os.access(a.profile, os.W_OK) or not os.access(folder, os.W_OK):
             raise UsageError(f"--update-profile: {str(a.profile)!r} is not writable (the file and its folder "
                              "must be); copy it somewhere writable or drop --update-profile")
-    default = GPU_DEFAULT_SUITE if str(getattr(a, "device", "") or "").startswith("cuda") or (
-        not getattr(a, "device", None) and _cuda_available()) else DEFAULT_SUITE
-    suite = load_suite(a.suite or default)
+    suite = load_suite(a.suite or (GPU_DEFAULT_SUITE if cuda else DEFAULT_SUITE))
     configs = suite.configs
     if a.only:
         keys = [k.strip() for k in a.only.split(",") if k.strip()]

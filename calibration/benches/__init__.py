@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from simulator.strategy import HALF_PRECISIONS
+
 from ..device import DeviceContext
 
 
@@ -45,6 +47,12 @@ class RunContext:
     @property
     def device(self) -> torch.device:
         return self.dev.device
+
+    @property
+    def half(self) -> list[str]:
+        """The device's first half-precision type (bf16 before fp16), or none: the one autocast
+        type the benches that time mixed precision run in."""
+        return [p for p in self.dev.precisions if p in HALF_PRECISIONS][:1]
 
     def time(self, fn: Callable[[], object], budget_s: float | None = None, warmup: int = 1):
         """Time ``fn`` with this run's budget; returns :class:`calibration.timing.Timing`."""

@@ -35,6 +35,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from simulator.strategy import HALF_PRECISIONS
+
 from ..device import DTYPES
 from . import Bench, RunContext, ok, unsupported
 
@@ -201,8 +203,7 @@ def plan(ctx: RunContext) -> list[Bench]:
     benches = [Bench(f"launch/eager/{op}", "launch", {"op": op, "loop": TINY_LOOP},
                      _launch_bench(op), b + 0.05) for op in ("add", "mul", "relu", "neg")]
     sizes_all = (CUDA_SIZES if ctx.dev.kind == "cuda" else SIZES)[mode]
-    precs = ["fp32"] if mode != "thorough" else ["fp32"] + [
-        p for p in ctx.dev.precisions if p in ("bf16", "fp16")]
+    precs = ["fp32"] if mode != "thorough" else ["fp32"] + [p for p in ctx.dev.precisions if p in HALF_PRECISIONS]
     for precision in precs:
         for n in sizes_all:
             for op in OPS:
@@ -210,7 +211,7 @@ def plan(ctx: RunContext) -> list[Bench]:
                                      {"op": op, "precision": precision, "elements": n},
                                      _bw_bench(op, n, precision),
                                      ctx.est(OPS[op][0] * 4.0 * n, "bytes", 4.0 * n)))
-    for precision in ["fp32"] + [p for p in ctx.dev.precisions if p in ("bf16", "fp16")][:1]:
+    for precision in ["fp32", *ctx.half]:
         for act in BENCH_ACTIVATIONS:
             for n in ACT_SIZES[mode]:
                 benches.append(Bench(f"activation/{act}/{precision}/{n}", "bandwidth",

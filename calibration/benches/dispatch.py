@@ -10,8 +10,8 @@ autocast. Fitting (:mod:`calibration.build`) takes the measured minus the simula
 time (its GEMMs, bytes and kernels at the launch overhead) per kernel the simulator counts,
 forward and backward apart: ``Profile.train_fwd_kernel_us`` and ``train_bwd_kernel_us`` (about
 20 and 10 us on a 2-core CPU, where a tiny ``x + x`` costs 2-3 us), and under autocast
-``train_fwd_kernel_us_amp`` and ``train_bwd_kernel_us_amp``. On a GPU they add to the host side of each pass, which the
-device hides for all but small models.
+``train_fwd_kernel_us_amp`` and ``train_bwd_kernel_us_amp``. On a GPU they add to the host side
+of each pass, which the device hides for all but small models.
 """
 
 from __future__ import annotations
@@ -21,10 +21,11 @@ import time
 
 import torch
 
+from simulator.strategy import HALF_PRECISIONS
+
 from . import Bench, RunContext, ok
 
 LAYERS = (1, 3)
-AMP_PRECISIONS = ("bf16", "fp16")  # autocast types: their passes add casts and autocast dispatch
 TOKENS = 8
 FAMILIES = {  # base preset, its attention backends
     "gpt2": ("gpt2", ("sdpa", "eager")),
@@ -53,7 +54,7 @@ def _bench(family: str, attention: str, layers: int, precision: str = "fp32"):
         from ..torch_model import build_model
 
         sync = synchronizer(ctx.device)
-        amp = DTYPES[precision] if precision in AMP_PRECISIONS else None
+        amp = DTYPES[precision] if precision in HALF_PRECISIONS else None
         model = build_model(tiny_spec(family, layers), attention, device=ctx.device)
         model.train()
         x = torch.randint(0, 64, (1, TOKENS), device=ctx.device)
@@ -88,8 +89,7 @@ def plan(ctx: RunContext) -> list[Bench]:
     to the device's first half type (its own cast kernels and dispatch: ``/<precision>`` keys)."""
     b = ctx.settings.budget_s
     out = []
-    half = [p for p in ctx.dev.precisions if p in AMP_PRECISIONS][:1]
-    for prec in ["fp32", *half]:
+    for prec in ["fp32", *ctx.half]:
         suffix = "" if prec == "fp32" else f"/{prec}"
         for fam, (_, backends) in FAMILIES.items():
             for att in backends:

@@ -189,8 +189,7 @@ def plan(ctx: RunContext) -> list[Bench]:
     for T, V, h in EMBED[mode] + extra.get("embed", []):
         benches.append(Bench(f"embedding/t{T}v{V}h{h}", "embedding", {"tokens": T, "vocab": V, "hidden": h},
                              _embedding(T, V, h), ctx.est(8.0 * V * h, "bytes", 8.0 * V * h)))
-    half = [p for p in ctx.dev.precisions if p in ("bf16", "fp16")][:1]
-    for prec in half:
+    for prec in ctx.half:
         for n in CAST[mode]:
             benches.append(Bench(f"cast/{prec}/{n}", "cast", {"precision": prec, "elements": n},
                                  _cast(n, prec), ctx.est(6.0 * n, "bytes", 4.0 * n)))

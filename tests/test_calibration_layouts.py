@@ -152,28 +152,28 @@ def test_validation_models_are_initialized_like_hugging_face():
 
 
 def test_cpu_gemm_bench_reads_its_second_operand_from_memory(tmp_path):
-    """The weight cycles through copies spanning twice the last-level cache (sysfs), held in one
-    allocation; small operands stop at the copy cap, huge ones need no copies."""
+    """Cold operands span twice the last-level cache (sysfs): views of one arena, a cache line
+    apart at least, cycled; an operand larger than half the span is read as it is."""
     import torch
 
-    from calibration.benches import gemm
+    from calibration.benches import cold
 
     for i, (level, size) in enumerate([(1, "48K"), (2, "2048K"), (3, "300M")]):
         d = tmp_path / f"index{i}"
         d.mkdir()
         (d / "level").write_text(f"{level}\n")
         (d / "size").write_text(f"{size}\n")
-    llc = gemm.last_level_cache_bytes(str(tmp_path))
-    assert llc == 300 << 20 and gemm.last_level_cache_bytes(str(tmp_path / "none")) is None
-    cold = gemm.COLD_LLC_FACTOR * llc
-    assert gemm.cold_copies(10 << 20, cold) == 60
-    assert gemm.cold_copies(4096, cold) == gemm.COLD_MAX_COPIES
-    assert gemm.cold_copies(2 << 30, cold) == 1 and gemm.cold_copies(10 << 20, 0) == 1
+    llc = cold.last_level_cache_bytes(str(tmp_path))
+    assert llc == 300 << 20 and cold.last_level_cache_bytes(str(tmp_path / "none")) is None
+    span = cold.COLD_LLC_FACTOR * llc
     w = torch.arange(6.0).reshape(2, 3)
-    it = gemm._cycled(w, 3)
+    got = [next(cold.cold_inputs(w, 0)) for _ in range(2)]
+    assert got[0] is w and got[1] is w
+    it = cold.cold_inputs(w, 3 * cold.ALIGN)
     got = [next(it) for _ in range(4)]
-    assert all(torch.equal(g, w) for g in got) and got[0].data_ptr() != got[1].data_ptr()
-    assert got[3].data_ptr() == got[0].data_ptr()
+    assert all(g.shape == w.shape and g.dtype == w.dtype for g in got)
+    assert got[1].data_ptr() - got[0].data_ptr() == cold.ALIGN and got[3].data_ptr() == got[0].data_ptr()
+    assert span == 600 << 20 and next(cold.cold_inputs(torch.empty(4, 1 << 20), 1 << 20)).numel() == 4 << 20
 
 
 def test_resampling_keeps_every_record_under_its_key():

@@ -39,6 +39,7 @@ from simulator.strategy import HALF_PRECISIONS
 
 from ..device import DTYPES
 from . import Bench, RunContext, ok, unsupported
+from .cold import cold_bytes, cold_inputs, fresh_outputs
 
 VOCAB = 50304
 ROW = 1024
@@ -67,17 +68,24 @@ OPS: dict[str, tuple[int, int]] = {
 }
 
 
-def _make_op(op: str, n: int, dtype: torch.dtype, device: torch.device) -> Callable[[], object]:
-    """Allocate inputs for ``op`` over ``n`` elements and return the call to time."""
+def _make_op(op: str, n: int, dtype: torch.dtype, device: torch.device, cold: int = 0) -> Callable[[], object]:
+    """Allocate inputs for ``op`` over ``n`` elements and return the call to time. ``cold``
+    (CPUs, bytes): outputs land in memory last used that many bytes ago, as in a step
+    (:mod:`.cold`)."""
     if op == "cross_entropy":
         rows = max(1, n // VOCAB)
         logits = torch.randn(rows, VOCAB, device=device, dtype=dtype)
         target = torch.randint(0, VOCAB, (rows,), device=device)
-        return lambda: F.cross_entropy(logits, target)
+        return lambda: F.cross_entropy(logits, target)  # a scalar out; its log-probs freed within
     x = torch.randn(n // ROW, ROW, device=device, dtype=dtype)
     if op == "copy":
-        y = torch.empty_like(x)
-        return lambda: y.copy_(x)
+        ys = cold_inputs(torch.empty_like(x), cold)
+        return lambda: next(ys).copy_(x)
+    return fresh_outputs(_op_call(op, x), x.numel() * x.element_size(), cold)
+
+
+def _op_call(op: str, x: torch.Tensor) -> Callable[[], object]:
+    """The call of ``op`` on ``x`` (rows of :data:`ROW`)."""
     if op == "add":
         y = torch.randn_like(x)
         return lambda: x + y
@@ -85,9 +93,9 @@ def _make_op(op: str, n: int, dtype: torch.dtype, device: torch.device) -> Calla
         return lambda: F.gelu(x)
     if op == "softmax":
         return lambda: F.softmax(x, dim=-1)
-    w = torch.ones(ROW, device=device, dtype=dtype)
+    w = torch.ones(ROW, device=x.device, dtype=x.dtype)
     if op == "layer_norm":
-        b = torch.zeros(ROW, device=device, dtype=dtype)
+        b = torch.zeros(ROW, device=x.device, dtype=x.dtype)
         return lambda: F.layer_norm(x, (ROW,), w, b)
     if op == "rms_norm":
         return lambda: F.rms_norm(x, (ROW,), w)
@@ -109,7 +117,7 @@ def _bw_bench(op: str, n: int, precision: str):
         if nbytes > 0.5 * ctx.dev.usable_memory_gib * 2**30:
             return unsupported(f"needs {nbytes / 2**30:.1f} GiB, more than half of device memory")
         ctx.check_time("bandwidth/", nbytes, "bytes")
-        fn = _make_op(op, n, dtype, ctx.device)
+        fn = _make_op(op, n, dtype, ctx.device, cold_bytes(ctx.dev.kind))
         t = ctx.time(fn)
         return ok(t, bytes=nbytes, kernels=kernels, elements=el)
 
@@ -156,7 +164,7 @@ def _act_bench(act: str, n: int, precision: str):
         dtype = DTYPES[precision]
         x = torch.randn(n // ROW, ROW, device=ctx.device, dtype=dtype)
         fn = ACTIVATION_FNS[act]
-        t = ctx.time(lambda: fn(x))
+        t = ctx.time(fresh_outputs(lambda: fn(x), x.numel() * x.element_size(), cold_bytes(ctx.dev.kind)))
         return ok(t, bytes=float(2 * n * x.element_size()), kernels=1, elements=n)
 
     return run

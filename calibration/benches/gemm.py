@@ -9,7 +9,6 @@ the weight-gradient GEMM of the MLP up projection (4h, h, t). Work: flops = 2*m*
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Iterator
 
 import torch
@@ -18,6 +17,7 @@ import torch.nn.functional as F
 from ..device import DTYPES
 from ..timing import Timing
 from . import Bench, RunContext, ok
+from .cold import SYSFS_CACHE, cold_bytes, cold_inputs, fresh_outputs
 
 GRIDS: dict[str, dict[str, list[int]]] = {
     "tiny": {"square": [64, 128, 256], "thin_m": [], "hidden": [], "tokens": []},
@@ -56,8 +56,6 @@ WALK_SHAPES = {"tiny": [], "quick": [(32, 192, 1536), (32, 384, 512), (32, 384, 
                                      (32, 1024, 256), (32, 512, 2048), (16, 768, 3072)]}
 WALK_SHAPES["thorough"] = WALK_SHAPES["quick"] + [(32, 320, 4096), (32, 576, 2048), (32, 1536, 384),
                                                   (32, 2560, 512), (16, 384, 24576)]
-#: sysfs cache directory of the first CPU (Linux)
-SYSFS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
 
 
 def cache_geometry(root: str = SYSFS_CACHE) -> dict[str, int] | None:
@@ -76,51 +74,6 @@ def cache_geometry(root: str = SYSFS_CACHE) -> dict[str, int] | None:
         if (level, kind) in ((1, "Data"), (2, "Unified")) and sets > 0 and ways > 0:
             out |= {f"l{level}_sets": sets, f"l{level}_ways": ways, "line_bytes": line}
     return out if len(out) == 5 else None
-
-
-def last_level_cache_bytes(root: str = SYSFS_CACHE) -> int | None:
-    """Size of this CPU's largest cache in bytes (sysfs ``size``, e.g. ``32768K``), or None."""
-    from pathlib import Path
-
-    sizes = []
-    for d in Path(root).glob("index*"):
-        try:
-            text = (d / "size").read_text().strip().upper()
-        except OSError:
-            continue
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit():
-            sizes.append(int(digits) * scale)
-    return max(sizes) if sizes else None
-
-
-#: a CPU GEMM bench cycles its second operand through copies totalling this many times the last
-#: level cache, so each call reads it from memory as a training step does (a layer's weight was
-#: last touched a whole step earlier; a saved activation, a whole forward earlier)
-COLD_LLC_FACTOR = 2
-#: at most this many copies of the operand, and at most this many bytes of them
-COLD_MAX_COPIES = 64
-COLD_MAX_BYTES = 1 << 30
-
-
-def cold_copies(operand_bytes: float, cold_bytes: int) -> int:
-    """Copies of an operand of ``operand_bytes`` to cycle through so that together they span
-    ``cold_bytes`` (1: no cycling)."""
-    if cold_bytes <= 0 or operand_bytes <= 0:
-        return 1
-    return int(max(1, min(COLD_MAX_COPIES, -(-cold_bytes // int(operand_bytes)), COLD_MAX_BYTES // int(operand_bytes))))
-
-
-def _cycled(t: torch.Tensor, copies: int) -> Iterator[torch.Tensor]:
-    """Endless cycle over ``copies`` copies of ``t``, held in one allocation: a pool of at least
-    the mmap threshold is mapped and unmapped whole, so it leaves no free space in the heap for
-    later allocations (the fresh-memory bench) to reuse."""
-    if copies == 1:
-        return itertools.cycle([t])
-    pool = t.new_empty((copies, *t.shape))
-    pool.copy_(t.expand(copies, *t.shape))
-    return itertools.cycle(pool.unbind(0))
 
 
 def model_tokens(n: int, k: int, flop_cap: float, most: int = 512) -> int:
@@ -172,15 +125,16 @@ def precision_mode(precision: str, device: torch.device) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32 = prev
 
 
-def _bench(precision: str, m: int, n: int, k: int, cache: dict[str, int] | None = None, cold_bytes: int = 0):
+def _bench(precision: str, m: int, n: int, k: int, cache: dict[str, int] | None = None, cold: int = 0):
     """Time an (m, n, k) GEMM in the three operand layouts a training step runs it in, and
     report their mean: forward ``F.linear`` (x @ W^T, weight stored (n, k)), input gradient
     (g @ W, both row-major) and weight gradient (g^T @ x, first operand transposed). On GPUs the
     three are close; on CPUs the library picks different kernels per layout (oneDNN's bf16
     ``F.linear`` runs ~10x faster than bf16 ``torch.mm`` on an AVX2 CPU), so timing only one
-    layout would misdescribe training. ``cold_bytes`` (CPUs): the second operand (the weight; in
-    the weight-gradient layout the saved activation) cycles through :func:`cold_copies`, so it
-    comes from memory, not from a last-level cache that a warm benchmark fits in."""
+    layout would misdescribe training. ``cold`` (CPUs, bytes): the second operand (the weight; in
+    the weight-gradient layout the saved activation) comes from :func:`~.cold.cold_inputs`,
+    and each output lands in memory last used ``cold`` bytes ago (:func:`~.cold.fresh_outputs`),
+    as in a step, not in a last-level cache that a warm benchmark fits in."""
 
     def run(ctx: RunContext) -> dict:
         flops = 2.0 * m * n * k
@@ -190,12 +144,12 @@ def _bench(precision: str, m: int, n: int, k: int, cache: dict[str, int] | None 
         w = torch.randn(n, k, device=ctx.device, dtype=dtype)  # nn.Linear weight layout
         b = torch.randn(k, n, device=ctx.device, dtype=dtype)
         xt = torch.randn(k, m, device=ctx.device, dtype=dtype)
-        copies = cold_copies(n * k * x.element_size(), cold_bytes)
-        nw, nb = _cycled(w, copies), _cycled(b, copies)
+        nw, nb = cold_inputs(w, cold), cold_inputs(b, cold)
+        out = m * n * x.element_size()
         layouts = {
-            "linear_nt": lambda: F.linear(x, next(nw)),
-            "mm_nn": lambda: torch.mm(x, next(nb)),
-            "mm_tn": lambda: torch.mm(xt.t(), next(nb)),
+            "linear_nt": fresh_outputs(lambda: F.linear(x, next(nw)), out, cold),
+            "mm_nn": fresh_outputs(lambda: torch.mm(x, next(nb)), out, cold),
+            "mm_tn": fresh_outputs(lambda: torch.mm(xt.t(), next(nb)), out, cold),
         }
         budget = ctx.settings.budget_s / len(layouts)
         with precision_mode(precision, ctx.device):
@@ -208,8 +162,8 @@ def _bench(precision: str, m: int, n: int, k: int, cache: dict[str, int] | None 
         rec["layouts_times"] = {name: list(t.times) for name, t in zip(layouts, times, strict=True)}
         if cache:
             rec["cache"] = cache
-        if copies > 1:
-            rec["operand_copies"] = copies
+        if cold:
+            rec["cold_bytes"] = cold
         return rec
 
     return run
@@ -219,8 +173,7 @@ def plan(ctx: RunContext) -> list[Bench]:
     """One bench per (precision, shape)."""
     benches = []
     cache = cache_geometry() if ctx.dev.kind == "cpu" else None
-    llc = last_level_cache_bytes() if ctx.dev.kind == "cpu" else None
-    cold = COLD_LLC_FACTOR * llc if llc else 0
+    cold = cold_bytes(ctx.dev.kind)
     for precision in ctx.dev.precisions:
         cap = 4e9 if ctx.dev.kind == "cpu" else 4e12  # FLOPs of one model-shaped GEMM call
         extra = FP32_SHAPES[ctx.settings.mode] if precision == "fp32" else []

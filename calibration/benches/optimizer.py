@@ -72,16 +72,16 @@ def counting_faults(fn: Callable[[], object]) -> tuple[Callable[[], None], Calla
 #: Bytes written between timed optimizer calls on a CPU so that they start, as in training, with
 #: the parameters, gradients and moments out of the caches (a forward and backward pass touches
 #: far more than the last-level cache in between): at least this many, and
-#: :data:`calibration.benches.gemm.COLD_LLC_FACTOR` times the last-level cache where sysfs tells it
+#: :data:`calibration.benches.cold.COLD_LLC_FACTOR` times the last-level cache where sysfs tells it
 #: (a 300 MiB L3 kept a 128 MiB flush's victims).
 FLUSH_BYTES = 128 << 20
 
 
 def flush_bytes() -> int:
     """Bytes to write between timed calls so that their data leaves the caches."""
-    from .gemm import COLD_LLC_FACTOR, last_level_cache_bytes
+    from .cold import cold_bytes
 
-    return max(FLUSH_BYTES, COLD_LLC_FACTOR * (last_level_cache_bytes() or 0))
+    return max(FLUSH_BYTES, cold_bytes("cpu"))
 
 
 def time_cold(ctx: RunContext, fn: Callable[[], object]):

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from ..device import DTYPES
 from . import Bench, RunContext, ok, unsupported
+from .cold import cold_bytes, cold_inputs, fresh_outputs
 from .gemm import model_tokens
 from .optimizer import ADAM_BYTES_PER_PARAM, _adamw, counting_faults, layer_shapes, time_cold
 
@@ -104,7 +105,7 @@ def _loss(T: int, V: int):
         def step() -> object:
             return torch.autograd.grad(F.cross_entropy(logits, y), (logits,))
 
-        t = ctx.time(step)
+        t = ctx.time(fresh_outputs(step, 4.0 * T * V, cold_bytes(ctx.dev.kind)))
         return ok(t, tokens=T, vocab=V, logits=float(T * V))
 
     return run
@@ -119,7 +120,7 @@ def _embedding(T: int, V: int, h: int):
         def step() -> object:
             return torch.autograd.grad(F.embedding(idx, w), (w,), go)
 
-        t = ctx.time(step)
+        t = ctx.time(fresh_outputs(step, 4.0 * V * h, cold_bytes(ctx.dev.kind)))
         # gather: read + write T*h; gradient: zero V*h, read T*h grads, scatter-add T*h rows
         nbytes = 4.0 * (2 * T * h + V * h + 2 * T * h)
         return ok(t, bytes=nbytes, tokens=T, vocab=V, hidden=h, grad_bytes=4.0 * V * h)
@@ -129,10 +130,12 @@ def _embedding(T: int, V: int, h: int):
 
 def _cast(n: int, precision: str):
     def run(ctx: RunContext) -> dict:
-        w = torch.randn(n, device=ctx.device)
         dt = DTYPES[precision]
-        t = ctx.time(lambda: w.to(dt))
-        return ok(t, bytes=6.0 * n, out_bytes=float(n * torch.finfo(dt).bits // 8))
+        cold = cold_bytes(ctx.dev.kind)  # the weights were last touched a step ago
+        ws = cold_inputs(torch.randn(n, device=ctx.device), cold)
+        out = float(n * torch.finfo(dt).bits // 8)
+        t = ctx.time(fresh_outputs(lambda: next(ws).to(dt), out, cold))
+        return ok(t, bytes=6.0 * n, out_bytes=out)
 
     return run
 

@@ -93,7 +93,8 @@ class Table:
     offload: np.ndarray
     micro_batch: np.ndarray
     grad_accum: np.ndarray
-    # step time and its parts (s per optimizer step); compute = forward + backward + recompute + casts
+    # step time and its parts (s per optimizer step); compute = forward + backward + recompute (forward
+    # and backward each hold half of autocast's casts)
     step_time: np.ndarray
     compute: np.ndarray
     forward: np.ndarray
@@ -245,7 +246,8 @@ def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, siz
         fwd[i], bwd[i], rec[i], hw[i] = t.fwd, t.bwd, t.recompute, t.hw_flops
         act[i] = memory.activations(model, seq, sizes, p, att, ck, c, pb.stack)
         logit[i] = memory.logits_bytes(model, seq, sizes, p, c, pb.stack)
-        # autocast weight casts once per micro-batch, only where the weights stay fp32 (DDP)
+        # autocast weight casts (and their gradients' casts back) once per micro-batch, only where
+        # the weights stay fp32 (DDP)
         cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / (
             dev.mem_bw * dev.profile.bw_eff("cast"))
     return PackCompute(fwd, bwd, rec, hw, act, logit, cast)
@@ -460,8 +462,9 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
         problem=pb, packs=packs, shardings=list(space.shardings), offloads=list(space.offloads),
         pack=pack, sharding=sharding, offload=offload, micro_batch=micro_batch,
         grad_accum=bc(ga[None, :, None, None]),
-        step_time=step_time, compute=bc(comp4), forward=bc(mb.per_step(pc.fwd)[:, :, None, None]),
-        backward=bc((mb.per_step(pc.bwd) + grad_fresh)[:, :, None, None]),
+        step_time=step_time, compute=bc(comp4),
+        forward=bc(mb.per_step(pc.fwd)[:, :, None, None] + 0.5 * cast_step[..., None]),
+        backward=bc((mb.per_step(pc.bwd) + grad_fresh)[:, :, None, None] + 0.5 * cast_step[..., None]),
         recompute=bc(mb.per_step(pc.rec)[:, :, None, None]), exposed_comm=bc(exposed_comm[..., None]),
         optimizer=bc(optimizer_t[:, None]), offload_time=bc(offload_t), hw_flops=bc(mb.per_step(pc.hw)[:, :, None, None]),
         mem_weights=bc(mem_w), mem_gradients=bc(mem_g), mem_optimizer=bc(mem_o), mem_activations=bc(act4),

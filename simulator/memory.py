@@ -30,8 +30,9 @@ def autocast_fp32_params(precision: str, sharding: str, stack=None) -> bool:
     """Whether mixed precision keeps fp32 weights and gradients that torch.autocast casts to half
     (DDP; and ZeRO-1/2 where the stack's ZeRO is PyTorch's ZeroRedundancyOptimizer or apex's
     DistributedFusedAdam over autocast, ``stack.torch_zero``). Otherwise ZeRO/FSDP
-    keep half weights and gradients with an fp32 master copy in the optimizer."""
-    if precision not in HALF_PRECISIONS or (stack is not None and stack.half_states):
+    keep half weights and gradients with an fp32 master copy in the optimizer, as do stacks that
+    cast the model itself (:attr:`simulator.stacks.Stack.half_model`)."""
+    if precision not in HALF_PRECISIONS or (stack is not None and stack.half_model):
         return False
     if sharding == "ddp":
         return True
@@ -43,7 +44,9 @@ def state_bytes_per_param(precision: str, sharding: str, optimizer: str, stack=N
 
     fp32/tf32: 4 + 4 + 4*moments. Mixed precision with fp32 weights under autocast (DDP; see
     :func:`autocast_fp32_params`): 4 + 4 + 4*moments. Mixed precision under DeepSpeed ZeRO / FSDP
-    (half weights and gradients, fp32 master copy in the optimizer): 2 + 2 + (4 + 4*moments).
+    (half weights and gradients, fp32 master copy in the optimizer), or a stack that keeps the
+    model in half with fp32 main weights in its optimizer (Megatron-LM, ``states: master``):
+    2 + 2 + (4 + 4*moments).
     Adam: 16 B/param either way. A stack that casts the model itself to half
     (:attr:`simulator.stacks.Stack.half_states`): 2 + 2 + 2*moments (the moments in the weights'
     dtype), 8 B/param with Adam.

@@ -41,7 +41,8 @@ def korthikanti_rows(profile=None) -> pd.DataFrame:
                         seq_len=int(r["seq_len"]), steps=1, optimizer="adam", precision=r["precision"],
                         attention=r["attention"], compile=bool(r["compile"]), checkpointing=r["checkpointing"],
                         sharding=r["sharding"], offload="none", micro_batch=int(r["micro_batch"]), tp=int(r["tp"]),
-                        pp=int(r["pp"]), vp=1, sequence_parallel=bool(r["sequence_parallel"]))
+                        pp=int(r["pp"]), vp=1, sequence_parallel=bool(r["sequence_parallel"]),
+                        stack=runs.stack_preset(r["stack"]))
         out.append({"source": "Korthikanti et al. 2022, Table 5", "run": f"{r['model']} · {r['note']}",
                     "layout": f"TP {r['tp']} · PP {r['pp']} · {r['n_gpus']} A100", "metric": "iteration s",
                     "measured": float(r["global_batch"] * r["seq_len"] / r["measured_tok_s"]),

@@ -51,7 +51,7 @@ class Stack(BaseModel):
     async_tp_source: str = "not offered"
     async_tp_overlap: float = Field(ASYNC_TP_OVERLAP, ge=0.0, le=1.0)
     async_tp_overlap_source: str = ASYNC_TP_OVERLAP_SOURCE
-    states: Literal["mixed", "half"] = "mixed"
+    states: Literal["mixed", "half", "master"] = "mixed"
     states_source: str = "torch.autocast over fp32 parameters (mixed precision): fp32 weights, gradients and moments"
     aliases: tuple[str, ...] = ()
 
@@ -86,6 +86,12 @@ class Stack(BaseModel):
         half weights and gradients, and an optimizer keeping its moments in the parameters'
         dtype (torch.optim.AdamW), no fp32 copy anywhere."""
         return self.states == "half"
+
+    @property
+    def half_model(self) -> bool:
+        """Whether the model's weights are half (``states`` half or master), so torch.autocast
+        casts nothing per micro-batch."""
+        return self.states in ("half", "master")
 
     @property
     def fused_loss(self) -> bool:

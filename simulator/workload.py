@@ -291,7 +291,9 @@ def embedding_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[MemOps
 
 def autocast_cast_bytes(n_params: float, precision: str, half_params: bool) -> MemOps:
     """torch.autocast casts fp32 weights to half once per micro-batch (read 4 + write 2 bytes per
-    parameter). Not needed when the weights are already kept in half (ZeRO/FSDP mixed precision)."""
+    parameter), and backward casts each weight's half gradient back to fp32 (read 2 + write 4):
+    12 bytes per parameter, half of them in each pass. Not needed when the weights are already
+    kept in half (ZeRO/FSDP mixed precision, a model cast to half)."""
     if precision not in ("bf16", "fp16") or half_params:
         return MemOps(np.asarray(0.0), 0.0)
-    return MemOps(np.asarray(6.0 * n_params), 0.0)
+    return MemOps(np.asarray(12.0 * n_params), 0.0)

@@ -290,3 +290,38 @@ def test_fit_optimizer_mix_takes_bandwidth_from_the_large_tensors():
     fit = F.fit_optimizer_mix(b, t, np.zeros(3), items, 30e9)
     assert fit.params["bw_eff"] == pytest.approx(0.35, rel=1e-2)
     assert fit.params["item_s"] == pytest.approx(20e-6, rel=5e-2)
+
+
+def test_autocast_casts_weights_forward_and_their_gradients_back():
+    """Under autocast over fp32 weights each micro-batch casts every weight to half (read 4, write
+    2 bytes) and backward casts its half gradient back (read 2, write 4): 12 bytes per parameter,
+    half in each pass, and nothing where the model itself is half (Megatron-LM, fla)."""
+    from simulator import workload
+    from simulator.stacks import get_stack
+
+    p = _cpu_profile(bw_eff_ops={"cast": 0.5})
+    bf, fp = _step(p, precision="bf16"), _step(p, precision="fp32")
+    assert float(workload.autocast_cast_bytes(1e6, "bf16", half_params=False).nbytes) == 12e6
+    assert float(workload.autocast_cast_bytes(1e6, "fp32", half_params=False).nbytes) == 0.0
+    cast = 12.0 * get_model("pythia-14m").n_params() / (10e9 * 0.5)
+    b = bf.breakdown_s
+    assert b["compute"] == pytest.approx(b["forward"] + b["backward"] + b["recompute"])
+    assert fp.breakdown_s["compute"] == pytest.approx(fp.breakdown_s["forward"] + fp.breakdown_s["backward"])
+    half_model = get_stack("hf-trainer").model_copy(update={"states": "master"})
+    meg = _step(p, precision="bf16", stack=half_model).breakdown_s
+    assert b["forward"] - meg["forward"] == pytest.approx(cast / 2, rel=1e-6)
+    assert b["backward"] - meg["backward"] == pytest.approx(cast / 2, rel=1e-6)
+
+
+def test_megatron_stack_keeps_half_weights_and_fp32_main_weights():
+    """Megatron-LM's Float16Module + Float16OptimizerWithFloat16Params: 2 + 2 + (4 + 8) bytes per
+    parameter with Adam, no autocast weight copies; the published table's name finds the preset."""
+    from simulator import memory, runs
+    from simulator.stacks import for_published, get_stack
+
+    meg = get_stack("megatron-lm")
+    assert memory.state_bytes_per_param("bf16", "ddp", "adamw", meg) == (2, 2, 12)
+    assert memory.state_bytes_per_param("fp32", "ddp", "adamw", meg) == (4, 4, 8)
+    assert memory.autocast_weight_copies(1e9, "bf16", "ddp", meg) == 0.0
+    assert not memory.autocast_fp32_params("bf16", "ddp", meg) and meg.half_model and not meg.half_states
+    assert for_published("Megatron").name == runs.stack_preset("megatron-lm") == "megatron-lm"

@@ -24,7 +24,14 @@ from .compute import micro_batch_time
 from .device import Device
 from .parallel import Parallelism
 from .stacks import Stack, default_stack
-from .strategy import HALF_PRECISIONS, SHARD_STAGE, Strategy, checkpointing_rank, offload_allowed
+from .strategy import (
+    HALF_PRECISIONS,
+    SHARD_STAGE,
+    Strategy,
+    checkpointed_layers,
+    checkpointing_rank,
+    offload_allowed,
+)
 
 
 @dataclass(frozen=True)
@@ -219,7 +226,9 @@ def micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], suppor
 class PackCompute:
     """Per pack (precision, attention, compile, checkpointing) and evaluated micro-batch size, (K, E):
     seconds of forward, backward and recompute, executed FLOPs, activation and logit bytes; and
-    seconds of autocast's weight casts per micro-batch (K,). Unsupported precisions: inf."""
+    seconds of autocast's weight casts per micro-batch (K,), in forward and backward (``cast``) and
+    again in recomputation (``rec_cast``: whole checkpointed layers re-cast their weights).
+    Unsupported precisions: inf."""
 
     fwd: np.ndarray
     bwd: np.ndarray
@@ -228,6 +237,7 @@ class PackCompute:
     act: np.ndarray
     logit: np.ndarray
     cast: np.ndarray
+    rec_cast: np.ndarray
 
 
 def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, sizes: np.ndarray) -> PackCompute:
@@ -237,7 +247,8 @@ def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, siz
     P = float(model.n_params())
     K, E = len(packs), sizes.size
     fwd, bwd, rec, hw, act, logit = (np.full((K, E), np.inf) for _ in range(6))
-    cast = np.zeros(K)
+    cast, rec_cast = np.zeros(K), np.zeros(K)
+    rate = dev.mem_bw * dev.profile.bw_eff("cast")
     memo: dict = {}
     for i, (p, att, c, ck) in enumerate(packs):
         if not supported[i]:
@@ -248,9 +259,10 @@ def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, siz
         logit[i] = memory.logits_bytes(model, seq, sizes, p, c, pb.stack)
         # autocast weight casts (and their gradients' casts back) once per micro-batch, only where
         # the weights stay fp32 (DDP)
-        cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / (
-            dev.mem_bw * dev.profile.bw_eff("cast"))
-    return PackCompute(fwd, bwd, rec, hw, act, logit, cast)
+        cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / rate
+        rerun = checkpointed_layers(ck, model.n_layers) * _layer_params(model)  # forward casts again
+        rec_cast[i] = 0.5 * float(workload.autocast_cast_bytes(rerun, p, half_params=False).nbytes) / rate
+    return PackCompute(fwd, bwd, rec, hw, act, logit, cast, rec_cast)
 
 
 @dataclass(frozen=True)
@@ -433,6 +445,8 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
     mi, ga = mb.mi, mb.grad_accum
     compute = mb.per_step(pc.fwd + pc.bwd + pc.rec) + grad_fresh  # gradients are allocated once per step
     cast_step = (pc.cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]  # (K,M,Z)
+    rec_cast = (pc.rec_cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]
+    cast_step = cast_step + rec_cast
     comp4 = (compute[:, :, None] + cast_step)[..., None]
     step = comp4 + exposed_comm[..., None] + optimizer_t[:, None] + offload_t
     act4 = pc.act[:, mi][:, :, None, None]
@@ -463,9 +477,9 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
         pack=pack, sharding=sharding, offload=offload, micro_batch=micro_batch,
         grad_accum=bc(ga[None, :, None, None]),
         step_time=step_time, compute=bc(comp4),
-        forward=bc(mb.per_step(pc.fwd)[:, :, None, None] + 0.5 * cast_step[..., None]),
-        backward=bc((mb.per_step(pc.bwd) + grad_fresh)[:, :, None, None] + 0.5 * cast_step[..., None]),
-        recompute=bc(mb.per_step(pc.rec)[:, :, None, None]), exposed_comm=bc(exposed_comm[..., None]),
+        forward=bc(mb.per_step(pc.fwd)[:, :, None, None] + 0.5 * (cast_step - rec_cast)[..., None]),
+        backward=bc((mb.per_step(pc.bwd) + grad_fresh)[:, :, None, None] + 0.5 * (cast_step - rec_cast)[..., None]),
+        recompute=bc(mb.per_step(pc.rec)[:, :, None, None] + rec_cast[..., None]), exposed_comm=bc(exposed_comm[..., None]),
         optimizer=bc(optimizer_t[:, None]), offload_time=bc(offload_t), hw_flops=bc(mb.per_step(pc.hw)[:, :, None, None]),
         mem_weights=bc(mem_w), mem_gradients=bc(mem_g), mem_optimizer=bc(mem_o), mem_activations=bc(act4),
         mem_logits=bc(log4), mem_other=bc(other), mem_total=bc(total), host_need=bc(host_need),

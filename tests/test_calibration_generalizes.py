@@ -325,3 +325,23 @@ def test_megatron_stack_keeps_half_weights_and_fp32_main_weights():
     assert memory.autocast_weight_copies(1e9, "bf16", "ddp", meg) == 0.0
     assert not memory.autocast_fp32_params("bf16", "ddp", meg) and meg.half_model and not meg.half_states
     assert for_published("Megatron").name == runs.stack_preset("megatron-lm") == "megatron-lm"
+
+
+def test_recomputation_casts_the_rerun_layers_weights_again():
+    """Under autocast a checkpointed layer's recomputed forward casts its weights to half again
+    (6 bytes per parameter of each re-run layer): in the recompute part, only with fp32 weights."""
+    from simulator.stacks import get_stack
+
+    p = _cpu_profile(bw_eff_ops={"cast": 0.5})
+    m = get_model("pythia-14m")
+    layer = (m.n_params() - m.n_embedding_params()) / m.n_layers
+    full, none = _step(p, precision="bf16", checkpointing="full"), _step(p, precision="bf16")
+    half_model = get_stack("hf-trainer").model_copy(update={"states": "master"})
+    meg = _step(p, precision="bf16", checkpointing="full", stack=half_model)
+    again = full.breakdown_s["recompute"] - meg.breakdown_s["recompute"]
+    assert again == pytest.approx(6.0 * layer * m.n_layers / (10e9 * 0.5), rel=1e-6)
+    assert none.breakdown_s["recompute"] == 0.0
+    fp = _step(p, checkpointing="full")
+    assert fp.breakdown_s["compute"] == pytest.approx(sum(fp.breakdown_s[k] for k in ("forward", "backward", "recompute")))
+    assert full.breakdown_s["compute"] == pytest.approx(
+        sum(full.breakdown_s[k] for k in ("forward", "backward", "recompute")))

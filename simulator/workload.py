@@ -134,14 +134,25 @@ def eager_attention_gemms(model, mb: np.ndarray, seq_len: int) -> list[Gemm]:
             Gemm("values", s, d, seq_len, model.n_layers, batch)]
 
 
-def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[MemOps, MemOps]:
-    """Forward (scale+mask, softmax: 4 passes over s^2) and backward (3 passes) bytes, all layers.
-    Soft-capped scores (Gemma 2: divide, tanh, multiply) add 6 passes and 3 kernels each way."""
+def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int,
+                        compiled: bool = False) -> tuple[MemOps, MemOps]:
+    """Forward and backward bytes and kernels over the s^2 scores, all layers. Eager: scale, mask
+    and softmax each read and write the scores (6 passes, 3 kernels); backward, the softmax's
+    gradient reads the gradient and the probabilities and writes one (3 passes), the mask's and
+    the scale's each read and write one (2 + 2): 7 passes, 3 kernels. Soft-capped scores (Gemma 2:
+    divide, tanh, multiply) add 6 passes and 3 kernels each way. Compiled (Inductor, or Megatron's
+    fused scale-mask-softmax): 4 passes and 3 kernels forward, 3 and 2 backward, the counts the
+    default GPU profiles were fitted with (Korthikanti et al.'s runs are the only compiled eager
+    ones); a fused kernel reads and writes 2 and 3, which moves that fit's collective parameters to
+    their bounds and is left for a refit with more tensor-parallel runs."""
     elems = mb * float(model.n_heads) * seq_len**2 * model.n_layers
+    L = model.n_layers
     cap = 6.0 if getattr(model, "attn_softcap", None) else 0.0
     kcap = 3.0 if cap else 0.0
-    return (MemOps((4.0 + cap) * elems * e, (3.0 + kcap) * model.n_layers),
-            MemOps((3.0 + cap) * elems * e, (2.0 + kcap) * model.n_layers))
+    if compiled:
+        return MemOps((4.0 + cap) * elems * e, (3.0 + kcap) * L), MemOps((3.0 + cap) * elems * e, (2.0 + kcap) * L)
+    return (MemOps((6.0 + cap) * elems * e, (3.0 + kcap) * L),
+            MemOps((7.0 + cap) * elems * e, (3.0 + kcap) * L))
 
 
 def layer_activation_bytes_per_token(model, seq_len: int, e: int, attention: str) -> float:

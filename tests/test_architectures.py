@@ -336,3 +336,17 @@ def test_every_family_has_a_display_name() -> None:
     for spec in (get_model(n) for n in list_models()):
         assert spec.family in families and spec.family_display
     assert set(FAMILIES) <= set(families)  # every transformer type is a transformer-family spec
+
+
+def test_eager_softmax_passes_over_the_scores():
+    """Eager attention scales, masks and softmaxes the s x s scores as three kernels (6 passes
+    forward; backward 3 + 2 + 2 = 7); compiled keeps the counts the GPU profiles were fitted with."""
+    m = get_model("pythia-160m")
+    mb = np.array([2.0])
+    elems = 2.0 * m.n_heads * 1024**2 * m.n_layers
+    f, b = workload.eager_softmax_bytes(m, mb, 1024, 4)
+    assert float(f.nbytes[0]) == 6 * elems * 4 and float(b.nbytes[0]) == 7 * elems * 4
+    assert float(f.kernels) == float(b.kernels) == 3 * m.n_layers
+    cf, cb = workload.eager_softmax_bytes(m, mb, 1024, 4, compiled=True)
+    assert float(cf.nbytes[0]) == 4 * elems * 4 and float(cb.nbytes[0]) == 3 * elems * 4
+    assert float(cf.kernels) == 3 * m.n_layers and float(cb.kernels) == 2 * m.n_layers

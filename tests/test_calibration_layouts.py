@@ -190,3 +190,22 @@ def test_resampling_keeps_every_record_under_its_key():
     assert set(out) == {"gemm/fp32/1x2x3", "gemm/fp32/4x5x6", "loss/t1v2", "x"}
     assert out["gemm/fp32/1x2x3"]["layouts_s"] == {"a": 1.0, "b": 3.0} and out["gemm/fp32/1x2x3"]["time_s"] == 2.0
     assert out["gemm/fp32/4x5x6"]["layouts_min_s"]["a"] in (1.0, 2.0) and out["loss/t1v2"]["time_s"] == 4.0
+
+
+def test_misaligned_gemm_bench_outvotes_a_host_stall():
+    """The aligned and misaligned shapes are timed in alternating rounds and the round with the
+    median ratio is kept: one round in which the host stalled the misaligned GEMM 10x does not
+    become a 3x ``gemm_misaligned`` factor."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from calibration.benches import gemm_align
+    from calibration.timing import Timing
+
+    seq = iter([1.0, 1.1, 1.0, 10.0, 1.0, 1.05])  # (aligned, misaligned) per round; round 2 stalled
+    ctx = SimpleNamespace(settings=SimpleNamespace(budget_s=0.6), device=torch.device("cpu"),
+                          time=lambda fn, budget_s=None: Timing.of_calls([next(seq) * 1e-3]))
+    rec = gemm_align._bench("fp32", 8, 64, 8)(ctx)
+    assert rec["time_s"] / rec["aligned_s"] == pytest.approx(1.1)
+    assert sorted(rec["round_ratios"]) == pytest.approx([1.05, 1.1, 10.0])

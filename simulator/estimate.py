@@ -101,7 +101,7 @@ class Table:
     micro_batch: np.ndarray
     grad_accum: np.ndarray
     # step time and its parts (s per optimizer step); compute = forward + backward + recompute (forward
-    # and backward each hold half of autocast's casts)
+    # and backward each hold half of autocast's casts, recompute its re-casts)
     step_time: np.ndarray
     compute: np.ndarray
     forward: np.ndarray
@@ -444,10 +444,9 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
     shape = (K, M, Z, NO)
     mi, ga = mb.mi, mb.grad_accum
     compute = mb.per_step(pc.fwd + pc.bwd + pc.rec) + grad_fresh  # gradients are allocated once per step
-    cast_step = (pc.cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]  # (K,M,Z)
+    fb_cast = (pc.cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]  # (K,M,Z)
     rec_cast = (pc.rec_cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]
-    cast_step = cast_step + rec_cast
-    comp4 = (compute[:, :, None] + cast_step)[..., None]
+    comp4 = (compute[:, :, None] + fb_cast + rec_cast)[..., None]
     step = comp4 + exposed_comm[..., None] + optimizer_t[:, None] + offload_t
     act4 = pc.act[:, mi][:, :, None, None]
     log4 = pc.logit[:, mi][:, :, None, None]
@@ -477,8 +476,8 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
         pack=pack, sharding=sharding, offload=offload, micro_batch=micro_batch,
         grad_accum=bc(ga[None, :, None, None]),
         step_time=step_time, compute=bc(comp4),
-        forward=bc(mb.per_step(pc.fwd)[:, :, None, None] + 0.5 * (cast_step - rec_cast)[..., None]),
-        backward=bc((mb.per_step(pc.bwd) + grad_fresh)[:, :, None, None] + 0.5 * (cast_step - rec_cast)[..., None]),
+        forward=bc(mb.per_step(pc.fwd)[:, :, None, None] + 0.5 * fb_cast[..., None]),
+        backward=bc((mb.per_step(pc.bwd) + grad_fresh)[:, :, None, None] + 0.5 * fb_cast[..., None]),
         recompute=bc(mb.per_step(pc.rec)[:, :, None, None] + rec_cast[..., None]), exposed_comm=bc(exposed_comm[..., None]),
         optimizer=bc(optimizer_t[:, None]), offload_time=bc(offload_t), hw_flops=bc(mb.per_step(pc.hw)[:, :, None, None]),
         mem_weights=bc(mem_w), mem_gradients=bc(mem_g), mem_optimizer=bc(mem_o), mem_activations=bc(act4),

@@ -209,3 +209,15 @@ def test_misaligned_gemm_bench_outvotes_a_host_stall():
     rec = gemm_align._bench("fp32", 8, 64, 8)(ctx)
     assert rec["time_s"] / rec["aligned_s"] == pytest.approx(1.1)
     assert sorted(rec["round_ratios"]) == pytest.approx([1.05, 1.1, 10.0])
+
+
+def test_optimizer_big_mix_spans_twice_the_cache():
+    """The 'big' AdamW mix keeps its 24 MiB tensors and repeats them until the optimizer state
+    (16 bytes per parameter) spans the cold span; without a cache size it stays at two."""
+    from calibration.benches.stepops import ADAM_STATE_BYTES, OPT_MIX, big_mix
+
+    base = OPT_MIX["quick"]["big"]
+    assert big_mix(base, 0) == base and len(base) == 2
+    grown = big_mix(base, 960 << 20)
+    per = ADAM_STATE_BYTES * base[0][0] * base[0][1]
+    assert set(grown) == {base[0]} and len(grown) == 10 and (len(grown) - 1) * per < (960 << 20) <= len(grown) * per

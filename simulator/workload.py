@@ -149,10 +149,9 @@ def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int,
     L = model.n_layers
     cap = 6.0 if getattr(model, "attn_softcap", None) else 0.0
     kcap = 3.0 if cap else 0.0
-    if compiled:
-        return MemOps((4.0 + cap) * elems * e, (3.0 + kcap) * L), MemOps((3.0 + cap) * elems * e, (2.0 + kcap) * L)
-    return (MemOps((6.0 + cap) * elems * e, (3.0 + kcap) * L),
-            MemOps((7.0 + cap) * elems * e, (3.0 + kcap) * L))
+    (pf, kf), (pb, kb) = ((4.0, 3.0), (3.0, 2.0)) if compiled else ((6.0, 3.0), (7.0, 3.0))  # passes, kernels
+    return (MemOps((pf + cap) * elems * e, (kf + kcap) * L),
+            MemOps((pb + cap) * elems * e, (kb + kcap) * L))
 
 
 def layer_activation_bytes_per_token(model, seq_len: int, e: int, attention: str) -> float:

@@ -214,10 +214,12 @@ def test_misaligned_gemm_bench_outvotes_a_host_stall():
 def test_optimizer_big_mix_spans_twice_the_cache():
     """The 'big' AdamW mix keeps its 24 MiB tensors and repeats them until the optimizer state
     (16 bytes per parameter) spans the cold span; without a cache size it stays at two."""
-    from calibration.benches.stepops import ADAM_STATE_BYTES, OPT_MIX, big_mix
+    from calibration.benches.stepops import OPT_MIX, big_mix
+    from simulator.memory import state_bytes_per_param
 
+    state = sum(state_bytes_per_param("fp32", "ddp", "adamw"))
     base = OPT_MIX["quick"]["big"]
-    assert big_mix(base, 0) == base and len(base) == 2
+    assert big_mix(base, 0) == base and len(base) == 2 and state == 16
     grown = big_mix(base, 960 << 20)
-    per = ADAM_STATE_BYTES * base[0][0] * base[0][1]
+    per = state * base[0][0] * base[0][1]
     assert set(grown) == {base[0]} and len(grown) == 10 and (len(grown) - 1) * per < (960 << 20) <= len(grown) * per

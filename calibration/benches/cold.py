@@ -5,8 +5,8 @@ forward earlier, and every output lands in memory the allocator last handed out 
 ago. A benchmark that calls one operator in a loop keeps all of it in the last-level cache
 instead: on a CPU with a 480 MiB L3, a (5504 x 128) @ (128 x 1024) weight gradient ran 1.54x as
 long with its output cycled through twice the L3 as with one warm output (5.2 against 3.4 ms, the
-time it takes inside a real step), and an fp32 -> bf16 weight cast 1.8x. So CPU benches cycle
-such operands through copies spanning :data:`COLD_LLC_FACTOR` times the last-level cache
+time it takes inside a real step), and an fp32 -> bf16 weight cast 1.8x. So CPU benches read
+such operands from views that walk an arena of :data:`COLD_LLC_FACTOR` times the last-level cache
 (:func:`cold_inputs`) and keep a ring of their recent outputs alive, so that each call writes memory
 last used that many bytes ago (:func:`fresh_outputs`). On GPUs (``cold == 0``) both are no-ops.
 """
@@ -24,10 +24,10 @@ import torch
 SYSFS_CACHE = "/sys/devices/system/cpu/cpu0/cache"
 #: cold operands and outputs span this many times the last-level cache
 COLD_LLC_FACTOR = 2
-#: at most this many bytes in a ring of outputs
-COLD_MAX_BYTES = 1 << 30
 #: at most this many views of an input or outputs in a ring (small ones stay partly cached)
 COLD_MAX_OUTPUTS = 4096
+#: byte alignment of the views :func:`cold_inputs` cuts from the arena (a cache line)
+ALIGN = 64
 
 
 def last_level_cache_bytes(root: str = SYSFS_CACHE) -> int | None:
@@ -61,15 +61,13 @@ def cold_inputs(t: torch.Tensor, cold: int) -> Iterator[torch.Tensor]:
     timings, not the values."""
     nbytes = t.numel() * t.element_size()
     stride = -(-nbytes // ALIGN) * ALIGN
-    n = min(COLD_MAX_OUTPUTS, cold // stride) if cold > 0 and nbytes > 0 else 0
-    if n < 2 or t.device.type != "cpu":
+    n = ring_size(stride, cold)
+    if n == 1 or t.device.type != "cpu":
         return itertools.cycle([t])
     a = _arena(cold)
     return itertools.cycle([a[i * stride:i * stride + nbytes].view(t.dtype).view(t.shape) for i in range(n)])
 
 
-#: byte alignment of the views :func:`cold_inputs` cuts from the arena (a cache line)
-ALIGN = 64
 _arenas: dict[int, torch.Tensor] = {}
 
 
@@ -80,23 +78,22 @@ def _arena(nbytes: int) -> torch.Tensor:
     return _arenas[nbytes]
 
 
-def ring_size(out_bytes: float, cold: int) -> int:
-    """Outputs of ``out_bytes`` to keep alive so that each call writes memory last used ``cold``
-    bytes of outputs ago (1: keep none beyond the last)."""
-    if cold <= 0 or out_bytes <= 0:
-        return 1
-    return int(max(1, min(COLD_MAX_OUTPUTS, -(-cold // int(out_bytes)), COLD_MAX_BYTES // int(out_bytes))))
+def ring_size(item_bytes: float, cold: int) -> int:
+    """Items of ``item_bytes`` (outputs kept alive, or input views) that fit in ``cold`` bytes, at
+    most :data:`COLD_MAX_OUTPUTS`; 1 (no cycling) where ``cold`` is 0 or holds fewer than two."""
+    n = min(COLD_MAX_OUTPUTS, cold // int(item_bytes)) if cold > 0 and item_bytes > 0 else 0
+    return n if n >= 2 else 1
 
 
 def fresh_outputs(fn: Callable[[], object], out_bytes: float, cold: int) -> Callable[[], None]:
     """``fn`` whose results stay alive in a ring of :func:`ring_size` entries, so the allocator
     hands each call memory that the oldest result held: out of the caches, as a step's outputs
-    are. The heap is grown once beforehand (:func:`grow_heap`), so the ring's first pass faults
-    no pages in."""
+    are. The heap is grown once beforehand to twice ``cold`` (the ring, and room for the bench's
+    own tensors; :func:`grow_heap`), so the ring's first pass faults no pages in."""
     n = ring_size(out_bytes, cold)
     if n == 1:
         return fn  # type: ignore[return-value]
-    grow_heap(min(COLD_MAX_BYTES, n * int(out_bytes)) + COLD_MAX_BYTES)
+    grow_heap(2 * cold)
     ring: collections.deque = collections.deque(maxlen=n)
     return lambda: ring.append(fn())
 

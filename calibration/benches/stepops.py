@@ -169,17 +169,16 @@ def _optmix(impl: str, shapes: list[tuple[int, ...]]):
     return run
 
 
-#: bytes per parameter AdamW keeps resident between its passes (fp32 weight, gradient, two moments)
-ADAM_STATE_BYTES = 16
-
-
 def big_mix(shapes: list[tuple[int, ...]], cold: int) -> list[tuple[int, ...]]:
     """The 'big' mix: its tensors repeated until AdamW's state spans ``cold`` bytes (twice the
     last-level cache on a CPU), so that each of foreach AdamW's passes over the tensors reads
     memory, as a model's optimizer step does. Two 24 MiB tensors fit a 480 MiB L3 with their
     state: every pass after the first hit the cache, and the bench ran 15% faster per byte than
-    the optimizer steps of 20-70M-parameter models measured alone from cold caches."""
-    per = ADAM_STATE_BYTES * _numel(shapes[0])
+    the optimizer steps of 20-70M-parameter models measured alone from cold caches. The state is
+    :func:`simulator.memory.state_bytes_per_param` of fp32 AdamW (weight, gradient, two moments)."""
+    from simulator.memory import state_bytes_per_param
+
+    per = sum(state_bytes_per_param("fp32", "ddp", "adamw")) * _numel(shapes[0])
     return [shapes[0]] * max(len(shapes), -(-cold // per))
 
 

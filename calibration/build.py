@@ -462,7 +462,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         "fresh_memory": fresh, "optimizer_tensor_us": opt_tensor_us,
         "gemm_misaligned": misaligned,
         "gemm_misaligned_source": (f"{tag}: torch.mm(x, W^T) with n + 1 output columns against n (a multiple "
-                                   "of 64), outputs of 16 MiB: " + "; ".join(mis_notes)) if mis_notes else None,
+                                   "of 64, not a power of two), outputs of 16-24 MiB: " + "; ".join(mis_notes)) if mis_notes else None,
     }
     for key, val in list(data.items()):
         if isinstance(val, float) and not math.isfinite(val):

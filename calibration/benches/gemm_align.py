@@ -9,7 +9,16 @@ though the FLOPs differ by 1/n. The two shapes are timed in alternating rounds a
 the median ratio is kept (:data:`ROUNDS`). The record carries both times; the fit
 (:func:`calibration.fit.fit_ratio`) is the profile's ``gemm_misaligned``. The output is written
 into a kept buffer, so first touches of fresh pages (``fresh_memory``) stay out of it. Outputs of
-16 MiB, well beyond the per-core caches, as an LM head's logits are.
+16-24 MiB, well beyond the per-core caches, as an LM head's logits are.
+
+The aligned width is a multiple of 64 but not a power of two (2^j + 64), as padded vocabularies
+(50304, 32064) are: output rows whose stride is a power of two map onto few cache sets and run
+slow for that reason alone. On a Zen 5 EPYC (2026-12-02) a 256 x 16384 x 256 GEMM ran 1.12x *slower*
+than its 16385-column twin, so the former 8192- and 16384-column pairs fitted x1.01, while
+LM-head-like shapes ran 1.0-1.26x slower with one column more than 50304 or 32000 (1.15-1.19 at
+the GPT-2 head's 512 x 50257 x 256 and x 768), and the quick pairs below 1.02-1.24: the ratio
+depends on the kernel's blocking of each shape, so several shapes are timed and the fit is their
+geometric mean.
 """
 
 from __future__ import annotations
@@ -19,9 +28,10 @@ import torch
 from ..device import DTYPES
 from . import Bench, RunContext, ok
 
-#: (m, n, k) with n a multiple of 64: the aligned shape; the misaligned one has n + 1
-SHAPES = {"tiny": [(64, 1024, 64)], "quick": [(512, 8192, 128), (256, 16384, 256)],
-          "thorough": [(512, 8192, 128), (256, 16384, 256), (1024, 4096, 256), (512, 8192, 512)]}
+#: (m, n, k) with n a multiple of 64 and not a power of two: the aligned shape; the misaligned one has n + 1
+SHAPES = {"tiny": [(64, 1088, 64)], "quick": [(512, 8256, 128), (512, 12352, 256), (1024, 4160, 256)],
+          "thorough": [(512, 8256, 128), (512, 12352, 256), (1024, 4160, 256), (256, 16448, 512),
+                       (512, 12352, 512)]}
 
 
 #: alternating rounds of the aligned and the misaligned shape; the round with the median ratio is

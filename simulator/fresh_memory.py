@@ -112,7 +112,7 @@ def micro_batch_fresh(model, seq_len: int, mb: np.ndarray, precision: str, atten
     lf, lb = logits_fresh_bytes(n_logits, e)
     fwd = fresh_time([(tokens * model.hidden * e, 0.5 * act), (tokens * f * e, 0.5 * act),
                       *scores, (n_logits * 4.0, lf)], profile, heap_kept=True)
-    vh = 4.0 * model.vocab_size * model.hidden if tied_head(model) else 0.0
+    vh = 4.0 * model.vocab_size * model.hidden if workload.tied_head(model) else 0.0
     bwd = fresh_time([*scores, (n_logits * 4.0, lb), (vh, 2.0 * vh + zero)], profile, heap_kept=True)
     return fwd, bwd, fresh_time([*rec, (0.0, zero)], profile, heap_kept=True)
 
@@ -123,12 +123,6 @@ def eager_temps(e: int) -> list[tuple[float, int]]:
     scaled and their masked copies (``e`` bytes each) and the probabilities (under autocast fp32,
     plus their half-precision copy); backward as many gradients of the same sizes."""
     return [(2.0, 4), (4.0, 1)] if e == 2 else [(float(e), 4)]
-
-
-def tied_head(model) -> bool:
-    """Whether the LM head reuses the token embedding's weight, whose two gradients autograd sums."""
-    return bool(getattr(model, "tied_embeddings", False)) and getattr(model, "head", None) in ("lm", "mlm") \
-        and getattr(model, "family", None) != "vit"
 
 
 def logits_fresh_bytes(n_logits, e: int):

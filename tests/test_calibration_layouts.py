@@ -100,7 +100,7 @@ def test_dispatch_fit_recovers_the_per_kernel_overhead():
 
 
 def test_tied_head_adds_two_fresh_weight_gradients_on_a_cpu():
-    from simulator import fresh_memory
+    from simulator import fresh_memory, workload
     from simulator.profile import FreshMemory
 
     prof = _cpu_profile(fresh_memory=FreshMemory(gbs=1.0, keep_bytes=2**30, source="t"))
@@ -110,7 +110,22 @@ def test_tied_head_adds_two_fresh_weight_gradients_on_a_cpu():
     _, b_u, _ = fresh_memory.micro_batch_fresh(untied, 64, mb, "fp32", "sdpa", "none", prof)
     vh = 4.0 * untied.vocab_size * untied.hidden  # above the mmap threshold: always fresh
     assert float(b_t[0] - b_u[0]) == pytest.approx(2 * vh / 1e9, rel=1e-6)
-    assert not fresh_memory.tied_head(get_model("vit-b-16"))
+    assert not workload.tied_head(get_model("vit-b-16"))
+
+
+def test_tied_head_sums_its_two_gradients_in_the_backward():
+    """A tied head's backward moves 12 more bytes per embedding element (autograd reads the head's
+    and the embedding's fp32 gradients and writes their sum) in one more kernel; the forward is
+    the same."""
+    from simulator import workload
+
+    tied = get_model("gpt2")
+    untied = tied.model_copy(update={"tied_embeddings": False})
+    mb = np.array([2.0])
+    (f_t, b_t), (f_u, b_u) = (workload.embedding_bytes(m, mb, 128, 4) for m in (tied, untied))
+    assert float(f_t.nbytes[0]) == float(f_u.nbytes[0])
+    assert float(b_t.nbytes[0] - b_u.nbytes[0]) == pytest.approx(12.0 * tied.vocab_size * tied.hidden)
+    assert b_t.kernels == b_u.kernels + 1
 
 
 def test_plan_measures_the_loss_dispatch_and_backward_layout_shapes():

@@ -208,14 +208,29 @@ def op_kept_bytes_per_token(model, e: int, attention: str) -> float:
 FP32_NORM_EXTRA_BYTES = 8.0
 
 
+def rotary_elements(rot: float, compiled: bool) -> tuple[float, int]:
+    """(elements moved per element of Q or K, kernels per tensor) of rotary embeddings with a
+    fraction ``rot`` of each head's dims rotated. Eager, as GPT-NeoX and Llama apply it (x*cos +
+    rotate_half(x)*sin, rotate_half = cat(-x2, x1)) over the rotated dims R: neg (R/2 read + R/2
+    written), cat (2R), two muls (2R each), add (3R): 10R, 5 kernels; a partial rotation (Pythia's
+    25%) concatenates the rotated and the passed-through dims into a new tensor (read and write
+    the whole head: 2 more per element, 1 kernel). On a 2-core CPU this eager rotary of Q and K
+    took 1.5-7.6x the 4R that was counted before (Zen 5 EPYC, 2026-12-02). Compiled: one fused
+    kernel reads and writes the rotated dims (2R)."""
+    if compiled:
+        return 2.0 * rot, 1
+    partial = rot < 1.0
+    return 10.0 * rot + (2.0 if partial else 0.0), 5 + int(partial)
+
+
 def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
                       fp32_norm: bool | None = None) -> tuple[MemOps, MemOps]:
     """Norms, residual adds, activation, rotary and layout copies of all layers (fwd, bwd).
 
     Eager: every op reads its inputs and writes its output (LN 2h, add 3h, GELU 2f or SwiGLU 5f,
-    rotary 4(q+kv), output transpose copy 2q elements per token; q = heads x head_dim). Compiled
-    (Inductor fusion): LN1+rotary, residual+LN2, activation and residual become 4 kernels reading
-    inputs once (2h + 2(q+kv), 4h, 2f or 3f, 3h). Backward moves about twice the forward bytes.
+    rotary :func:`rotary_elements` x (q+kv), output transpose copy 2q elements per token; q = heads x
+    head_dim). Compiled (Inductor fusion): LN1+rotary, residual+LN2, activation and residual become
+    4 kernels reading inputs once (2h + 2(q+kv) x rotated fraction, 4h, 2f or 3f, 3h). Backward moves about twice the forward bytes.
     Eager: each norm beyond two (Gemma 2/3 post-norms) adds an LN pass and a kernel, one shared
     norm (parallel attention) removes one; QK-norm (Qwen3, Gemma 3, OLMo 2) normalizes Q and K:
     2(q+kv) and 2 kernels. Compiled, both fuse into the residual and rotary kernels, which read
@@ -232,13 +247,14 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     extra_norms = getattr(model, "norms_per_layer", 2) - 2
     qk_norm = getattr(model, "qk_norm", "none") != "none"
     tokens = mb * float(seq_len)
+    rope_el, rope_k = rotary_elements(rot, compiled) if rotary else (0.0, 0)
     if compiled:
-        per_tok = 2 * h + (2 * (q + kv) * rot if rotary else 0) + 4 * h + (3 * f if model.gated_mlp else 2 * f) + 3 * h
+        per_tok = 2 * h + (q + kv) * rope_el + 4 * h + (3 * f if model.gated_mlp else 2 * f) + 3 * h
         kernels = 4
     else:
-        per_tok = 2 * h + 2 * h + 6 * h + (5 * f if model.gated_mlp else 2 * f) + (4 * (q + kv) * rot if rotary else 0) + 2 * q
+        per_tok = 2 * h + 2 * h + 6 * h + (5 * f if model.gated_mlp else 2 * f) + (q + kv) * rope_el + 2 * q
         per_tok += 2 * h * extra_norms + (2 * (q + kv) if qk_norm else 0)
-        kernels = 2 + 2 + (2 if model.gated_mlp else 1) + (8 if rotary else 0) + 1 + extra_norms + (2 if qk_norm else 0)
+        kernels = 2 + 2 + (2 if model.gated_mlp else 1) + 2 * rope_k + 1 + extra_norms + (2 if qk_norm else 0)
     L = model.n_layers
     nbytes = tokens * per_tok * e * L
     if fp32_norm:

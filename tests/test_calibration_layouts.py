@@ -128,6 +128,29 @@ def test_tied_head_sums_its_two_gradients_in_the_backward():
     assert b_t.kernels == b_u.kernels + 1
 
 
+def test_eager_rotary_counts_every_op_of_rotate_half():
+    """Eager rotary moves 10 elements per rotated dim (neg, cat, two muls, add) in 5 kernels per
+    tensor, and a partial rotation also rewrites the whole head (cat of rotated and passed-through
+    dims); compiled, one kernel reads and writes the rotated dims. More rotated dims never move
+    fewer bytes."""
+    from simulator import workload
+
+    assert workload.rotary_elements(1.0, False) == (10.0, 5)
+    assert workload.rotary_elements(0.25, False) == (4.5, 6)
+    assert workload.rotary_elements(0.25, True) == (0.5, 1)
+    fracs = [0.125, 0.25, 0.5, 0.75, 0.99]
+    assert all(workload.rotary_elements(a, False)[0] < workload.rotary_elements(b, False)[0]
+               for a, b in zip(fracs, fracs[1:]))
+    llama, pythia = get_model("tinyllama-1.1b"), get_model("pythia-160m")
+    mb = np.array([1.0])
+    no_rope = llama.model_copy(update={"pos_embedding": "alibi"})
+    (f_r, _), (f_n, _) = (workload.layer_elementwise(m, mb, 256, 4, False) for m in (llama, no_rope))
+    per_tok = 256 * 4 * llama.n_layers
+    assert float(f_r.nbytes[0] - f_n.nbytes[0]) == pytest.approx(10.0 * (llama.q_dim + llama.kv_dim) * per_tok)
+    assert f_r.kernels - f_n.kernels == 10 * llama.n_layers
+    assert pythia.rotary_pct == 0.25
+
+
 def test_plan_measures_the_loss_dispatch_and_backward_layout_shapes():
     from calibration.benches import RunContext, Settings, plan
     from calibration.device import detect

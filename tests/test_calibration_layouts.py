@@ -140,7 +140,7 @@ def test_eager_rotary_counts_every_op_of_rotate_half():
     assert workload.rotary_elements(0.25, True) == (0.5, 1)
     fracs = [0.125, 0.25, 0.5, 0.75, 0.99]
     assert all(workload.rotary_elements(a, False)[0] < workload.rotary_elements(b, False)[0]
-               for a, b in zip(fracs, fracs[1:]))
+               for a, b in zip(fracs[:-1], fracs[1:], strict=True))
     llama, pythia = get_model("tinyllama-1.1b"), get_model("pythia-160m")
     mb = np.array([1.0])
     no_rope = llama.model_copy(update={"pos_embedding": "alibi"})

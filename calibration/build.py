@@ -33,7 +33,7 @@ from simulator.profile import (
 from . import fit as F
 from .benches.attention import BWD_FLOPS_FACTOR, attention_precision
 from .benches.bandwidth import OPS
-from .benches.gemm import CALL_EDGE, SYSFS_CACHE, WALK_SHAPES
+from .benches.gemm import SYSFS_CACHE, WALK_SHAPES
 from .benches.optimizer import layer_shapes
 from .collectives import bus_bytes
 from .device import BYTES_PER_EL, DeviceContext, catalog_peaks, provenance_fields
@@ -169,7 +169,6 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                "mm_nn": (gemm_bwd, "gemm_bwd", "input-gradient layout torch.mm NN (g @ W)"),
                "mm_tn": (gemm_wgrad, "gemm_wgrad", "weight-gradient layout torch.mm TN (g^T @ x)")}
     walk_probes = {f"{m}x{n}x{k}" for shapes_ in WALK_SHAPES.values() for m, n, k in shapes_}
-    call_s = gemm_call_seconds(results, peaks, launch_s)
     for prec in dev.precisions:
         all_pts = _ok(results, f"gemm/{prec}/")
         if not all_pts or prec not in peaks:
@@ -187,19 +186,16 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             m_, n_, k_ = (np.asarray(v, dtype=float) for v in shp)
             # the weight-sized matrix each layout streams: the (k x n) operand, or the (m x n) output of g^T @ x
             streamed = (m_ if lay == "mm_tn" else k_) * n_ * BYTES_PER_EL[prec]
-            call = call_s.get(prec, {}).get(lay, 0.0)
-            f_g = F.fit_gemm(*shp, ts, peaks[prec] * 1e12, BYTES_PER_EL[prec], bw_gbs * 1e9, gemm_bw_eff,
-                             launch_s + call, operand_bytes=streamed if split else None)
+            f_g = F.fit_gemm(*shp, ts, peaks[prec] * 1e12, BYTES_PER_EL[prec], bw_gbs * 1e9, gemm_bw_eff, launch_s,
+                             operand_bytes=streamed if split else None)
             fits[f"{sec}/{prec}"] = f_g.as_dict()
             oh = f_g.params.get("operand_half_bytes")
             dims = {d: f_g.params[d] for d in ("m_half", "n_half", "k_half", "k_power") if d in f_g.params}
             dest[prec] = {"e_max": f_g.params["e_max"], "x_half": f_g.params["x_half"], **dims,
                           "operand_half_mib": None if oh is None else oh / 2**20,
-                          "operand_floor": f_g.params.get("operand_floor", 0.0), "call_us": call * 1e6,
+                          "operand_floor": f_g.params.get("operand_floor", 0.0),
                           "source": (f"{tag}: {f_g.n} GEMMs ({what if split else 'mean of the three layouts'}) "
                                      f"fitted to gemm_time, rms log err {f_g.rms_log:.2f}"
-                                     + (f", {call * 1e6:.1f} us per call (a {CALL_EDGE}^3 GEMM less the launch "
-                                        "overhead and its FLOPs at peak)" if call else "")
                                      + (f", per-dimension efficiency m/(m + {dims['m_half']:.3g}) x n/(n + "
                                         f"{dims['n_half']:.3g}) x k^p/(k^p + {dims['k_half']:.3g}^p), p = "
                                         f"{dims['k_power']:.2f}" if dims else "")
@@ -210,7 +206,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             caches = [r.get("cache") for _, r in pts]
             if lay == "mm_nn" and split and caches[0] and all(c == caches[0] for c in caches):
                 _strided_walk(fits, dest, prec, f_g, tag, shp, ts, peaks[prec] * 1e12, bw_gbs * 1e9, gemm_bw_eff,
-                              launch_s + call, caches[0])
+                              launch_s, caches[0])
     if "fp32" not in gemm:
         gemm["fp32"] = {"e_max": 0.5, "x_half": 100.0, "source": f"gemm fp32: {PLACEHOLDER}"}
 
@@ -492,19 +488,6 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                             f"(median over {over_amp['n']} tiny decoders)"))
             profile = parse_profile(data, origin="calibration")
     return Built(profile, fits, warn)
-
-
-def gemm_call_seconds(results: dict[str, dict], peaks: dict[str, float], launch_s: float) -> dict[str, dict[str, float]]:
-    """Fixed seconds of one GEMM call per precision and layout (``gemm_call/`` benches, CPU): the
-    tiny GEMM's time less the launch overhead and its FLOPs at the precision's peak (TFLOPS in
-    ``peaks``), floored at 0; {} where not measured."""
-    out: dict[str, dict[str, float]] = {}
-    for key, r in _ok(results, "gemm_call/"):
-        prec = key.split("/")[1]
-        if prec in peaks and _layouts(r):
-            flop_s = r["flops"] / (peaks[prec] * 1e12)
-            out[prec] = {lay: max(0.0, t - launch_s - flop_s) for lay, t in _layouts(r).items()}
-    return out
 
 
 def dispatch_overhead(results: dict[str, dict], profile: Profile, precision: str = "fp32") -> dict | None:

@@ -321,7 +321,7 @@ def _report(built, summary, out: Path, meas: Path, wall: float) -> None:
     peaks = ", ".join(f"{k} {v:.4g}" for k, v in p.device.peak_tflops.items())
     print(f"  peaks TFLOPS: {peaks}; memory bandwidth {p.device.mem_bw_gbs:.1f} GB/s")
     for prec, g in p.gemm.items():
-        print(f"  gemm {prec}: e_max {g.e_max:.3f}, x_half {g.x_half:.1f}" + (f", {g.call_us:.1f} us per call" if g.call_us else ""))
+        print(f"  gemm {prec}: e_max {g.e_max:.3f}, x_half {g.x_half:.1f}")
     at = p.attention
     print(f"  attention: flash fwd {at.flash_fwd:.3f} bwd {at.flash_bwd:.3f}, mem_efficient fwd "
           f"{at.mem_efficient_fwd:.3f} bwd {at.mem_efficient_bwd:.3f}")
@@ -337,7 +337,7 @@ def _report(built, summary, out: Path, meas: Path, wall: float) -> None:
     for what, sec in (("input-gradient", p.gemm_bwd), ("weight-gradient", p.gemm_wgrad)):
         if sec:
             print(f"  gemm {what} layout: " + ", ".join(
-                f"{k} e_max {g.e_max:.3f} x_half {g.x_half:.1f}" + (f" {g.call_us:.1f} us per call" if g.call_us else "")
+                f"{k} e_max {g.e_max:.3f} x_half {g.x_half:.1f}"
                 + (f" operand_half {g.operand_half_mib:.3g} MiB floor {g.operand_floor:.3f}" if g.operand_half_mib else "")
                 for k, g in sec.items()))
     if p.bw_eff_ops:

@@ -270,9 +270,8 @@ def gemm_pass_times(ops: Sequence[Op | workload.Gemm], dev: Device, precision: s
     """(forward, input-gradient, weight-gradient) seconds of one repetition of each GEMM op
     (first axis): the profile's shape-dependent efficiency (forward layout; the input gradient
     (m,k,n) in the backward layout, the weight gradient (n,k,m) in the weight-gradient layout),
-    or the operand traffic if slower, plus the layout's fixed cost per call (``call_us``, CPU
-    profiles); forward outputs whose rows are not whole cache lines take the profile's
-    ``gemm_misaligned`` factor."""
+    or the operand traffic if slower; forward outputs whose rows are not whole cache lines take
+    the profile's ``gemm_misaligned`` factor."""
     prof = dev.profile
     g, gb, gw = prof.gemm_for(precision), prof.gemm_bwd_for(precision), prof.gemm_wgrad_for(precision)
     peak, e = dev.gemm_peak(precision), workload.act_bytes(precision)
@@ -288,10 +287,8 @@ def gemm_pass_times(ops: Sequence[Op | workload.Gemm], dev: Device, precision: s
     def t(mm, nn, kk, eff, walks=False):
         # input gradient g @ W: a reference kernel's dot products walk a column of W (kk long, nn apart)
         walk = kernels.strided_walk_factor(nn, kk, e, eff.strided) if walks and eff.strided else 1.0
-        # a batched GEMM (eager attention's bmm) is one call: its fixed cost is paid once
         return w * kernels.gemm_time(mm, nn, kk, peak, eff.e_max, eff.x_half, e, bw, bw_eff, 0.0,
-                                     eff.operand_half_bytes, eff.operand_floor, weight, walk, eff.halves,
-                                     eff.k_power) + eff.call_us * 1e-6
+                                     eff.operand_half_bytes, eff.operand_floor, weight, walk, eff.halves, eff.k_power)
 
     t_f = t(m, n, k, g)
     mis = prof.gemm_misaligned.get(precision)

@@ -88,9 +88,6 @@ class GemmEfficiency(_Strict):
     operand_floor: float = Field(default=0.0, ge=0, le=1, description="efficiency of a large operand relative "
                                  "to a cache-resident one (with operand_half_mib)")
     strided: StridedWalk | None = None  # input-gradient layout only: the strided-column walk (None: none)
-    call_us: float = Field(default=0.0, ge=0, le=1000, description=(
-        "fixed host time of one GEMM call in this layout beyond the launch overhead (us; CPU "
-        "libraries: dispatch to oneDNN/MKL, primitive lookup); 0: none"))
     source: str
 
     @property

@@ -151,38 +151,6 @@ def test_eager_rotary_counts_every_op_of_rotate_half():
     assert pythia.rotary_pct == 0.25
 
 
-def test_gemm_call_cost_adds_once_per_call_in_its_layout():
-    """``call_us`` adds its fixed time once to each GEMM call of its layout, a batched GEMM (one
-    bmm over 3 matrices) included, and leaves the other layouts alone."""
-    from simulator import compute, workload
-    from simulator.device import device_from_profile
-
-    base = _cpu_profile()
-    g = base.gemm["fp32"].model_copy(update={"call_us": 14.0})
-    plain = base.model_dump()["gemm"]
-    prof = _cpu_profile(gemm={**plain, "fp32": g.model_dump()}, gemm_bwd=plain, gemm_wgrad=plain)
-    ops = [workload.Gemm("up", np.array([256.0, 512.0]), 1024.0, 256.0, 1),
-           workload.Gemm("bmm", np.array([256.0, 512.0]), 1024.0, 256.0, 1, batch=3.0)]
-    (f0, d0, w0), (f1, d1, w1) = (compute.gemm_pass_times(ops, device_from_profile(p), "fp32") for p in (base, prof))
-    assert np.allclose(f1 - f0, 14e-6, rtol=0, atol=1e-12) and float(f1[1, 0]) > float(f1[0, 0])
-    assert np.allclose(d1, d0) and np.allclose(w1, w0)
-
-
-def test_gemm_call_seconds_subtract_launch_and_flops():
-    """The per-call cost of a layout is the tiny GEMM's time less the launch overhead and its FLOPs
-    at peak, never negative; precisions without a peak or a measurement get none."""
-    from calibration.build import gemm_call_seconds
-
-    results = {"gemm_call/bf16": {"status": "ok", "flops": 2.0 * 32**3, "time_s": 15e-6,
-                                  "layouts_s": {"linear_nt": 15e-6, "mm_nn": 14e-6, "mm_tn": 0.5e-6}},
-               "gemm_call/fp16": {"status": "ok", "flops": 1.0, "time_s": 1e-6, "layouts_s": {"linear_nt": 1e-6}}}
-    out = gemm_call_seconds(results, {"bf16": 0.65536}, 1e-6)
-    assert set(out) == {"bf16"}
-    assert out["bf16"]["linear_nt"] == pytest.approx(15e-6 - 1e-6 - 0.1e-6)
-    assert out["bf16"]["mm_nn"] == pytest.approx(14e-6 - 1e-6 - 0.1e-6)
-    assert out["bf16"]["mm_tn"] == 0.0
-
-
 def test_plan_measures_the_loss_dispatch_and_backward_layout_shapes():
     from calibration.benches import RunContext, Settings, plan
     from calibration.device import detect

@@ -125,14 +125,6 @@ def precision_mode(precision: str, device: torch.device) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32 = prev
 
 
-def _mean(times: list[Timing]) -> Timing:
-    """One record's timing for the layouts of a GEMM: the mean of their medians (and fastest calls)."""
-    n = len(times)
-    return Timing(median_s=sum(t.median_s for t in times) / n, iqr_s=max(t.iqr_s for t in times),
-                  min_s=sum(t.min_s for t in times) / n, samples=min(t.samples for t in times),
-                  calls=sum(t.calls for t in times))
-
-
 def _bench(precision: str, m: int, n: int, k: int, cache: dict[str, int] | None = None, cold: int = 0):
     """Time an (m, n, k) GEMM in the three operand layouts a training step runs it in, and
     report their mean: forward ``F.linear`` (x @ W^T, weight stored (n, k)), input gradient
@@ -162,7 +154,10 @@ def _bench(precision: str, m: int, n: int, k: int, cache: dict[str, int] | None 
         budget = ctx.settings.budget_s / len(layouts)
         with precision_mode(precision, ctx.device):
             times = [ctx.time(fn, budget_s=budget) for fn in layouts.values()]
-        rec = ok(_mean(times), flops=flops)
+        mean = Timing(median_s=sum(t.median_s for t in times) / 3, iqr_s=max(t.iqr_s for t in times),
+                      min_s=sum(t.min_s for t in times) / 3, samples=min(t.samples for t in times),
+                      calls=sum(t.calls for t in times))
+        rec = ok(mean, flops=flops)
         rec["layouts_s"] = {name: t.fit_s for name, t in zip(layouts, times, strict=True)}
         rec["layouts_times"] = {name: list(t.times) for name, t in zip(layouts, times, strict=True)}
         if cache:
@@ -174,32 +169,8 @@ def _bench(precision: str, m: int, n: int, k: int, cache: dict[str, int] | None 
     return run
 
 
-#: edge of the GEMM whose time is the fixed cost of a call (CPU): FLOPs negligible, but on the
-#: library path of layer-sized GEMMs (oneDNN's bf16 GEMM takes ~14 us from 32 x 32 x 32 up on a
-#: Zen 5 EPYC, against ~3-5 us below; fp32 MKL ~3 us)
-CALL_EDGE = 32
-
-
-def _call_bench(precision: str):
-    """A :data:`CALL_EDGE`-cubed GEMM in the three layouts of :func:`_bench`, warm: the fixed
-    host cost of one call per layout (``layouts_s``), which the efficiency fit holds apart
-    (``GemmEfficiency.call_us``)."""
-
-    def run(ctx: RunContext) -> dict:
-        s, dtype = CALL_EDGE, DTYPES[precision]
-        x, w, xt = (torch.randn(s, s, device=ctx.device, dtype=dtype) for _ in range(3))
-        layouts = {"linear_nt": lambda: F.linear(x, w), "mm_nn": lambda: torch.mm(x, w),
-                   "mm_tn": lambda: torch.mm(xt.t(), w)}
-        times = [ctx.time(fn, budget_s=ctx.settings.budget_s / len(layouts)) for fn in layouts.values()]
-        rec = ok(_mean(times), flops=2.0 * s**3)
-        rec["layouts_s"] = {name: t.fit_s for name, t in zip(layouts, times, strict=True)}
-        return rec
-
-    return run
-
-
 def plan(ctx: RunContext) -> list[Bench]:
-    """One bench per (precision, shape); on a CPU also each precision's per-call cost."""
+    """One bench per (precision, shape)."""
     benches = []
     cache = cache_geometry() if ctx.dev.kind == "cpu" else None
     cold = cold_bytes(ctx.dev.kind)
@@ -214,7 +185,4 @@ def plan(ctx: RunContext) -> list[Bench]:
                                  {"precision": precision, "m": m, "n": n, "k": k},
                                  _bench(precision, m, n, k, cache, cold),
                                  ctx.est(2.0 * m * n * k, "flops", 2.0 * (m * k + k * n))))
-        if ctx.dev.kind == "cpu":
-            benches.append(Bench(f"gemm_call/{precision}", "gemm_call", {"precision": precision, "edge": CALL_EDGE},
-                                 _call_bench(precision), ctx.est(6.0 * CALL_EDGE**3, "flops")))
     return benches

@@ -215,10 +215,10 @@ def rotary_elements(rot: float, compiled: bool) -> tuple[float, int]:
     written), cat (2R), two muls (2R each), add (3R): 10R, 5 kernels; a partial rotation (Pythia's
     25%) concatenates the rotated and the passed-through dims into a new tensor (read and write
     the whole head: 2 more per element, 1 kernel). On a 2-core CPU this eager rotary of Q and K
-    took 1.5-7.6x the 4R that was counted before (Zen 5 EPYC, 2026-12-02). Compiled: one fused
-    kernel reads and writes the rotated dims (2R)."""
+    took 1.5-7.6x the 4R that was counted before (Zen 5 EPYC, 2026-12-02). Compiled: the fused
+    LN1+rotary kernel reads and writes the rotated dims (2R) and adds no kernel of its own."""
     if compiled:
-        return 2.0 * rot, 1
+        return 2.0 * rot, 0
     partial = rot < 1.0
     return 10.0 * rot + (2.0 if partial else 0.0), 5 + int(partial)
 
@@ -230,7 +230,8 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     Eager: every op reads its inputs and writes its output (LN 2h, add 3h, GELU 2f or SwiGLU 5f,
     rotary :func:`rotary_elements` x (q+kv), output transpose copy 2q elements per token; q = heads x
     head_dim). Compiled (Inductor fusion): LN1+rotary, residual+LN2, activation and residual become
-    4 kernels reading inputs once (2h + 2(q+kv) x rotated fraction, 4h, 2f or 3f, 3h). Backward moves about twice the forward bytes.
+    4 kernels reading inputs once (2h + 2(q+kv) x rotated fraction, 4h, 2f or 3f, 3h). Backward
+    moves about twice the forward bytes.
     Eager: each norm beyond two (Gemma 2/3 post-norms) adds an LN pass and a kernel, one shared
     norm (parallel attention) removes one; QK-norm (Qwen3, Gemma 3, OLMo 2) normalizes Q and K:
     2(q+kv) and 2 kernels. Compiled, both fuse into the residual and rotary kernels, which read
@@ -321,7 +322,7 @@ def embedding_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[MemOps
     emb_rows = model.vocab_size if model.family != "vit" else 0
     tied = 12.0 * model.vocab_size * h if tied_head(model) else 0.0
     fwd = MemOps(tokens * h * 2 * e, 2.0)
-    bwd = MemOps(tokens * h * 2 * e + emb_rows * h * 4.0 + tied, 2.0 + (tied > 0))
+    bwd = MemOps(tokens * h * 2 * e + emb_rows * h * 4.0 + tied, 2.0 + float(tied > 0))
     return fwd, bwd
 
 

@@ -137,7 +137,7 @@ def test_eager_rotary_counts_every_op_of_rotate_half():
 
     assert workload.rotary_elements(1.0, False) == (10.0, 5)
     assert workload.rotary_elements(0.25, False) == (4.5, 6)
-    assert workload.rotary_elements(0.25, True) == (0.5, 1)
+    assert workload.rotary_elements(0.25, True) == (0.5, 0)  # fused into LN1's kernel
     fracs = [0.125, 0.25, 0.5, 0.75, 0.99]
     assert all(workload.rotary_elements(a, False)[0] < workload.rotary_elements(b, False)[0]
                for a, b in zip(fracs[:-1], fracs[1:], strict=True))
@@ -149,6 +149,13 @@ def test_eager_rotary_counts_every_op_of_rotate_half():
     assert float(f_r.nbytes[0] - f_n.nbytes[0]) == pytest.approx(10.0 * (llama.q_dim + llama.kv_dim) * per_tok)
     assert f_r.kernels - f_n.kernels == 10 * llama.n_layers
     assert pythia.rotary_pct == 0.25
+    plain = pythia.model_copy(update={"pos_embedding": "alibi"})
+    (f_p, _), (f_a, _) = (workload.layer_elementwise(m, mb, 256, 4, False) for m in (pythia, plain))
+    per_tok = 256 * 4 * pythia.n_layers
+    assert float(f_p.nbytes[0] - f_a.nbytes[0]) == pytest.approx(4.5 * (pythia.q_dim + pythia.kv_dim) * per_tok)
+    assert f_p.kernels - f_a.kernels == 12 * pythia.n_layers
+    (c_p, _), (c_a, _) = (workload.layer_elementwise(m, mb, 256, 4, True) for m in (pythia, plain))
+    assert c_p.kernels == c_a.kernels
 
 
 def test_plan_measures_the_loss_dispatch_and_backward_layout_shapes():

@@ -11,14 +11,14 @@ the median ratio is kept (:data:`ROUNDS`). The record carries both times; the fi
 into a kept buffer, so first touches of fresh pages (``fresh_memory``) stay out of it. Outputs of
 16-24 MiB, well beyond the per-core caches, as an LM head's logits are.
 
-The aligned width is a multiple of 64 but not a power of two (2^j + 64), as padded vocabularies
-(50304, 32064) are: output rows whose stride is a power of two map onto few cache sets and run
-slow for that reason alone. On a Zen 5 EPYC (2026-12-02) a 256 x 16384 x 256 GEMM ran 1.12x *slower*
-than its 16385-column twin, so the former 8192- and 16384-column pairs fitted x1.01, while
-LM-head-like shapes ran 1.0-1.26x slower with one column more than 50304 or 32000 (1.15-1.19 at
-the GPT-2 head's 512 x 50257 x 256 and x 768), and the quick pairs below 1.02-1.24: the ratio
-depends on the kernel's blocking of each shape, so several shapes are timed and the fit is their
-geometric mean.
+The aligned width is a multiple of 64 but not a power of two (a power of two or a multiple of
+4096, plus 64), as padded vocabularies (50304, 32064) are: output rows whose stride is a power of
+two map onto few cache sets and run slow for that reason alone. On a Zen 5 EPYC (2026-12-02) a
+256 x 16384 x 256 GEMM ran 1.12x *slower* than its 16385-column twin, so the former 8192- and
+16384-column pairs fitted x1.01, while the GPT-2 head's 512 x 50257 x 256 and x 768 ran 1.15-1.19x
+slower than with 50304 columns. Head-like shapes measured 1.0-1.26x and the quick pairs below
+1.02-1.24x: the ratio depends on the kernel's blocking of each shape, so several shapes are timed
+and the fit is their geometric mean.
 """
 
 from __future__ import annotations

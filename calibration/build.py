@@ -37,6 +37,7 @@ from .benches.gemm import SYSFS_CACHE, WALK_SHAPES
 from .benches.optimizer import layer_shapes
 from .collectives import bus_bytes
 from .device import BYTES_PER_EL, DeviceContext, catalog_peaks, provenance_fields
+from .store import merge_rounds
 
 BIG_BYTES = 1 << 26  # memory_bw_eff is fitted on ops moving >= 64 MiB when there are such
 PLACEHOLDER = "NOT MEASURED in this run (placeholder value)"
@@ -544,13 +545,16 @@ class _FreshOnly:
 
 def _resample(results: dict[str, dict], rng) -> dict[str, dict]:
     """``results`` with each ok record's time replaced by the median of a bootstrap resample of
-    its timed samples (GEMMs: per layout), so refitting shows how measurement noise moves the fit.
+    its timed samples (GEMMs: per layout), after its rounds are drawn again where it has some
+    (:func:`calibration.store.merge_rounds`), so refitting shows how measurement noise moves the fit.
     Records of an older format, whose times are the fastest sample, resample the fastest."""
     out = {}
     for key, rec in results.items():
         if rec.get("status") != "ok":
             out[key] = rec
             continue
+        if rec.get("rounds"):  # the median of rounds drawn again (each round a draw of the host's speed)
+            rec = merge_rounds([rec["rounds"][i] for i in rng.integers(len(rec["rounds"]), size=len(rec["rounds"]))])
         new = dict(rec)
         lt = rec.get("layouts_times")
         stat = np.median if rec.get("stat") == "median" else np.min
@@ -599,8 +603,9 @@ def _flat(profile: Profile) -> dict[str, float]:
 def fit_spread(dev: DeviceContext, results: dict[str, dict], command: str, base: Profile,
                replicates: int = SPREAD_REPLICATES, seed: int = 0) -> dict[str, float]:
     """Relative interquartile range (IQR / median) of every fitted scalar over ``replicates``
-    refits on bootstrap-resampled timings. It measures the noise within this run; differences
-    between runs on a machine whose state changes (other load, frequency) come on top."""
+    refits on bootstrap-resampled timings (and rounds, where benches were timed in several). It
+    measures the noise within this run; a host whose state changes for longer than a run (other
+    load, frequency, a memory-bandwidth state) moves the next run's fit on top of it."""
     import numpy as np
 
     rng = np.random.default_rng(seed)

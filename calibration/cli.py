@@ -25,6 +25,8 @@ from .host_alloc import ALLOCATORS
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 #: seconds over which calibrate samples other processes' CPU use before it starts
 QUIET_CHECK_S = 0.5
+#: timed rounds of the benches that set most of a step (calibration.runner.ROUND_GROUPS) on a CPU
+CPU_ROUNDS = 3
 MODES = {  # budget per point (s), per-call cap (s), min timed calls, torch.compile
     "tiny": (0.01, 0.25, 2, False),
     "quick": (0.08, 0.35, 3, True),
@@ -57,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collectives", action="store_true",
                    help="run collectives on CPU too (gloo, --nproc default 2)")
     p.add_argument("--budget", type=float, help="timing budget per benchmark point, seconds")
+    p.add_argument("--rounds", type=int, help="times each GEMM, attention, dispatch, optimizer, loss, "
+                   "embedding and cast point is timed, in rounds a whole pass apart; the median round is "
+                   f"kept (default: {CPU_ROUNDS} on a CPU, whose shared host changes speed for seconds "
+                   "at a time; 1 on a GPU)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile benchmarks")
     p.add_argument("--for-model", metavar="MODEL", help="also measure this model's shapes (preset "
                    "name, e.g. pythia-1b): its layer and LM-head GEMMs, head size and sequence, "
@@ -199,12 +205,14 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
     from .build import build_profile
     from .device import detect
     from .runner import run_benches
-    from .store import MeasurementStore, measurements_path, now
+    from .store import MeasurementStore, measurements_path, now, round_spread
 
     if a.nproc is not None and a.nproc < 1:
         raise UsageError(f"--nproc must be >= 1, got {a.nproc}")
     if a.budget is not None and not (0 < a.budget <= 60):
         raise UsageError(f"--budget must be in (0, 60] seconds, got {a.budget}")
+    if a.rounds is not None and not (1 <= a.rounds <= 9):
+        raise UsageError(f"--rounds must be 1 to 9, got {a.rounds}")
     errc = Console(stderr=True, highlight=False)
 
     def err(msg: str) -> None:
@@ -223,8 +231,9 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
         from simulator.models import get_model
 
         model = get_model(a.for_model)  # UsageError naming the valid presets
+    rounds = a.rounds or (CPU_ROUNDS if dev.kind == "cpu" and mode != "tiny" else 1)
     settings = Settings(mode, a.budget or budget, cap if not a.budget else max(cap, 4 * a.budget),
-                        compile_ and not a.no_compile, min_runs, model)
+                        compile_ and not a.no_compile, min_runs, model, rounds)
     out = a.out or PROFILE_DIR / f"{dev.slug}.json"
     if out.suffix != ".json":
         raise UsageError(f"--out must end in .json, got {str(out)!r}")
@@ -308,16 +317,22 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
     save_profile(built.profile, out)
     wall = time.perf_counter() - t_start
     store.data["runs"][-1].update(finished=now(), wall_s=round(wall, 1))
+    spread_line = round_spread(store.results)
+    if spread_line:
+        store.data["runs"][-1]["round_spread"] = spread_line
     store.set_fits({**built.fits, "warnings": built.warnings})
-    _report(built, summary, out, meas, wall)
+    _report(built, summary, out, meas, wall, spread_line)
     return 0
 
 
-def _report(built, summary, out: Path, meas: Path, wall: float) -> None:
+def _report(built, summary, out: Path, meas: Path, wall: float, spread_line: str | None) -> None:
     p = built.profile
     print(f"wrote {out} ({meas.name}) in {wall:.0f} s: {summary.measured} measured, "
-          f"{summary.resumed} resumed, {summary.unsupported} unsupported, "
+          + (f"{summary.repeated} repeated rounds, " if summary.repeated else "")
+          + f"{summary.resumed} resumed, {summary.unsupported} unsupported, "
           f"{summary.too_slow} skipped as too slow, {len(summary.errors)} errors")
+    if spread_line:
+        print(f"  {spread_line}")
     peaks = ", ".join(f"{k} {v:.4g}" for k, v in p.device.peak_tflops.items())
     print(f"  peaks TFLOPS: {peaks}; memory bandwidth {p.device.mem_bw_gbs:.1f} GB/s")
     for prec, g in p.gemm.items():

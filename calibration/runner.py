@@ -1,4 +1,9 @@
-"""Run benchmarks in order with a progress bar, saving each record as soon as it exists."""
+"""Run benchmarks in order with a progress bar, saving each record as soon as it exists.
+
+Benches of :data:`ROUND_GROUPS` are timed ``Settings.rounds`` times, in rounds: every bench once,
+then those groups again in the same order, and so on, so that a bench's rounds lie a whole pass
+apart and a slow spell of a shared host hits one of them (:func:`calibration.store.merge_rounds`).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .benches import Bench, RunContext, TooSlow
-from .store import MeasurementStore, now
+from .store import FINAL, MeasurementStore, now, rounds_of
+
+#: groups whose points set most of a step's predicted time (GEMM shapes, attention, the host time
+#: of eager passes, the optimizer, the loss, embedding and casts): timed in every round. The
+#: bandwidth benches each time dozens of calls over hundreds of MB already, and compile, launch
+#: and host-copy benches are not worth their wall time twice.
+ROUND_GROUPS = ("gemm", "gemm_align", "attention", "dispatch", "optimizer", "loss", "embedding", "cast")
 
 
 @dataclass
@@ -19,6 +30,7 @@ class RunSummary:
     """Counts of what happened to each bench in this run."""
 
     measured: int = 0
+    repeated: int = 0  # later rounds of benches already measured
     resumed: int = 0  # already in the measurements file
     unsupported: int = 0
     too_slow: int = 0
@@ -31,17 +43,39 @@ def _free(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
+def rounds_for(bench: Bench, rounds: int) -> int:
+    """Timed rounds of ``bench`` in a run of ``rounds`` rounds."""
+    return rounds if bench.group in ROUND_GROUPS else 1
+
+
+def schedule(benches: list[Bench], store: MeasurementStore, rounds: int,
+             resume: bool) -> list[tuple[Bench, int]]:
+    """(bench, round) pairs in execution order: round by round, each bench's rounds that
+    ``store`` does not hold yet (all of them unless ``resume``; a final record that is not 'ok'
+    needs none)."""
+    have: dict[str, int | None] = {}
+    for b in benches:
+        rec = store.results.get(b.key) if resume else None
+        if rec is None or rec.get("status") not in FINAL:
+            have[b.key] = 0
+        else:
+            have[b.key] = rounds_of(rec) if rec["status"] == "ok" else None
+    return [(b, r) for r in range(rounds) for b in benches
+            if have[b.key] is not None and have[b.key] <= r < rounds_for(b, rounds)]
+
+
 def run_benches(benches: list[Bench], ctx: RunContext, store: MeasurementStore,
                 console: Console | None, resume: bool) -> RunSummary:
-    """Execute ``benches``; skip those already final in ``store`` when ``resume``."""
+    """Execute ``benches`` in ``ctx.settings.rounds`` rounds (:func:`schedule`); skip the rounds
+    already in ``store`` when ``resume``."""
     summary = RunSummary()
     ctx.results = store.results
     progress = Progress(TextColumn("[bold]{task.description:<44}"), BarColumn(),
                         TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                         TextColumn("ETA"), TimeRemainingColumn(), console=console,
                         disable=console is None, transient=False)
-    todo = [b for b in benches if not (resume and store.done(b.key))]
-    summary.resumed = len(benches) - len(todo)
+    todo = schedule(benches, store, ctx.settings.rounds, resume)
+    summary.resumed = len(benches) - len({b.key for b, r in todo if r == 0})
     # progress in wall seconds; the remaining estimate is rescaled per group by how long
     # that group's benches actually took so far (est_s are rough a-priori guesses)
     spent: dict[str, float] = {}
@@ -51,12 +85,14 @@ def run_benches(benches: list[Bench], ctx: RunContext, store: MeasurementStore,
     def remaining(i: int) -> float:
         total_ratio = (sum(spent.values()) / sum(guessed.values())) if guessed else 1.0
         return sum(b.est_s * (spent[b.group] / guessed[b.group] if guessed.get(b.group)
-                              else total_ratio) for b in todo[i:])
+                              else total_ratio) for b, _ in todo[i:])
 
     with progress:
         task = progress.add_task("calibrating", total=remaining(0) or 1.0)
-        for i, bench in enumerate(todo):
-            progress.update(task, description=bench.key[:44])
+        for i, (bench, rnd) in enumerate(todo):
+            if rnd and store.results.get(bench.key, {}).get("status") != "ok":
+                continue  # unsupported, too slow or failed in its first round: nothing to repeat
+            progress.update(task, description=(bench.key if not rnd else f"{bench.key} #{rnd + 1}")[:44])
             t0 = time.perf_counter()
             try:
                 rec = bench.run(ctx)
@@ -73,8 +109,10 @@ def run_benches(benches: list[Bench], ctx: RunContext, store: MeasurementStore,
             if rec is not None:
                 rec = {"group": bench.group, "params": bench.params, **rec, "measured_at": now(),
                        "wall_s": round(wall, 3)}
-                store.add(bench.key, rec)
-                if rec["status"] == "ok":
+                store.add_round(bench.key, rec)
+                if rec["status"] == "ok" and rnd:
+                    summary.repeated += 1
+                elif rec["status"] == "ok":
                     summary.measured += 1
                 elif rec["status"] == "unsupported":
                     summary.unsupported += 1

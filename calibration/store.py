@@ -2,7 +2,12 @@
 
 Layout (JSON): ``{"format", "version", "device", "runs": [...], "results": {key: record},
 "fits": {...}}``. A killed run loses nothing already measured; ``--resume`` reloads it
-and skips keys whose records are final ('ok' or 'unsupported'; 'error' is retried).
+and skips keys whose records are final ('ok' or 'unsupported'; 'error' is retried) and hold
+every timed round the run asks for.
+
+A bench timed in several rounds (:func:`merge_rounds`) keeps each round's record under
+``rounds``; its own fields are those of the median round, so every reader of a record sees one
+consistent measurement.
 """
 
 from __future__ import annotations
@@ -76,10 +81,24 @@ class MeasurementStore:
     def results(self) -> dict[str, dict]:
         return self.data["results"]
 
-    def done(self, key: str) -> bool:
-        """True if ``key`` has a final record (skipped on resume)."""
+    def done(self, key: str, rounds: int = 1) -> bool:
+        """True if ``key`` has a final record with at least ``rounds`` timed rounds (skipped on
+        resume; an 'unsupported' record needs no more rounds)."""
         rec = self.results.get(key)
-        return rec is not None and rec.get("status") in FINAL
+        if rec is None or rec.get("status") not in FINAL:
+            return False
+        return rec["status"] != "ok" or rounds_of(rec) >= rounds
+
+    def add_round(self, key: str, record: dict) -> None:
+        """Store one more timed round of ``key`` (:func:`merge_rounds` with what is stored) and
+        write the file atomically. A round that is not 'ok' replaces nothing already measured."""
+        old = self.results.get(key)
+        if old is not None and old.get("status") == "ok":
+            if record.get("status") == "ok":
+                record = merge_rounds([*old.get("rounds", [old]), record])
+            else:
+                record = old
+        self.add(key, record)
 
     def add(self, key: str, record: dict) -> None:
         """Store one benchmark's record and write the file atomically."""
@@ -92,3 +111,39 @@ class MeasurementStore:
 
     def save(self) -> None:
         write_json_atomic(self.path, self.data)
+
+
+def rounds_of(rec: dict) -> int:
+    """Timed rounds behind an 'ok' record (1 for a record measured once)."""
+    return len(rec.get("rounds") or [rec])
+
+
+def merge_rounds(rounds: list[dict]) -> dict:
+    """One record from the 'ok' records of the same bench timed in separate rounds: the round
+    whose ``time_s`` is the (lower) median, with every round kept under ``rounds``. A shared
+    host's speed moves by 20-50% for a second or more at a time: rounds minutes apart are
+    independent draws of it, and their median drops the one a slow spell hit, which the
+    median of calls within one round (a tenth of a second) cannot."""
+    flat = [{k: v for k, v in r.items() if k != "rounds"} for r in rounds]
+    if len(flat) == 1:
+        return flat[0]
+    order = sorted(range(len(flat)), key=lambda i: flat[i]["time_s"])
+    med = dict(flat[order[(len(flat) - 1) // 2]])
+    med["rounds"] = flat
+    return med
+
+
+def round_spread(results: dict[str, dict]) -> str | None:
+    """One line on how far the rounds of each bench timed more than once lay apart (slowest
+    round's ``time_s`` over the fastest), or None where no bench has rounds."""
+    ratios = sorted((max(r["time_s"] for r in rec["rounds"]) / min(r["time_s"] for r in rec["rounds"]), key)
+                    for key, rec in results.items() if rec.get("status") == "ok" and rec.get("rounds")
+                    and min(r["time_s"] for r in rec["rounds"]) > 0)
+    if not ratios:
+        return None
+    counts = sorted({len(results[k]["rounds"]) for _, k in ratios})
+    mid = ratios[(len(ratios) - 1) // 2][0]
+    over = sum(r > 1.2 for r, _ in ratios)
+    return (f"rounds: {len(ratios)} benchmarks timed {'/'.join(map(str, counts))} times; slowest over fastest "
+            f"round: median x{mid:.2f}, {over} beyond x1.2, largest x{ratios[-1][0]:.2f} ({ratios[-1][1]}); "
+            "each keeps its median round")

@@ -34,6 +34,7 @@ class Settings:
     compile: bool = True  # try torch.compile benchmarks
     min_runs: int = 3  # timed calls when one call is long compared with the budget
     model: object | None = None  # ModelSpec whose shapes to add (``calibrate --for-model``)
+    rounds: int = 1  # timed rounds of the benches that set most of a step (calibration.runner)
 
 
 @dataclass

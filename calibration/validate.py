@@ -56,7 +56,7 @@ CSV_FIELDS = (
     "measured_step_s", "predicted_step_s", "error_pct", "log_ratio", "measured_min_s", "spread",
     "measured_fwd_s", "predicted_fwd_s", "measured_bwd_s", "predicted_bwd_s",
     "measured_rec_s", "predicted_rec_s", "measured_opt_s", "predicted_opt_s", "compile_s", "steps", "warmup",
-    "device", "profile", "suite", "date", "torch", "loadavg_1min", "other_cores", "host_speed", "host_allocator",
+    "rounds", "device", "profile", "suite", "date", "torch", "loadavg_1min", "other_cores", "host_speed", "host_allocator",
 )
 
 
@@ -85,13 +85,15 @@ class Config:
 
 @dataclass
 class Suite:
-    """A named list of configurations with timing settings (``warmup`` and timed ``steps``)."""
+    """A named list of configurations with timing settings (``warmup`` and timed ``steps``, split
+    over ``rounds``; None: the device's default, :func:`default_rounds`)."""
 
     name: str
     configs: list[Config]
     warmup: int = 2
     steps: int = 5
     path: str = ""
+    rounds: int | None = None
 
 
 def _spec_from(name: str, entry: Any) -> ModelSpec:
@@ -124,7 +126,7 @@ def config_id(model: str, seq_len: int, mb: int, ga: int, precision: str, attent
 
 
 def load_suite(path: str | os.PathLike) -> Suite:
-    """Read a YAML/JSON suite: ``name``, ``warmup``, ``steps``, ``models`` and ``configs``."""
+    """Read a YAML/JSON suite: ``name``, ``warmup``, ``steps``, ``rounds``, ``models`` and ``configs``."""
     p = Path(path)
     try:
         raw = yaml.safe_load(p.read_text())
@@ -167,8 +169,11 @@ def load_suite(path: str | os.PathLike) -> Suite:
             raise UsageError(f"suite {str(p)!r}: duplicate config id {cid!r}")
         seen.add(cid)
         configs.append(Config(cid, name, spec, seq, mb, ga, prec, attn, ckpt, comp))
+    rounds = raw.get("rounds")
+    if rounds is not None and (not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS):
+        raise UsageError(f"suite {str(p)!r}: rounds must be an integer 1 to {MAX_ROUNDS}, got {rounds!r}")
     return Suite(str(raw.get("name") or p.stem), configs, int(raw.get("warmup", 2)),
-                 int(raw.get("steps", 5)), str(p))
+                 int(raw.get("steps", 5)), str(p), rounds)
 
 
 # ---------------------------------------------------------------------------- distributed
@@ -220,6 +225,24 @@ def _sync(device) -> None:
 
 
 # ---------------------------------------------------------------------------- measuring
+#: rounds over the whole suite on a CPU: a shared host's speed moves by 10-15% for minutes at a
+#: time (the same steps measured 0.87x and 1.13x as long a quarter of an hour apart on a 2-core
+#: Zen 4 guest), so each config's timed steps are spread over passes a whole suite apart
+CPU_ROUNDS = 3
+MAX_ROUNDS = 9
+
+
+def default_rounds(device_type: str) -> int:
+    """Rounds a suite that names none is measured in: :data:`CPU_ROUNDS` on a CPU, 1 on a GPU."""
+    return CPU_ROUNDS if device_type == "cpu" else 1
+
+
+def round_steps(steps: int, rounds: int) -> list[int]:
+    """Timed steps in each of ``rounds`` rounds: ``steps`` split as evenly as it goes, at least
+    one per round."""
+    return [max(1, steps // rounds + (r < steps % rounds)) for r in range(rounds)]
+
+
 @dataclass
 class Measured:
     """Medians over timed steps (s): whole step, forward (all micro-batches), backward (without
@@ -237,6 +260,24 @@ class Measured:
     min_s: float | None = None
     spread: float | None = None
     samples: list[float] = field(default_factory=list)
+    rounds: int = 1
+
+
+def merge_measured(rounds: list[Measured]) -> Measured:
+    """One config's measurement from its rounds: each time the median of the rounds' medians,
+    ``min_s`` the fastest step of any round, ``spread`` the slowest step of any round over that,
+    ``compile_s`` the first round's; the first round that did not succeed, if any, instead."""
+    bad = [m for m in rounds if m.status != "ok"]
+    if bad or len(rounds) == 1:
+        return bad[0] if bad else rounds[0]
+
+    def med(name: str) -> float:
+        return statistics.median(getattr(m, name) for m in rounds)
+
+    lo = min(m.min_s for m in rounds)
+    hi = max(m.min_s * m.spread for m in rounds)
+    return Measured("ok", "", med("step_s"), med("fwd_s"), med("bwd_s"), med("rec_s"), med("opt_s"),
+                    rounds[0].compile_s, lo, hi / lo, [t for m in rounds for t in m.samples], len(rounds))
 
 
 def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int = 0) -> Measured:
@@ -545,8 +586,8 @@ def read_measured(path: str | os.PathLike) -> dict[str, tuple[Measured, dict[str
         m = Measured("ok", "", _num(r.get("measured_step_s")), _num(r.get("measured_fwd_s")),
                      _num(r.get("measured_bwd_s")), _num(r.get("measured_rec_s")), _num(r.get("measured_opt_s")),
                      _num(r.get("compile_s")), _num(r.get("measured_min_s")), _num(r.get("spread")))
-        meta = {k: r.get(k) for k in ("steps", "warmup", "device", "suite", "date", "torch", "loadavg_1min",
-                                      "other_cores", "host_speed")}
+        meta = {k: r.get(k) for k in ("steps", "warmup", "rounds", "device", "suite", "date", "torch",
+                                      "loadavg_1min", "other_cores", "host_speed")}
         out[r["id"]] = (m, meta)
     return out
 
@@ -576,6 +617,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", help="comma-separated config ids (or substrings) to run")
     p.add_argument("--steps", type=int, help="timed steps per config (default: the suite's)")
     p.add_argument("--warmup", type=int, help="warm-up steps per config (default: the suite's)")
+    p.add_argument("--rounds", type=int, help="passes over the suite, each config built again and its timed steps "
+                   f"split over them (default: the suite's, else {CPU_ROUNDS} on a CPU, whose shared host "
+                   "changes speed for minutes at a time, and 1 on a GPU)")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     p.add_argument("--nproc", type=int, default=None,
                    help="relaunch under `torchrun --nproc-per-node N` (DDP; predicted as Nxlocal)")
@@ -641,6 +685,8 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
     steps = suite.steps if a.steps is None else a.steps
     if warmup < 1 or steps < 1:
         raise UsageError("--warmup and --steps must be at least 1")
+    if a.rounds is not None and not 1 <= a.rounds <= MAX_ROUNDS:
+        raise UsageError(f"--rounds must be 1 to {MAX_ROUNDS}, got {a.rounds}")
     if a.measured is not None:
         if a.nproc and a.nproc > 1:
             raise UsageError("--measured re-predicts single-process rows; drop --nproc")
@@ -661,7 +707,8 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
         if dist.is_main and profile.device.name != dev_name:
             print(f"validate: warning: profile {profile.name!r} measured {profile.device.name!r}, "
                   f"this is {dev_name!r}", file=sys.stderr)
-        meta = {"steps": steps, "warmup": warmup, "device": dev_name, "profile": profile.name,
+        rounds = a.rounds or suite.rounds or default_rounds(dist.device.type)
+        meta = {"steps": steps, "warmup": warmup, "rounds": rounds, "device": dev_name, "profile": profile.name,
                 "suite": suite.name, "date": date, "torch": torch.__version__}
         if dist.device.type == "cpu":
             from .benches.stepops import prime_host_allocator
@@ -672,21 +719,35 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
                       f"{profile.name!r} was calibrated with {host_alloc.recorded(profile.provenance)!r}: "
                       "page-fault costs differ (calibration/host_alloc.py)", file=sys.stderr)
             prime_host_allocator()  # the allocator state calibration's fresh-page fit assumed
+        got: dict[str, list[Measured]] = {cfg.id: [] for cfg in configs}
+        seen: dict[str, dict[str, list[float]]] = {cfg.id: {"load": [], "other": [], "speed": []} for cfg in configs}
+        for r, n_steps in enumerate(round_steps(steps, rounds)):
+            for i, cfg in enumerate(configs):
+                if got[cfg.id] and got[cfg.id][-1].status != "ok":
+                    continue  # failed or skipped in an earlier round
+                if dist.is_main and not a.json:
+                    where = f"round {r + 1}/{rounds} " if rounds > 1 else ""
+                    print(f"[{where}{i + 1}/{len(configs)}] {cfg.id} ...", file=sys.stderr, flush=True)
+                if hasattr(os, "getloadavg"):
+                    seen[cfg.id]["load"].append(round(os.getloadavg()[0], 2))
+                cpu = dist.device.type == "cpu" and dist.is_main  # one probe: ranks probing at once would slow each other
+                speed0 = host_load.host_speed(profile) if cpu else None
+                before = host_load.sample()
+                got[cfg.id].append(measure(cfg, dist, warmup, n_steps))
+                other = host_load.other_cores(before, host_load.sample())
+                speed1 = host_load.host_speed(profile) if cpu else None
+                if other is not None:
+                    seen[cfg.id]["other"].append(other)
+                if speed0 is not None and speed1 is not None:
+                    seen[cfg.id]["speed"].append(min(speed0, speed1))
         rows = []
-        for i, cfg in enumerate(configs):
-            load = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
-            if dist.is_main and not a.json:
-                print(f"[{i + 1}/{len(configs)}] {cfg.id} ...", file=sys.stderr, flush=True)
-            cpu = dist.device.type == "cpu" and dist.is_main  # one probe: ranks probing at once would slow each other
-            speed0 = host_load.host_speed(profile) if cpu else None
-            before = host_load.sample()
-            m = measure(cfg, dist, warmup, steps)
-            other = host_load.other_cores(before, host_load.sample())
-            speed1 = host_load.host_speed(profile) if cpu else None
-            speed = round(min(speed0, speed1), 2) if speed0 is not None and speed1 is not None else None
+        for cfg in configs:
+            m, s = merge_measured(got[cfg.id]), seen[cfg.id]
             pred = predict(cfg, profile, dist.world)
-            rows.append(make_row(cfg, m, pred, dist.world, {**meta, "loadavg_1min": load, "other_cores": other,
-                                                             "host_speed": speed}))
+            rows.append(make_row(cfg, m, pred, dist.world, {
+                **meta, "rounds": m.rounds, "loadavg_1min": max(s["load"], default=None),
+                "other_cores": max(s["other"], default=None),
+                "host_speed": round(min(s["speed"]), 2) if s["speed"] else None}))
         busy = [r["other_cores"] for r in rows if host_load.is_busy(r["other_cores"])]
         if dist.is_main and busy and dist.device.type == "cpu":
             print(f"validate: warning: machine was busy (other processes used up to {max(busy):.2f} of "

@@ -133,3 +133,13 @@ def test_rounds_out_of_range_is_a_usage_error(bad, tmp_path, capsys):
     assert cli.main(["--tiny", "--no-progress", "--out", str(tmp_path / "a.json"), "--rounds", bad]) == 2
     err = capsys.readouterr().err
     assert "--rounds" in err and len(err.strip().splitlines()) == 1
+
+
+def test_validate_rounds_split_steps_and_take_the_median_round():
+    from calibration.validate import Measured, merge_measured, round_steps
+
+    assert round_steps(3, 3) == [1, 1, 1] and round_steps(5, 3) == [2, 2, 1] and round_steps(2, 3) == [1, 1, 1]
+    ms = [Measured("ok", "", t, t / 3, t / 2, 0.0, t / 6, None, t, 1.0, [t]) for t in (1.0, 1.5, 0.9)]
+    m = merge_measured(ms)
+    assert m.step_s == 1.0 and m.rounds == 3 and m.min_s == 0.9 and abs(m.spread - 1.5 / 0.9) < 1e-12
+    assert merge_measured([*ms, Measured("error", "boom")]).status == "error"

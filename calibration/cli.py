@@ -25,8 +25,6 @@ from .host_alloc import ALLOCATORS
 PROFILE_DIR = Path(__file__).resolve().parent / "profiles"
 #: seconds over which calibrate samples other processes' CPU use before it starts
 QUIET_CHECK_S = 0.5
-#: timed rounds of the benches that set most of a step (calibration.runner.ROUND_GROUPS) on a CPU
-CPU_ROUNDS = 3
 MODES = {  # budget per point (s), per-call cap (s), min timed calls, torch.compile
     "tiny": (0.01, 0.25, 2, False),
     "quick": (0.08, 0.35, 3, True),
@@ -61,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, help="timing budget per benchmark point, seconds")
     p.add_argument("--rounds", type=int, help="times each GEMM, attention, dispatch, optimizer, loss, "
                    "embedding and cast point is timed, in rounds a whole pass apart; the median round is "
-                   f"kept (default: {CPU_ROUNDS} on a CPU, whose shared host changes speed for seconds "
+                   f"kept (default: {host_load.CPU_ROUNDS} on a CPU, whose shared host changes speed for seconds "
                    "at a time; 1 on a GPU)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile benchmarks")
     p.add_argument("--for-model", metavar="MODEL", help="also measure this model's shapes (preset "
@@ -211,8 +209,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
         raise UsageError(f"--nproc must be >= 1, got {a.nproc}")
     if a.budget is not None and not (0 < a.budget <= 60):
         raise UsageError(f"--budget must be in (0, 60] seconds, got {a.budget}")
-    if a.rounds is not None and not (1 <= a.rounds <= 9):
-        raise UsageError(f"--rounds must be 1 to 9, got {a.rounds}")
+    host_load.check_rounds(a.rounds)
     errc = Console(stderr=True, highlight=False)
 
     def err(msg: str) -> None:
@@ -231,7 +228,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
         from simulator.models import get_model
 
         model = get_model(a.for_model)  # UsageError naming the valid presets
-    rounds = a.rounds or (CPU_ROUNDS if dev.kind == "cpu" and mode != "tiny" else 1)
+    rounds = a.rounds or (host_load.default_rounds(dev.kind) if mode != "tiny" else 1)
     settings = Settings(mode, a.budget or budget, cap if not a.budget else max(cap, 4 * a.budget),
                         compile_ and not a.no_compile, min_runs, model, rounds)
     out = a.out or PROFILE_DIR / f"{dev.slug}.json"

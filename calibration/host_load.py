@@ -20,12 +20,35 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.errors import UsageError
+
 #: other processes may use this share of the cores before a CPU timing is flagged as taken on a
 #: busy machine (a tenth of two cores slows a two-thread benchmark by about a tenth at most)
 QUIET_SHARE = 0.1
 #: a host running below this share of its calibrated speed (:func:`host_speed`) makes CPU timings
 #: unrepresentative of the profile (a fifth slower than calibrated: as much as our error budget)
 SLOW_SHARE = 0.8
+#: timed rounds, a whole pass apart, of what `calibrate` and `validate` measure on a CPU (each keeps
+#: the median round): a shared host's speed moves by 20-50% for seconds and by 10-15% for minutes
+#: at a time without any CPU time showing as used (a 2-core Zen 4 guest, 2026-12-02: one
+#: calibration's rounds of a bench a median x1.24-1.30 apart; the same training steps measured
+#: 0.87x and 1.13x as long a quarter of an hour apart)
+CPU_ROUNDS = 3
+#: the most rounds `--rounds` accepts
+MAX_ROUNDS = 9
+
+
+def default_rounds(device_kind: str) -> int:
+    """Rounds on a device of ``device_kind`` ('cpu', 'cuda') unless asked otherwise:
+    :data:`CPU_ROUNDS` on a CPU, 1 on a GPU (a dedicated device, whose speed holds)."""
+    return CPU_ROUNDS if device_kind == "cpu" else 1
+
+
+def check_rounds(rounds: int | None, what: str = "--rounds") -> None:
+    """UsageError unless ``rounds`` is None or 1 to :data:`MAX_ROUNDS`."""
+    if rounds is not None and (isinstance(rounds, bool) or not isinstance(rounds, int)
+                               or not 1 <= rounds <= MAX_ROUNDS):
+        raise UsageError(f"{what} must be an integer 1 to {MAX_ROUNDS}, got {rounds!r}")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .benches import Bench, RunContext, TooSlow
-from .store import FINAL, MeasurementStore, now, rounds_of
+from .store import MeasurementStore, now
 
 #: groups whose points set most of a step's predicted time (GEMM shapes, attention, the host time
 #: of eager passes, the optimizer, the loss, embedding and casts): timed in every round. The
@@ -56,13 +56,7 @@ def schedule(benches: list[Bench], store: MeasurementStore, rounds: int,
     """(bench, round) pairs in execution order: round by round, each bench's rounds that
     ``store`` does not hold yet (all of them unless ``resume``; a final record that is not 'ok'
     needs none)."""
-    have: dict[str, int | None] = {}
-    for b in benches:
-        rec = store.results.get(b.key) if resume else None
-        if rec is None or rec.get("status") not in FINAL:
-            have[b.key] = 0
-        else:
-            have[b.key] = rounds_of(rec) if rec["status"] == "ok" else None
+    have = {b.key: store.held(b.key) if resume else 0 for b in benches}
     return [(b, r) for r in range(rounds) for b in benches
             if have[b.key] is not None and have[b.key] <= r < rounds_for(b, rounds)]
 

@@ -81,13 +81,18 @@ class MeasurementStore:
     def results(self) -> dict[str, dict]:
         return self.data["results"]
 
-    def done(self, key: str, rounds: int = 1) -> bool:
-        """True if ``key`` has a final record with at least ``rounds`` timed rounds (skipped on
-        resume; an 'unsupported' record needs no more rounds)."""
+    def held(self, key: str) -> int | None:
+        """Timed rounds of ``key`` already stored: 0 without a final record (an 'error' is
+        retried), None for a final record that is not 'ok' (nothing to time again)."""
         rec = self.results.get(key)
         if rec is None or rec.get("status") not in FINAL:
-            return False
-        return rec["status"] != "ok" or rounds_of(rec) >= rounds
+            return 0
+        return rounds_of(rec) if rec["status"] == "ok" else None
+
+    def done(self, key: str, rounds: int = 1) -> bool:
+        """True if ``key`` needs no more of ``rounds`` timed rounds (skipped on resume)."""
+        held = self.held(key)
+        return held is None or held >= rounds
 
     def add_round(self, key: str, record: dict) -> None:
         """Store one more timed round of ``key`` (:func:`merge_rounds` with what is stored) and
@@ -136,12 +141,12 @@ def merge_rounds(rounds: list[dict]) -> dict:
 def round_spread(results: dict[str, dict]) -> str | None:
     """One line on how far the rounds of each bench timed more than once lay apart (slowest
     round's ``time_s`` over the fastest), or None where no bench has rounds."""
-    ratios = sorted((max(r["time_s"] for r in rec["rounds"]) / min(r["time_s"] for r in rec["rounds"]), key)
-                    for key, rec in results.items() if rec.get("status") == "ok" and rec.get("rounds")
-                    and min(r["time_s"] for r in rec["rounds"]) > 0)
+    times = {key: [r["time_s"] for r in rec["rounds"]] for key, rec in results.items()
+             if rec.get("status") == "ok" and rec.get("rounds")}
+    ratios = sorted((max(ts) / min(ts), key) for key, ts in times.items() if min(ts) > 0)
     if not ratios:
         return None
-    counts = sorted({len(results[k]["rounds"]) for _, k in ratios})
+    counts = sorted({len(times[k]) for _, k in ratios})
     mid = ratios[(len(ratios) - 1) // 2][0]
     over = sum(r > 1.2 for r, _ in ratios)
     return (f"rounds: {len(ratios)} benchmarks timed {'/'.join(map(str, counts))} times; slowest over fastest "

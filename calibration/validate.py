@@ -86,7 +86,7 @@ class Config:
 @dataclass
 class Suite:
     """A named list of configurations with timing settings (``warmup`` and timed ``steps``, split
-    over ``rounds``; None: the device's default, :func:`default_rounds`)."""
+    over ``rounds``; None: the device's default, :func:`calibration.host_load.default_rounds`)."""
 
     name: str
     configs: list[Config]
@@ -170,8 +170,7 @@ def load_suite(path: str | os.PathLike) -> Suite:
         seen.add(cid)
         configs.append(Config(cid, name, spec, seq, mb, ga, prec, attn, ckpt, comp))
     rounds = raw.get("rounds")
-    if rounds is not None and (not isinstance(rounds, int) or not 1 <= rounds <= MAX_ROUNDS):
-        raise UsageError(f"suite {str(p)!r}: rounds must be an integer 1 to {MAX_ROUNDS}, got {rounds!r}")
+    host_load.check_rounds(rounds, f"suite {str(p)!r}: rounds")
     return Suite(str(raw.get("name") or p.stem), configs, int(raw.get("warmup", 2)),
                  int(raw.get("steps", 5)), str(p), rounds)
 
@@ -225,18 +224,6 @@ def _sync(device) -> None:
 
 
 # ---------------------------------------------------------------------------- measuring
-#: rounds over the whole suite on a CPU: a shared host's speed moves by 10-15% for minutes at a
-#: time (the same steps measured 0.87x and 1.13x as long a quarter of an hour apart on a 2-core
-#: Zen 4 guest), so each config's timed steps are spread over passes a whole suite apart
-CPU_ROUNDS = 3
-MAX_ROUNDS = 9
-
-
-def default_rounds(device_type: str) -> int:
-    """Rounds a suite that names none is measured in: :data:`CPU_ROUNDS` on a CPU, 1 on a GPU."""
-    return CPU_ROUNDS if device_type == "cpu" else 1
-
-
 def round_steps(steps: int, rounds: int) -> list[int]:
     """Timed steps in each of ``rounds`` rounds: ``steps`` split as evenly as it goes, at least
     one per round."""
@@ -618,7 +605,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, help="timed steps per config (default: the suite's)")
     p.add_argument("--warmup", type=int, help="warm-up steps per config (default: the suite's)")
     p.add_argument("--rounds", type=int, help="passes over the suite, each config built again and its timed steps "
-                   f"split over them (default: the suite's, else {CPU_ROUNDS} on a CPU, whose shared host "
+                   f"split over them (default: the suite's, else {host_load.CPU_ROUNDS} on a CPU, whose shared host "
                    "changes speed for minutes at a time, and 1 on a GPU)")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     p.add_argument("--nproc", type=int, default=None,
@@ -685,8 +672,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
     steps = suite.steps if a.steps is None else a.steps
     if warmup < 1 or steps < 1:
         raise UsageError("--warmup and --steps must be at least 1")
-    if a.rounds is not None and not 1 <= a.rounds <= MAX_ROUNDS:
-        raise UsageError(f"--rounds must be 1 to {MAX_ROUNDS}, got {a.rounds}")
+    host_load.check_rounds(a.rounds)
     if a.measured is not None:
         if a.nproc and a.nproc > 1:
             raise UsageError("--measured re-predicts single-process rows; drop --nproc")
@@ -707,7 +693,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
         if dist.is_main and profile.device.name != dev_name:
             print(f"validate: warning: profile {profile.name!r} measured {profile.device.name!r}, "
                   f"this is {dev_name!r}", file=sys.stderr)
-        rounds = a.rounds or suite.rounds or default_rounds(dist.device.type)
+        rounds = a.rounds or suite.rounds or host_load.default_rounds(dist.device.type)
         meta = {"steps": steps, "warmup": warmup, "rounds": rounds, "device": dev_name, "profile": profile.name,
                 "suite": suite.name, "date": date, "torch": torch.__version__}
         if dist.device.type == "cpu":

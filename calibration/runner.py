@@ -79,17 +79,25 @@ def run_benches(benches: list[Bench], ctx: RunContext, store: MeasurementStore,
     guessed: dict[str, float] = {}
     done_s = 0.0
 
+    tried = set(store.results)  # keys whose first round has run (here or before a resume)
+
+    def skipped(bench: Bench, rnd: int) -> bool:
+        """A later round of a bench whose first was unsupported, too slow or failed."""
+        return (bool(rnd) and bench.key in tried
+                and store.results.get(bench.key, {}).get("status") != "ok")
+
     def remaining(i: int) -> float:
         total_ratio = (sum(spent.values()) / sum(guessed.values())) if guessed else 1.0
         return sum(b.est_s * (spent[b.group] / guessed[b.group] if guessed.get(b.group)
-                              else total_ratio) for b, _ in todo[i:])
+                              else total_ratio) for b, r in todo[i:] if not skipped(b, r))
 
     with progress:
         task = progress.add_task("calibrating", total=remaining(0) or 1.0)
         for i, (bench, rnd) in enumerate(todo):
-            if rnd and store.results.get(bench.key, {}).get("status") != "ok":
-                continue  # unsupported, too slow or failed in its first round: nothing to repeat
+            if skipped(bench, rnd):
+                continue
             progress.update(task, description=(bench.key if not rnd else f"{bench.key} #{rnd + 1}")[:44])
+            tried.add(bench.key)
             t0 = time.perf_counter()
             failed = False
             try:

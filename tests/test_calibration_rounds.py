@@ -5,6 +5,7 @@ by the fit's bootstrap."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -143,3 +144,47 @@ def test_validate_rounds_split_steps_and_take_the_median_round():
     m = merge_measured(ms)
     assert m.step_s == 1.0 and m.rounds == 3 and m.min_s == 0.9 and abs(m.spread - 1.5 / 0.9) < 1e-12
     assert merge_measured([*ms, Measured("error", "boom")]).status == "error"
+
+
+def test_later_rounds_of_an_unsupported_bench_are_neither_run_nor_counted_in_the_eta(tmp_path, monkeypatch):
+    import calibration.runner as runner
+
+    totals: list[float] = []
+
+    class Recorder:  # stands in for rich's Progress: keeps the total each update promises
+        def __init__(self, *a, **k):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def add_task(self, _desc, total):
+            totals.append(total)
+            return 0
+
+        def update(self, _task, total=None, **_):
+            if total is not None:
+                totals.append(total)
+
+    monkeypatch.setattr(runner, "Progress", Recorder)
+    clock = [0.0]  # each bench takes exactly its guessed time, so the ETA's rescaling is 1
+    monkeypatch.setattr(runner, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    calls: list[str] = []
+
+    def bench(key: str, est_s: float, status: str) -> Bench:
+        def run(ctx):
+            calls.append(key)
+            clock[0] += est_s
+            return _rec(1.0) if status == "ok" else {"status": status, "reason": "no bf16"}
+        return Bench(key, "gemm", {}, run, est_s)
+
+    benches = [bench("gemm/u", 5.0, "unsupported"), bench("gemm/a", 1.0, "ok")]
+    store = MeasurementStore.create(tmp_path / "m.json", {"kind": "cpu", "name": "x"}, {})
+    run_benches(benches, _ctx(3), store, None, resume=False)
+    assert calls == ["gemm/u", "gemm/a", "gemm/a", "gemm/a"]
+    # before anything ran all 3 + 3 rounds are promised; once gemm/u's first round is unsupported
+    # its two later rounds (5 s each) leave the estimate, which then stays exact
+    assert totals[0] == pytest.approx(18.0) and totals[1:] == pytest.approx([8.0, 8.0, 8.0, 8.0])

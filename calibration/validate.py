@@ -86,7 +86,8 @@ class Config:
 @dataclass
 class Suite:
     """A named list of configurations with timing settings (``warmup`` and timed ``steps``, split
-    over ``rounds``; None: the device's default, :func:`calibration.host_load.default_rounds`)."""
+    over ``rounds``; None: the device's default, :func:`calibration.host_load.default_rounds`;
+    each round times steps for at least ``min_round_s`` seconds, :func:`timed_steps`)."""
 
     name: str
     configs: list[Config]
@@ -94,6 +95,7 @@ class Suite:
     steps: int = 5
     path: str = ""
     rounds: int | None = None
+    min_round_s: float = 0.0
 
 
 def _spec_from(name: str, entry: Any) -> ModelSpec:
@@ -171,8 +173,10 @@ def load_suite(path: str | os.PathLike) -> Suite:
         configs.append(Config(cid, name, spec, seq, mb, ga, prec, attn, ckpt, comp))
     rounds = raw.get("rounds")
     host_load.check_rounds(rounds, f"suite {str(p)!r}: rounds")
+    min_round_s = raw.get("min_round_s", MIN_ROUND_S)
+    check_min_round_s(min_round_s, f"suite {str(p)!r}: min_round_s")
     return Suite(str(raw.get("name") or p.stem), configs, int(raw.get("warmup", 2)),
-                 int(raw.get("steps", 5)), str(p), rounds)
+                 int(raw.get("steps", 5)), str(p), rounds, float(min_round_s))
 
 
 # ---------------------------------------------------------------------------- distributed
@@ -224,6 +228,29 @@ def _sync(device) -> None:
 
 
 # ---------------------------------------------------------------------------- measuring
+#: timed seconds per round at least (suite ``min_round_s``, ``--min-round-s``): steps of a few
+#: milliseconds are timed dozens of times, as a shared host's speed moves by 20-50% for seconds at a
+#: time (a 2-core Zen 4 guest, 2026-12-03: 1-2 steps per round of 10-100 ms configs spread 1.5-2.3x)
+MIN_ROUND_S = 0.5
+#: the most timed steps one round takes to reach :data:`MIN_ROUND_S`
+MAX_ROUND_STEPS = 64
+
+
+def check_min_round_s(value: Any, what: str = "--min-round-s") -> None:
+    """Usage error unless ``value`` is a finite number of seconds in [0, 60]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 60:
+        raise UsageError(f"{what} must be a number of seconds from 0 to 60, got {value!r}")
+
+
+def timed_steps(steps: int, first_s: float, min_s: float, most: int = MAX_ROUND_STEPS) -> int:
+    """Timed steps of a round that asks for ``steps`` and at least ``min_s`` seconds, given its
+    first timed step took ``first_s`` seconds: never fewer than ``steps``, never more than
+    ``most`` to reach ``min_s``."""
+    if min_s <= 0 or first_s <= 0:
+        return steps
+    return max(steps, min(most, math.ceil(min_s / first_s)))
+
+
 def round_steps(steps: int, rounds: int) -> list[int]:
     """Timed steps in each of ``rounds`` rounds: ``steps`` split as evenly as it goes, at least
     one per round."""
@@ -267,8 +294,11 @@ def merge_measured(rounds: list[Measured]) -> Measured:
                     rounds[0].compile_s, lo, hi / lo, [t for m in rounds for t in m.samples], len(rounds))
 
 
-def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int = 0) -> Measured:
-    """Run ``warmup`` + ``steps`` optimizer steps of ``cfg`` and time them (median, seconds).
+def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int = 0,
+            min_s: float = 0.0) -> Measured:
+    """Run ``warmup`` + ``steps`` optimizer steps of ``cfg`` and time them (median, seconds); more
+    timed steps where ``steps`` take under ``min_s`` seconds (:func:`timed_steps`, from the first
+    timed step; under DDP the most any rank asks for).
 
     Every phase boundary synchronises the device, so the times are what the device executed.
     Under DDP the slowest rank's medians are reported.
@@ -358,11 +388,18 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
         what = "torch.compile failed" if cfg.compile else "training step failed"
         return Measured("skipped" if cfg.compile else "error", f"{what}: {type(exc).__name__}: {first}")
-    samples = []
-    for _ in range(steps):
+    samples: list[tuple[float, float, float, float, float]] = []
+    n = steps
+    while len(samples) < n:
         if dist.initialized:
             tdist.barrier()
         samples.append(one_step())
+        if len(samples) == 1:
+            n = timed_steps(steps, samples[0][0], min_s)
+            if dist.initialized:
+                t = torch.tensor([n], dtype=torch.int64)
+                tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+                n = int(t.item())
     med = [statistics.median(s[j] for s in samples) for j in range(5)]
     if dist.initialized:
         t = torch.tensor(med, dtype=torch.float64)
@@ -607,6 +644,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, help="passes over the suite, each config built again and its timed steps "
                    f"split over them (default: the suite's, else {host_load.CPU_ROUNDS} on a CPU, whose shared host "
                    "changes speed for minutes at a time, and 1 on a GPU)")
+    p.add_argument("--min-round-s", type=float, default=None,
+                   help=f"time each config's steps for at least this many seconds per round, up to "
+                        f"{MAX_ROUND_STEPS} steps (default: the suite's, else {MIN_ROUND_S}; 0: exactly --steps)")
     p.add_argument("--device", help="cpu, cuda or cuda:N (default: cuda if available, else cpu)")
     p.add_argument("--nproc", type=int, default=None,
                    help="relaunch under `torchrun --nproc-per-node N` (DDP; predicted as Nxlocal)")
@@ -673,6 +713,8 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
     if warmup < 1 or steps < 1:
         raise UsageError("--warmup and --steps must be at least 1")
     host_load.check_rounds(a.rounds)
+    min_round_s = suite.min_round_s if a.min_round_s is None else a.min_round_s
+    check_min_round_s(min_round_s)
     if a.measured is not None:
         if a.nproc and a.nproc > 1:
             raise UsageError("--measured re-predicts single-process rows; drop --nproc")
@@ -694,7 +736,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
             print(f"validate: warning: profile {profile.name!r} measured {profile.device.name!r}, "
                   f"this is {dev_name!r}", file=sys.stderr)
         rounds = a.rounds or suite.rounds or host_load.default_rounds(dist.device.type)
-        meta = {"steps": steps, "warmup": warmup, "rounds": rounds, "device": dev_name, "profile": profile.name,
+        meta = {"warmup": warmup, "rounds": rounds, "device": dev_name, "profile": profile.name,
                 "suite": suite.name, "date": date, "torch": torch.__version__}
         if dist.device.type == "cpu":
             from .benches.stepops import prime_host_allocator
@@ -719,7 +761,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
                 cpu = dist.device.type == "cpu" and dist.is_main  # one probe: ranks probing at once would slow each other
                 speed0 = host_load.host_speed(profile) if cpu else None
                 before = host_load.sample()
-                got[cfg.id].append(measure(cfg, dist, warmup, n_steps))
+                got[cfg.id].append(measure(cfg, dist, warmup, n_steps, min_s=min_round_s))
                 other = host_load.other_cores(before, host_load.sample())
                 speed1 = host_load.host_speed(profile) if cpu else None
                 if other is not None:
@@ -731,7 +773,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
             m, s = merge_measured(got[cfg.id]), seen[cfg.id]
             pred = predict(cfg, profile, dist.world)
             rows.append(make_row(cfg, m, pred, dist.world, {
-                **meta, "rounds": m.rounds, "loadavg_1min": max(s["load"], default=None),
+                **meta, "steps": len(m.samples) or steps, "rounds": m.rounds, "loadavg_1min": max(s["load"], default=None),
                 "other_cores": max(s["other"], default=None),
                 "host_speed": round(min(s["speed"]), 2) if s["speed"] else None}))
         busy = [r["other_cores"] for r in rows if host_load.is_busy(r["other_cores"])]

@@ -221,3 +221,35 @@ def test_summary_reports_the_configs_measured_on_a_steady_host():
     assert s["steady"] == {"n": 2, "mape_pct": 15.0, "worst_pct": 20.0}
     assert "2 of 3 configurations, MAPE 15.0%" in V.format_table([], s)
     assert V.summarize([row(-10.0, None), row(5.0, "")])["steady"] is None
+
+
+def test_timed_steps_reach_the_minimum_time_within_bounds():
+    assert V.timed_steps(3, 0.01, 0.5) == 50  # 10 ms steps: 50 of them fill half a second
+    assert V.timed_steps(3, 1.0, 0.5) == 3  # never fewer than asked
+    assert V.timed_steps(1, 1e-4, 0.5) == V.MAX_ROUND_STEPS  # never more than the cap
+    assert V.timed_steps(5, 0.01, 0.0) == 5  # 0: exactly the steps asked
+
+
+def test_short_steps_are_timed_for_the_minimum_round_time(tmp_path, capsys):
+    prof = _profile(tmp_path / "p.json")
+    suite = _suite(tmp_path / "s.json", [{"model": "tiny", "seq_len": 16, "micro_batch": 1}])
+    base = ["--profile", str(prof), "--suite", str(suite), "--json", "--rounds", "1"]
+    rc, out, err = _run([*base, "--min-round-s", "0"], capsys)
+    assert rc == 0, err
+    assert json.loads(out)["rows"][0]["steps"] == 1
+    rc, out, err = _run([*base, "--min-round-s", "0.2"], capsys)
+    (row,) = json.loads(out)["rows"]
+    # a tiny step takes a few ms: more than one is timed, the cap bounds them
+    assert rc == 0 and 1 < row["steps"] <= V.MAX_ROUND_STEPS and row["spread"] >= 1.0
+
+
+@pytest.mark.parametrize("bad", ["-1", "nan", "61"])
+def test_min_round_s_out_of_range_is_a_usage_error(bad, tmp_path, capsys):
+    prof = _profile(tmp_path / "p.json")
+    suite = _suite(tmp_path / "s.json", [{"model": "tiny", "seq_len": 16, "micro_batch": 1}])
+    rc, _, err = _run(["--profile", str(prof), "--suite", str(suite), "--min-round-s", bad], capsys)
+    assert rc == 2 and "--min-round-s" in err and len(err.strip().splitlines()) == 1
+    raw = json.loads(suite.read_text())
+    suite.write_text(json.dumps({**raw, "min_round_s": "long"}))
+    rc, _, err = _run(["--profile", str(prof), "--suite", str(suite)], capsys)
+    assert rc == 2 and "min_round_s" in err and "'long'" in err

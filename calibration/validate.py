@@ -47,6 +47,12 @@ from .host_alloc import ALLOCATORS
 SUITE_DIR = Path(__file__).resolve().parent / "suites"
 DEFAULT_SUITE = SUITE_DIR / "cpu_default.yaml"
 GPU_DEFAULT_SUITE = SUITE_DIR / "gpu_default.yaml"
+#: timed seconds per round at least (suite ``min_round_s``, ``--min-round-s``): steps of a few
+#: milliseconds are timed dozens of times, as a shared host's speed moves by 20-50% for seconds at a
+#: time (a 2-core Zen 4 guest, 2026-12-03: 1-2 steps per round of 10-100 ms configs spread 1.5-2.3x)
+MIN_ROUND_S = 0.5
+#: the most timed steps one round takes to reach :data:`MIN_ROUND_S`
+MAX_ROUND_STEPS = 64
 #: per-pass columns: name -> (measured, predicted) fields, all micro-batches of a step
 COMPONENTS = {"fwd": ("measured_fwd_s", "predicted_fwd_s"), "bwd": ("measured_bwd_s", "predicted_bwd_s"),
               "rec": ("measured_rec_s", "predicted_rec_s"), "opt": ("measured_opt_s", "predicted_opt_s")}
@@ -95,7 +101,7 @@ class Suite:
     steps: int = 5
     path: str = ""
     rounds: int | None = None
-    min_round_s: float = 0.0
+    min_round_s: float = MIN_ROUND_S
 
 
 def _spec_from(name: str, entry: Any) -> ModelSpec:
@@ -228,14 +234,6 @@ def _sync(device) -> None:
 
 
 # ---------------------------------------------------------------------------- measuring
-#: timed seconds per round at least (suite ``min_round_s``, ``--min-round-s``): steps of a few
-#: milliseconds are timed dozens of times, as a shared host's speed moves by 20-50% for seconds at a
-#: time (a 2-core Zen 4 guest, 2026-12-03: 1-2 steps per round of 10-100 ms configs spread 1.5-2.3x)
-MIN_ROUND_S = 0.5
-#: the most timed steps one round takes to reach :data:`MIN_ROUND_S`
-MAX_ROUND_STEPS = 64
-
-
 def check_min_round_s(value: Any, what: str = "--min-round-s") -> None:
     """Usage error unless ``value`` is a finite number of seconds in [0, 60]."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 60:

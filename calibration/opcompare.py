@@ -124,7 +124,8 @@ def classify(name: str, shapes: Sequence[Sequence[int]], phase: str, tokens: int
 # ---------------------------------------------------------------------------- measuring
 def measure(cfg, warmup: int = 2, trace_faults: bool = False) -> dict[str, Any]:
     """Profile one training step of ``cfg`` (a :class:`calibration.validate.Config`, one CPU
-    process): per phase and class the operators' self seconds (all micro-batches); ``wall`` the
+    process): per phase and class the operators' self seconds (all micro-batches), ``dtypes`` each
+    listed operator's first input dtype as the profiler names it; ``wall`` the
     unprofiled phase seconds (median of 3 steps), ``faults`` minor page faults per phase of the
     profiled step; with ``trace_faults`` also ``fault_ops``: one more step's minor page faults per
     (phase, operator, output shape), :class:`FaultTracer`, most first."""
@@ -199,6 +200,7 @@ def measure(cfg, warmup: int = 2, trace_faults: bool = False) -> dict[str, Any]:
     tokens, seq = cfg.micro_batch * cfg.seq_len, cfg.seq_len
     by: dict[str, dict[str, float]] = {p: defaultdict(float) for p in PHASES}
     ops: dict[tuple[str, str, str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+    dtypes: dict[tuple[str, str, str, str], str] = {}
     for ev in prof.events():
         start = ev.time_range.start
         phase = next((p for a, b, p in ranges if a <= start <= b), None)
@@ -207,14 +209,16 @@ def measure(cfg, warmup: int = 2, trace_faults: bool = False) -> dict[str, Any]:
         parent = ev.cpu_parent.name if ev.cpu_parent is not None else ""
         cls = classify(ev.name, ev.input_shapes or [], phase, tokens, v, seq, parent)
         by[phase][cls] += ev.self_cpu_time_total * 1e-6
-        row = ops[(phase, cls, ev.name, str(_dims(ev.input_shapes or [])))]
+        key = (phase, cls, ev.name, str(_dims(ev.input_shapes or [])))
+        row = ops[key]
+        dtypes.setdefault(key, next((d for d in getattr(ev, "input_dtypes", None) or [] if d), ""))
         row[0] += ev.self_cpu_time_total * 1e-6
         row[1] += 1
     top = sorted(((k, t, n) for k, (t, n) in ops.items()), key=lambda r: -r[1])
-    isolated = {k: isolated_gemm_s(k[1], json.loads(k[3])) for k, _, _ in top
+    isolated = {k: isolated_gemm_s(k[1], json.loads(k[3]), dtypes.get(k, "")) for k, _, _ in top
                 if k[2] in _GEMM_OPS and k[1] != "attention"}
     return {"classes": {p: dict(c) for p, c in by.items()}, "wall": wall, "profiled_wall": profiled,
-            "faults": faults, "top": top, "isolated": isolated, "fault_ops": fault_ops}
+            "faults": faults, "top": top, "isolated": isolated, "dtypes": dtypes, "fault_ops": fault_ops}
 
 
 def _minflt() -> int:
@@ -249,25 +253,31 @@ def format_faults(measured: dict[str, Any], n: int) -> str:
     return "\n".join(lines)
 
 
-def isolated_gemm_s(cls: str, shapes: list[list[int]], reps: int = 3) -> float | None:
+#: the profiler's names of the input dtypes a GEMM runs in (``FunctionEvent.input_dtypes``) -> torch's
+_PROFILER_DTYPES = {"float": "float32", "c10::BFloat16": "bfloat16", "c10::Half": "float16", "double": "float64"}
+
+
+def isolated_gemm_s(cls: str, shapes: list[list[int]], dtype: str = "", reps: int = 3) -> float | None:
     """Seconds of one warm, repeated call of a profiled GEMM (``shapes`` as the profiler recorded
-    them) in the layout its class runs in: forward ``x @ W^T`` (weight stored (n, k)), input
-    gradient ``g @ W`` and weight gradient ``g^T @ x`` (first operand transposed), plus the bias
-    of an ``addmm``; the fastest of ``reps`` after one warm-up. What a microbenchmark sees of the
-    same GEMM, for comparison with its time inside the step."""
+    them, ``dtype`` its first input's dtype as the profiler names it; fp32 when unknown) in the
+    layout its class runs in: forward ``x @ W^T`` (weight stored (n, k)), input gradient ``g @ W``
+    and weight gradient ``g^T @ x`` (first operand transposed), plus the bias of an ``addmm``; the
+    fastest of ``reps`` after one warm-up. What a microbenchmark sees of the same GEMM, for
+    comparison with its time inside the step (under autocast, in bf16 as the step ran it)."""
     import torch
 
     mats = [d for d in shapes if len(d) == 2]
     if len(mats) < 2:
         return None
+    dt = getattr(torch, _PROFILER_DTYPES.get(dtype, "float32"))
     (x, y), (_, z) = mats[-2], mats[-1]
-    bias = torch.zeros(z) if len(mats) > 2 or any(len(d) == 1 for d in shapes) else None
+    bias = torch.zeros(z, dtype=dt) if len(mats) > 2 or any(len(d) == 1 for d in shapes) else None
     if cls.endswith(".fwd"):
-        a, b = torch.randn(x, y), torch.randn(z, y).t()
+        a, b = torch.randn(x, y, dtype=dt), torch.randn(z, y, dtype=dt).t()
     elif cls.endswith(".wgrad"):
-        a, b = torch.randn(y, x).t(), torch.randn(y, z)
+        a, b = torch.randn(y, x, dtype=dt).t(), torch.randn(y, z, dtype=dt)
     else:
-        a, b = torch.randn(x, y), torch.randn(y, z)
+        a, b = torch.randn(x, y, dtype=dt), torch.randn(y, z, dtype=dt)
 
     def call() -> None:
         torch.addmm(bias, a, b) if bias is not None else torch.mm(a, b)

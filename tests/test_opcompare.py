@@ -106,6 +106,23 @@ def test_isolated_gemm_times_each_layout(cls, shapes):
     assert OC.isolated_gemm_s(cls, [[4, 32, 16], [4, 16, 32]]) is None  # batched: not re-timed
 
 
+@pytest.mark.parametrize(("dtype", "want"), [("c10::BFloat16", torch.bfloat16), ("float", torch.float32),
+                                             ("", torch.float32)])
+def test_isolated_gemm_runs_in_the_steps_dtype(monkeypatch, dtype, want):
+    seen = []
+    mm = torch.mm
+    monkeypatch.setattr(torch, "mm", lambda a, b: seen.append((a.dtype, b.dtype)) or mm(a, b))
+    assert OC.isolated_gemm_s("gemm.dgrad", [[32, 64], [64, 16]], dtype, reps=1) > 0
+    assert seen and all(d == (want, want) for d in seen)
+
+
+def test_a_bf16_steps_gemms_are_re_timed_in_bf16(tmp_path):
+    cfg = V.load_suite(_suite(tmp_path / "s.json", [{"seq_len": 32, "precision": "bf16"}])).configs[0]
+    m = OC.measure(cfg, warmup=1)
+    gemms = [k for k, _, _ in m["top"] if k[2] in ("aten::mm", "aten::addmm") and k[1] != "attention"]
+    assert gemms and all(m["dtypes"][k] == "c10::BFloat16" for k in gemms)
+
+
 def test_usage_errors(tmp_path, capsys):
     suite = _suite(tmp_path / "s.json", [{"seq_len": 32}, {"seq_len": 64}])
     assert OC.main(["--profile", str(PROFILE), "--suite", str(suite), "--config", "tiny"]) == 2

@@ -90,7 +90,10 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
     With at least :data:`DIMS_MIN_POINTS` points, the per-dimension terms (``m_half``,
     ``n_half``, ``k_half``, ``k_power``; :func:`simulator.kernels.gemm_efficiency`) are fitted in
     place of the thickness term (robustly, :func:`_solve`) and kept if they lower the soft-L1 loss
-    by a fifth. ``operand_bytes`` (per point, the weight-sized matrix the kernel streams): then,
+    by a fifth and predict the points left out of a :data:`CV_FOLDS`-fold cross-validation
+    better too (:func:`_cv_soft_l1`: five free terms can follow one round's noise where two cannot;
+    the operand terms face the same test).
+    ``operand_bytes`` (per point, the weight-sized matrix the kernel streams): then,
     on top of that shape model, ``operand_half_bytes`` and ``operand_floor``
     (:func:`simulator.kernels.operand_factor`: the size at which efficiency falls halfway to the
     floor) when the points span sizes by at least 16x (:func:`_fit_operand`): a slowdown the
@@ -101,33 +104,52 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
     ob = k * n * bytes_per_el if operand_bytes is None else _arr(operand_bytes)
 
     def model(log_e: float, log_xh: float, log_oh: float | None = None, floor: float = 0.0,
-              dims: tuple[float, float, float, float] | None = None) -> np.ndarray:
+              dims: tuple[float, float, float, float] | None = None, idx=_ALL) -> np.ndarray:
         halves, power = ((0.0, 0.0, 0.0), 1.0) if dims is None else (tuple(math.exp(v) for v in dims[:3]), dims[3])
-        return kernels.gemm_time(m, n, k, peak_flops, math.exp(log_e), math.exp(log_xh),
+        return kernels.gemm_time(m[idx], n[idx], k[idx], peak_flops, math.exp(log_e), math.exp(log_xh),
                                  bytes_per_el, bw, bw_eff, launch_s,
-                                 None if log_oh is None else math.exp(log_oh), floor, ob, halves=halves, k_power=power)
+                                 None if log_oh is None else math.exp(log_oh), floor, ob[idx], halves=halves,
+                                 k_power=power)
 
     eff_meas = 2 * m * n * k / (peak_flops * np.maximum(t - launch_s, 1e-12))
     e0 = float(min(1.0, max(1e-4, eff_meas.max() * 1.05)))
     lo_xh, hi_xh = math.log(1e-3), math.log(1e7)
     extra: dict[str, float] = {}
+
+    def thick(idx=_ALL) -> np.ndarray:
+        xh0 = float(np.median(kernels.gemm_thickness(m[idx], n[idx], k[idx])))
+        return _solve(lambda p: np.log(model(p[0], p[1], idx=idx)) - logt[idx], [math.log(e0), math.log(xh0)],
+                      [math.log(1e-6), lo_xh], [0.0, hi_xh])
+
+    def per_dim(idx=_ALL) -> np.ndarray:
+        return _fit_dims(lambda p: np.log(model(p[0], lo_xh, dims=tuple(p[1:]), idx=idx)) - logt[idx],
+                         math.log(e0), [float(np.median(v[idx])) for v in (m, n, k)])
+
     if t.size == 1:
         x = _solve(lambda p: np.log(model(p[0], lo_xh)) - logt, [math.log(e0)],
                    [math.log(1e-6)], [0.0])
         x = np.array([x[0], lo_xh])
     else:
-        xh0 = float(np.median(kernels.gemm_thickness(m, n, k)))
-        x = _solve(lambda p: np.log(model(p[0], p[1])) - logt, [math.log(e0), math.log(xh0)],
-                   [math.log(1e-6), lo_xh], [0.0, hi_xh])
+        x = thick()
+    def held_out_thick(train, test) -> np.ndarray:
+        return np.log(model(*thick(train), idx=test)) - logt[test]
+
+    def held_out_dims(train, test) -> np.ndarray:
+        q = per_dim(train)
+        return np.log(model(q[0], lo_xh, dims=tuple(q[1:]), idx=test)) - logt[test]
+
     dims = None
+    flops = m * n * k
+    held_out = held_out_thick
     if t.size >= DIMS_MIN_POINTS:
-        d = _fit_dims(lambda p: np.log(model(p[0], lo_xh, dims=tuple(p[1:]))) - logt,
-                      math.log(e0), [float(np.median(v)) for v in (m, n, k)])
-        if _soft_l1(np.log(model(d[0], lo_xh, dims=tuple(d[1:]))) - logt) < 0.8 * _soft_l1(
-                np.log(model(x[0], x[1])) - logt):
-            x, dims = np.array([d[0], lo_xh]), tuple(float(v) for v in d[1:])
+        d = per_dim()
+        if (_soft_l1(np.log(model(d[0], lo_xh, dims=tuple(d[1:]))) - logt)
+                < 0.8 * _soft_l1(np.log(model(x[0], x[1])) - logt)
+                and _cv_soft_l1(held_out_dims, flops) < _cv_soft_l1(held_out_thick, flops)):
+            x, dims, held_out = np.array([d[0], lo_xh]), tuple(float(v) for v in d[1:]), held_out_dims
     if operand_bytes is not None and t.size >= 4 and ob.max() >= 16 * ob.min():
-        x, extra = _fit_operand(model, logt, ob, x, dims, lo_xh, hi_xh)
+        x, extra = _fit_operand(model, logt, ob, x, dims, lo_xh, hi_xh,
+                                _cv_soft_l1(held_out, flops) if t.size >= CV_FOLDS * 2 else None, flops)
     log_oh = math.log(extra["operand_half_bytes"]) if extra else None
     floor = extra.get("operand_floor", 0.0)
     e_max, x_half = math.exp(x[0]), math.exp(x[1])
@@ -144,31 +166,49 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
 
 
 def _fit_operand(model, logt: np.ndarray, ob: np.ndarray, x: np.ndarray, dims, lo_xh: float,
-                 hi_xh: float) -> tuple[np.ndarray, dict[str, float]]:
+                 hi_xh: float, base_cv: float | None = None, flops: np.ndarray | None = None,
+                 ) -> tuple[np.ndarray, dict[str, float]]:
     """Try the streamed-operand terms (``operand_half_bytes``, ``operand_floor``) on top of the
     fitted shape model (``x``: log e_max, log x_half; ``dims`` held fixed), robustly. They are
     kept only if they lower the soft-L1 loss by a fifth, the halfway size lies inside the measured
     sizes with at least two points at or above it (a slowdown seen on one point is noise, not a
-    cache leaving), and the floor is below 0.9; otherwise ``x`` is returned unchanged, with no terms."""
+    cache leaving), the floor is below 0.9, and, given the shape model's cross-validated loss
+    ``base_cv`` (:func:`_cv_soft_l1` over ``flops``), they lower that too; otherwise ``x`` is
+    returned unchanged, with no terms."""
     thick = dims is None
     base = _soft_l1(np.log(model(x[0], x[1], dims=dims)) - logt)
 
-    def resid(p: np.ndarray) -> np.ndarray:
-        return np.log(model(p[0], p[1] if thick else lo_xh, p[-2], p[-1], dims)) - logt
+    def resid(p: np.ndarray, idx=_ALL) -> np.ndarray:
+        return np.log(model(p[0], p[1] if thick else lo_xh, p[-2], p[-1], dims, idx=idx)) - logt[idx]
 
-    x0 = [min(0.0, x[0] + 0.5)] + ([x[1]] if thick else []) + [math.log(float(np.median(ob))), 0.3]
-    lo = [math.log(1e-6)] + ([lo_xh] if thick else []) + [math.log(ob.min() / 16), 0.0]
-    hi = [0.0] + ([hi_xh] if thick else []) + [math.log(ob.max() * 16), 1.0]
-    p = _solve(resid, x0, lo, hi, robust=True)
+    def solve(idx=_ALL) -> np.ndarray:
+        x0 = [min(0.0, x[0] + 0.5)] + ([x[1]] if thick else []) + [math.log(float(np.median(ob[idx]))), 0.3]
+        lo = [math.log(1e-6)] + ([lo_xh] if thick else []) + [math.log(ob[idx].min() / 16), 0.0]
+        hi = [0.0] + ([hi_xh] if thick else []) + [math.log(ob[idx].max() * 16), 1.0]
+        return _solve(lambda p: resid(p, idx), x0, lo, hi, robust=True)
+
+    p = solve()
     half, floor = math.exp(p[-2]), float(p[-1])
     if (_soft_l1(resid(p)) < 0.8 * base and ob.min() <= half <= ob.max() and int((ob >= half).sum()) >= 2
-            and floor < 0.9):
+            and floor < 0.9 and (base_cv is None or _cv_soft_l1(lambda tr, te: resid(solve(tr), te), flops) < base_cv)):
         return np.array([p[0], p[1] if thick else lo_xh]), {"operand_half_bytes": half, "operand_floor": floor}
     return x, {}
 
 
 #: fewest GEMM points for fitting the four per-dimension terms
 DIMS_MIN_POINTS = 8
+#: folds of the cross-validation a richer GEMM model must win as well as the in-sample loss
+CV_FOLDS = 5
+_ALL = slice(None)
+
+
+def _cv_soft_l1(fit_resid, flops: np.ndarray) -> float:
+    """Mean soft-L1 loss of the log errors on held-out points: the points, in order of ``flops``,
+    dealt round-robin into :data:`CV_FOLDS` folds (each fold spans the sizes); ``fit_resid(train,
+    test)`` fits on the ``train`` indices and returns the log errors at ``test``."""
+    order = np.argsort(flops, kind="stable")
+    folds = [order[i::CV_FOLDS] for i in range(CV_FOLDS)]
+    return _soft_l1(np.concatenate([fit_resid(np.setdiff1d(order, f), f) for f in folds]))
 _LO_HALF = math.log(1e-3)
 
 

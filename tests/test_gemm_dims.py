@@ -69,3 +69,42 @@ def test_profile_bounds_the_k_power():
         GemmEfficiency(e_max=0.8, x_half=0.0, k_half=90.0, k_power=0.5, source="t")
     g = GemmEfficiency(e_max=0.8, x_half=0.0, m_half=25.0, k_half=90.0, k_power=4.0, source="t")
     assert g.halves == (25.0, 0.0, 90.0)
+
+
+def _noisy_thickness_points(seed: int, npts: int = 16):
+    """GEMMs whose truth is the two-term thickness model, each timed with 20% log-normal noise."""
+    rng = np.random.default_rng(seed)
+    m = rng.choice([16, 64, 128, 512, 2048], npts).astype(float)
+    n = rng.choice([256, 1024, 4096], npts).astype(float)
+    k = rng.choice([32, 64, 768, 4096], npts).astype(float)
+    t = kernels.gemm_time(m, n, k, PEAK, 0.7, 50.0, 4, BW, 1.0, 0.0) * np.exp(rng.normal(0.0, 0.2, npts))
+    return m, n, k, t
+
+
+def _picks_dims(points) -> bool:
+    return "k_half" in F.fit_gemm(*points, PEAK, 4, BW, 1.0, 0.0).params
+
+
+def test_cross_validation_turns_down_per_dimension_terms_that_follow_noise(monkeypatch):
+    seeds = range(30)
+    with_cv = sum(_picks_dims(_noisy_thickness_points(s)) for s in seeds)
+    # the in-sample rule alone (the held-out comparison always won by the per-dimension model)
+    calls = iter([0.0, 1.0] * 1000)
+    monkeypatch.setattr(F, "_cv_soft_l1", lambda *a: next(calls))
+    in_sample = sum(_picks_dims(_noisy_thickness_points(s)) for s in seeds)
+    assert in_sample >= 6 and with_cv <= in_sample // 2, (in_sample, with_cv)
+    assert _picks_dims(_noisy_thickness_points(8))  # one of them, under the in-sample rule
+
+
+def test_cross_validation_keeps_the_thickness_model_for_one_noisy_draw():
+    assert not _picks_dims(_noisy_thickness_points(8))
+
+
+def test_cross_validation_folds_span_the_sizes():
+    flops = np.arange(20.0)[::-1]
+    seen = []
+    F._cv_soft_l1(lambda train, test: seen.append((set(train), set(test))) or np.zeros(len(test)), flops)
+    assert len(seen) == F.CV_FOLDS and set().union(*(te for _, te in seen)) == set(range(20))
+    for train, test in seen:
+        assert not train & test and len(test) == 4
+        assert max(flops[list(test)]) - min(flops[list(test)]) >= 15  # every fold reaches across the sizes

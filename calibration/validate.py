@@ -614,17 +614,39 @@ def read_measured(path: str | os.PathLike) -> dict[str, tuple[Measured, dict[str
     return out
 
 
-def _remeasured(a: argparse.Namespace, configs: list[Config], profile) -> list[dict[str, Any]]:
-    """Rows of ``configs`` from the measurements in ``a.measured``, predicted with ``profile``."""
-    known = read_measured(a.measured)
+def _remeasured(path: Path, configs: list[Config], profile) -> list[dict[str, Any]]:
+    """Rows of ``configs`` from the measurements in the ``--csv`` file ``path``, predicted with ``profile``."""
+    known = read_measured(path)
     todo = [c for c in configs if c.id in known]
     if not todo:
-        raise UsageError(f"--measured {str(a.measured)!r} has no measured row of this suite's configs")
+        raise UsageError(f"--measured {str(path)!r} has no measured row of this suite's configs")
     rows = []
     for cfg in todo:
         m, meta = known[cfg.id]
         rows.append(make_row(cfg, m, predict(cfg, profile), 1, {**meta, "profile": profile.name}))
     return rows
+
+
+def draw_coverage(draws: list[list[dict[str, Any]]], level: float = 0.8) -> list[float | None]:
+    """Per draw (the rows of one measurement of a suite), the share of its rows whose
+    log(measured/predicted) lies inside the ``level`` interval built from the other draws' residuals
+    (:func:`simulator.uncertainty.bounds`): whether an interval from some draws of the host covers
+    another as it claims; None for a draw without residuals or whose others have fewer than 3.
+    Empty with fewer than two draws."""
+    from simulator.uncertainty import bounds
+
+    if len(draws) < 2:
+        return []
+    logs = [[r["log_ratio"] for r in d if r.get("log_ratio") is not None] for d in draws]
+    out = []
+    for i, own in enumerate(logs):
+        others = [x for j, d in enumerate(logs) if j != i for x in d]
+        if not own or len(others) < 3:
+            out.append(None)
+            continue
+        lo, hi = bounds(others, level)
+        out.append(sum(lo <= x <= hi for x in own) / len(own))
+    return out
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -656,9 +678,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--update-profile", action="store_true",
                    help="store the residuals in the profile's 'validation' field (80%% intervals)")
     p.add_argument("--no-compile", action="store_true", help="skip configs that use torch.compile")
-    p.add_argument("--measured", type=Path, default=None,
-                   help="re-predict the measured steps of an earlier `--csv` of this suite with --profile "
-                        "instead of running them (to compare two calibrations on the same measurements)")
+    p.add_argument("--measured", type=Path, nargs="+", default=None, metavar="CSV",
+                   help="re-predict the measured steps of earlier `--csv` files of this suite with --profile "
+                        "instead of running them (to compare two calibrations on the same measurements); "
+                        "several files are several draws of the host, pooled (with --update-profile, the "
+                        "interval's residuals) and checked against each other (leave-one-draw-out coverage)")
     return p
 
 
@@ -716,8 +740,13 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
     if a.measured is not None:
         if a.nproc and a.nproc > 1:
             raise UsageError("--measured re-predicts single-process rows; drop --nproc")
-        rows = _remeasured(a, configs, profile)
-        return _report(a, rows, suite.name, rows[0]["device"], profile.name, 1, rows[0]["date"])
+        if a.csv and len(a.measured) > 1:
+            raise UsageError(f"--csv takes the rows of one --measured file, got {len(a.measured)} (the draws "
+                             "share config ids); drop --csv or pass one file")
+        draws = [_remeasured(path, configs, profile) for path in a.measured]
+        rows = [r for d in draws for r in d]
+        return _report(a, rows, suite.name, rows[0]["device"], profile.name, 1, rows[0]["date"],
+                       draws=draws if len(draws) > 1 else None)
     try:
         import torch
     except ImportError:
@@ -796,21 +825,35 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
 
 
 def _report(a: argparse.Namespace, rows: list[dict[str, Any]], suite: str, dev_name: str, profile: str,
-            world: int, date: str) -> int:
+            world: int, date: str, draws: list[list[dict[str, Any]]] | None = None) -> int:
     """Print the rows and summary (table or JSON), merge them into ``--csv`` and store the
-    residuals with ``--update-profile``; returns the exit status."""
+    residuals with ``--update-profile``; with ``draws`` (several measurements of the suite, pooled
+    in ``rows``) also each draw's MAPE and its leave-one-draw-out interval coverage
+    (:func:`draw_coverage`); returns the exit status."""
     summary = summarize(rows)
+    if draws:
+        each = [summarize(d) for d in draws]
+        summary["draws"] = [{"n": e["n"], "mape_pct": e["mape_pct"], "coverage_80": c}
+                            for e, c in zip(each, draw_coverage(draws), strict=True)]
     if a.json:
         print(json.dumps({"suite": suite, "device": dev_name, "profile": profile, "world": world, "date": date,
                           "rows": rows, **summary}, indent=2))
     else:
         print(format_table(rows, summary))
+        if draws:
+            print(f"pooled over {len(draws)} draws; each draw's MAPE and the share of its rows inside the 80% "
+                  "interval from the other draws' residuals: " + ", ".join(
+                      ("—" if d["mape_pct"] is None else f"{d['mape_pct']:.1f}%") + " / "
+                      + ("—" if d["coverage_80"] is None else f"{100 * d['coverage_80']:.0f}%")
+                      for d in summary["draws"]))
     if a.csv:
         merge_csv(a.csv, rows)
         if not a.json:
             print(f"merged {len(rows)} rows into {a.csv}")
     if a.update_profile:
-        source = f"validate {suite} on {dev_name} {str(date)[:10]}"
+        source = (f"validate {suite} on {dev_name} {str(date)[:10]}"
+                  + (f", {len(draws)} draws pooled ({', '.join(sorted({str(d[0]['date'])[:16] for d in draws}))})"
+                     if draws else ""))
         update_profile(a.profile, summary, source)
         if not a.json:
             print(f"wrote validation ({summary['n']} residuals, MAPE {summary['mape_pct']:.1f}%) into {a.profile}")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -157,6 +158,44 @@ def test_measured_rows_are_repredicted_without_running(tmp_path, capsys, monkeyp
     assert out["fast"] < out["slow"]
     rc, _, err = _run(["--profile", str(slow), "--suite", str(suite), "--measured", str(tmp_path / "no.csv")], capsys)
     assert rc == 2 and "--measured" in err and len(err.strip().splitlines()) == 1
+
+
+def test_draw_coverage_checks_each_draw_against_the_others():
+    rows = lambda xs: [{"log_ratio": x} for x in xs]  # noqa: E731
+    same = [rows(np.linspace(-0.1, 0.1, 21)) for _ in range(3)]
+    assert all(c >= 0.75 for c in V.draw_coverage(same))
+    # a draw measured while the host ran a third faster than in the others lies outside their interval
+    shifted = same[:2] + [rows(np.linspace(-0.1, 0.1, 21) - 0.3)]
+    assert V.draw_coverage(shifted)[2] == 0.0
+    assert V.draw_coverage(same[:1]) == [] and V.draw_coverage([rows([0.1]), []])[1] is None
+
+
+def test_several_measured_draws_are_pooled_into_the_profiles_interval(tmp_path, capsys, monkeypatch):
+    suite = _suite(tmp_path / "s.json", [{"model": "tiny", "seq_len": s, "micro_batch": 1} for s in (8, 16, 24, 32)])
+    cfgs = V.load_suite(suite).configs
+    prof = _profile(tmp_path / "p.json")
+    meta = {"steps": 3, "warmup": 1, "device": "test cpu", "suite": "unit", "torch": "x", "loadavg_1min": 0.1}
+    for i, scale in enumerate((1.0, 1.5)):
+        rows = []
+        for c in cfgs:
+            step = scale * V.predict(c, load_profile(prof))["step"]
+            m = V.Measured("ok", "", step, 0.3 * step, 0.5 * step, 0.0, 0.2 * step, None, step, 1.1)
+            rows.append(V.make_row(c, m, V.predict(c, load_profile(prof)), 1, {**meta, "date": f"2026-12-0{i + 1}T00:00"}))
+        V.merge_csv(tmp_path / f"d{i}.csv", rows)
+    monkeypatch.setattr(V, "measure", lambda *a, **k: pytest.fail("--measured must not run training steps"))
+    draws = [str(tmp_path / "d0.csv"), str(tmp_path / "d1.csv")]
+    rc, text, err = _run(["--profile", str(prof), "--suite", str(suite), "--measured", *draws, "--json",
+                          "--update-profile"], capsys)
+    assert rc == 0, err
+    out = json.loads(text)
+    assert out["n"] == 8 and [d["n"] for d in out["draws"]] == [4, 4]
+    assert [round(d["mape_pct"]) for d in out["draws"]] == [0, 33]
+    val = load_profile(prof).validation
+    assert val.n == 8 and "2 draws pooled" in val.source and len(val.log_ratio_residuals) == 8
+    rc, _, err = _run(["--profile", str(prof), "--suite", str(suite), "--measured", *draws,
+                       "--csv", str(tmp_path / "x.csv")], capsys)
+    assert rc == 2 and "--csv takes the rows of one --measured file" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x.csv").exists()
 
 
 def test_csv_without_id_column_is_not_overwritten(tmp_path):

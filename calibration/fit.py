@@ -92,7 +92,7 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
     place of the thickness term (robustly, :func:`_solve`) and kept if they lower the soft-L1 loss
     by a fifth and predict the points left out of a :data:`CV_FOLDS`-fold cross-validation
     better too (:func:`_cv_soft_l1`: five free terms can follow one round's noise where two cannot;
-    the operand terms face the same test).
+    the operand terms face the same test, given at least twice :data:`CV_FOLDS` points).
     ``operand_bytes`` (per point, the weight-sized matrix the kernel streams): then,
     on top of that shape model, ``operand_half_bytes`` and ``operand_floor``
     (:func:`simulator.kernels.operand_factor`: the size at which efficiency falls halfway to the
@@ -131,6 +131,7 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
         x = np.array([x[0], lo_xh])
     else:
         x = thick()
+
     def held_out_thick(train, test) -> np.ndarray:
         return np.log(model(*thick(train), idx=test)) - logt[test]
 
@@ -209,6 +210,8 @@ def _cv_soft_l1(fit_resid, flops: np.ndarray) -> float:
     order = np.argsort(flops, kind="stable")
     folds = [order[i::CV_FOLDS] for i in range(CV_FOLDS)]
     return _soft_l1(np.concatenate([fit_resid(np.setdiff1d(order, f), f) for f in folds]))
+
+
 _LO_HALF = math.log(1e-3)
 
 

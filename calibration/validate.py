@@ -40,6 +40,7 @@ from simulator.errors import UsageError, UsageParser, run_cli
 from simulator.models import ModelSpec, get_model
 from simulator.strategy import CHECKPOINTINGS as CHECKPOINTING
 from simulator.strategy import PRECISIONS
+from simulator.uncertainty import LEVEL, bounds
 
 from . import host_alloc, host_load
 from .host_alloc import ALLOCATORS
@@ -627,14 +628,13 @@ def _remeasured(path: Path, configs: list[Config], profile) -> list[dict[str, An
     return rows
 
 
-def draw_coverage(draws: list[list[dict[str, Any]]], level: float = 0.8) -> list[float | None]:
+def draw_coverage(draws: list[list[dict[str, Any]]], level: float | None = None) -> list[float | None]:
     """Per draw (the rows of one measurement of a suite), the share of its rows whose
-    log(measured/predicted) lies inside the ``level`` interval built from the other draws' residuals
+    log(measured/predicted) lies inside the ``level`` interval (default the printed intervals',
+    :data:`simulator.uncertainty.LEVEL`) built from the other draws' residuals
     (:func:`simulator.uncertainty.bounds`): whether an interval from some draws of the host covers
     another as it claims; None for a draw without residuals or whose others have fewer than 3.
     Empty with fewer than two draws."""
-    from simulator.uncertainty import bounds
-
     if len(draws) < 2:
         return []
     logs = [[r["log_ratio"] for r in d if r.get("log_ratio") is not None] for d in draws]
@@ -644,7 +644,7 @@ def draw_coverage(draws: list[list[dict[str, Any]]], level: float = 0.8) -> list
         if not own or len(others) < 3:
             out.append(None)
             continue
-        lo, hi = bounds(others, level)
+        lo, hi = bounds(others, LEVEL if level is None else level)
         out.append(sum(lo <= x <= hi for x in own) / len(own))
     return out
 
@@ -833,7 +833,7 @@ def _report(a: argparse.Namespace, rows: list[dict[str, Any]], suite: str, dev_n
     summary = summarize(rows)
     if draws:
         each = [summarize(d) for d in draws]
-        summary["draws"] = [{"n": e["n"], "mape_pct": e["mape_pct"], "coverage_80": c}
+        summary["draws"] = [{"n": e["n"], "mape_pct": e["mape_pct"], "coverage": c}
                             for e, c in zip(each, draw_coverage(draws), strict=True)]
     if a.json:
         print(json.dumps({"suite": suite, "device": dev_name, "profile": profile, "world": world, "date": date,
@@ -841,10 +841,10 @@ def _report(a: argparse.Namespace, rows: list[dict[str, Any]], suite: str, dev_n
     else:
         print(format_table(rows, summary))
         if draws:
-            print(f"pooled over {len(draws)} draws; each draw's MAPE and the share of its rows inside the 80% "
-                  "interval from the other draws' residuals: " + ", ".join(
+            print(f"pooled over {len(draws)} draws; each draw's MAPE and the share of its rows inside the "
+                  f"{100 * LEVEL:.0f}% interval from the other draws' residuals: " + ", ".join(
                       ("—" if d["mape_pct"] is None else f"{d['mape_pct']:.1f}%") + " / "
-                      + ("—" if d["coverage_80"] is None else f"{100 * d['coverage_80']:.0f}%")
+                      + ("—" if d["coverage"] is None else f"{100 * d['coverage']:.0f}%")
                       for d in summary["draws"]))
     if a.csv:
         merge_csv(a.csv, rows)

@@ -6,8 +6,11 @@ import math
 
 import numpy as np
 
+#: coverage of the intervals every answer prints (and `validate` checks draws against)
+LEVEL = 0.8
 
-def bounds(log_residuals, level: float = 0.8, widen: float = 1.0) -> tuple[float, float]:
+
+def bounds(log_residuals, level: float = LEVEL, widen: float = 1.0) -> tuple[float, float]:
     """(low, high) quantiles of log(measured/predicted time) residuals at ``level`` coverage, the
     spread about their median multiplied by ``widen`` (>1 where the residuals are borrowed from
     another GPU); the interval always contains the point estimate (0)."""
@@ -18,7 +21,7 @@ def bounds(log_residuals, level: float = 0.8, widen: float = 1.0) -> tuple[float
     return min(float(lo), 0.0), max(float(hi), 0.0)
 
 
-def interval(days: float, validation, level: float = 0.8) -> tuple[float, float] | None:
+def interval(days: float, validation, level: float = LEVEL) -> tuple[float, float] | None:
     """(low, high) days at ``level`` coverage from log(measured/predicted time) residuals.
 
     The residual quantiles scale the point estimate: a profile whose validation found real

@@ -139,18 +139,25 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
         q = per_dim(train)
         return np.log(model(q[0], lo_xh, dims=tuple(q[1:]), idx=test)) - logt[test]
 
-    dims = None
     flops = m * n * k
+    cv: dict = {}  # each shape model's cross-validated loss, computed once
+
+    def cv_loss(held_out) -> float:
+        if held_out not in cv:
+            cv[held_out] = _cv_soft_l1(held_out, flops)
+        return cv[held_out]
+
+    dims = None
     held_out = held_out_thick
     if t.size >= DIMS_MIN_POINTS:
         d = per_dim()
         if (_soft_l1(np.log(model(d[0], lo_xh, dims=tuple(d[1:]))) - logt)
                 < 0.8 * _soft_l1(np.log(model(x[0], x[1])) - logt)
-                and _cv_soft_l1(held_out_dims, flops) < _cv_soft_l1(held_out_thick, flops)):
+                and cv_loss(held_out_dims) < cv_loss(held_out_thick)):
             x, dims, held_out = np.array([d[0], lo_xh]), tuple(float(v) for v in d[1:]), held_out_dims
     if operand_bytes is not None and t.size >= 4 and ob.max() >= 16 * ob.min():
         x, extra = _fit_operand(model, logt, ob, x, dims, lo_xh, hi_xh,
-                                _cv_soft_l1(held_out, flops) if t.size >= CV_FOLDS * 2 else None, flops)
+                                cv_loss(held_out) if t.size >= CV_FOLDS * 2 else None, flops)
     log_oh = math.log(extra["operand_half_bytes"]) if extra else None
     floor = extra.get("operand_floor", 0.0)
     e_max, x_half = math.exp(x[0]), math.exp(x[1])

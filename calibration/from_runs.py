@@ -43,6 +43,7 @@ from simulator.profile import (
     comm_params,
     load_profile,
 )
+from simulator.uncertainty import LEVEL, left_out_coverage
 
 #: name -> (start, lower, upper, meaning). Starts are the microbenchmark model (factors 1, no
 #: overhead, full overlap); bounds keep every value physical (no efficiency above 1, see _apply).
@@ -253,16 +254,13 @@ class Fitter:
                 f.loso[out] = self.residuals(xs, out)
         return f
 
-    def heldout_coverage(self, held: np.ndarray, level: float = 0.8) -> float:
+    def heldout_coverage(self, held: np.ndarray, level: float = LEVEL) -> float | None:
         """Share of runs whose held-out residual falls inside the interval built from the other
-        runs' held-out residuals (the interval a user would have got before running it)."""
-        from simulator.uncertainty import bounds
-
-        inside = []
-        for i in range(len(held)):
-            lo, hi = bounds(np.delete(held, i), level)
-            inside.append(lo <= held[i] <= hi)
-        return float(np.mean(inside))
+        runs' held-out residuals (the interval a user would have got before running it;
+        :func:`simulator.uncertainty.left_out_coverage` with one run per group); None with fewer
+        than 4 runs."""
+        inside = [c for c in left_out_coverage([[x] for x in held], level) if c is not None]
+        return float(np.mean(inside)) if inside else None
 
 
 def fit_provenance(fitter: Fitter, f: Fit, group: str, base_name: str, idx: np.ndarray,
@@ -311,8 +309,9 @@ def report(fitter: Fitter, f: Fit) -> str:
     lines.append(f"MAPE over {len(f.residuals)} runs: in-sample {mape_of(f.residuals):.1f}%"
                  + (f", leave-one-run-out {mape_of(f.loo):.1f}%" if f.loo is not None else "")
                  + (f", leave-one-source-out {mape_of(f.loso):.1f}%" if f.loso is not None else ""))
-    if f.loo is not None:
-        lines.append(f"80% interval coverage of held-out runs (LOO): {fitter.heldout_coverage(f.loo):.0%}")
+    cover = None if f.loo is None else fitter.heldout_coverage(f.loo)
+    if cover is not None:
+        lines.append(f"{100 * LEVEL:.0f}% interval coverage of held-out runs (LOO): {cover:.0%}")
     group = np.array(fitter.run_group)
     for s, m in [(s, fitter.sources == s) for s in np.unique(fitter.sources)] + \
             [(f"GPU group {g}", group == g) for g in fitter.groups]:

@@ -40,7 +40,7 @@ from simulator.errors import UsageError, UsageParser, run_cli
 from simulator.models import ModelSpec, get_model
 from simulator.strategy import CHECKPOINTINGS as CHECKPOINTING
 from simulator.strategy import PRECISIONS
-from simulator.uncertainty import LEVEL, bounds
+from simulator.uncertainty import LEVEL, left_out_coverage
 
 from . import host_alloc, host_load
 from .host_alloc import ALLOCATORS
@@ -628,25 +628,15 @@ def _remeasured(path: Path, configs: list[Config], profile) -> list[dict[str, An
     return rows
 
 
-def draw_coverage(draws: list[list[dict[str, Any]]], level: float | None = None) -> list[float | None]:
+def draw_coverage(draws: list[list[dict[str, Any]]], level: float = LEVEL) -> list[float | None]:
     """Per draw (the rows of one measurement of a suite), the share of its rows whose
-    log(measured/predicted) lies inside the ``level`` interval (default the printed intervals',
-    :data:`simulator.uncertainty.LEVEL`) built from the other draws' residuals
-    (:func:`simulator.uncertainty.bounds`): whether an interval from some draws of the host covers
-    another as it claims; None for a draw without residuals or whose others have fewer than 3.
-    Empty with fewer than two draws."""
+    log(measured/predicted) lies inside the ``level`` interval built from the other draws' residuals
+    (:func:`simulator.uncertainty.left_out_coverage`): whether an interval from some draws of the
+    host covers another as it claims; None for a draw without residuals or whose others have fewer
+    than 3. Empty with fewer than two draws."""
     if len(draws) < 2:
         return []
-    logs = [[r["log_ratio"] for r in d if r.get("log_ratio") is not None] for d in draws]
-    out = []
-    for i, own in enumerate(logs):
-        others = [x for j, d in enumerate(logs) if j != i for x in d]
-        if not own or len(others) < 3:
-            out.append(None)
-            continue
-        lo, hi = bounds(others, LEVEL if level is None else level)
-        out.append(sum(lo <= x <= hi for x in own) / len(own))
-    return out
+    return left_out_coverage([[r["log_ratio"] for r in d if r.get("log_ratio") is not None] for d in draws], level)
 
 
 # ---------------------------------------------------------------------------- CLI
@@ -676,7 +666,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print rows and summary as JSON")
     p.add_argument("--csv", type=Path, help="merge rows into this CSV by config id (atomic write)")
     p.add_argument("--update-profile", action="store_true",
-                   help="store the residuals in the profile's 'validation' field (80%% intervals)")
+                   help=f"store the residuals in the profile's 'validation' field ({100 * LEVEL:.0f}%% intervals)")
     p.add_argument("--no-compile", action="store_true", help="skip configs that use torch.compile")
     p.add_argument("--measured", type=Path, nargs="+", default=None, metavar="CSV",
                    help="re-predict the measured steps of earlier `--csv` files of this suite with --profile "
@@ -740,6 +730,10 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
     if a.measured is not None:
         if a.nproc and a.nproc > 1:
             raise UsageError("--measured re-predicts single-process rows; drop --nproc")
+        twice = sorted({str(p) for p in a.measured if sum(q.resolve() == p.resolve() for q in a.measured) > 1})
+        if twice:
+            raise UsageError(f"--measured names {twice[0]!r} more than once: each file is one draw of the host; "
+                             "pass each once")
         if a.csv and len(a.measured) > 1:
             raise UsageError(f"--csv takes the rows of one --measured file, got {len(a.measured)} (the draws "
                              "share config ids); drop --csv or pass one file")

@@ -175,7 +175,7 @@ def for_family(family: str) -> FamilyValidation | None:
     return v if v is not None and len(v.log_ratio_residuals) >= 3 else None
 
 
-def interval(days: float, profile_validation, family: str, gpu_id: str | None = None, level: float = 0.8
+def interval(days: float, profile_validation, family: str, gpu_id: str | None = None, level: float = uncertainty.LEVEL
              ) -> tuple[tuple[float, float] | None, str | None]:
     """((low, high) days, where it came from) at ``level`` coverage: the profile's interval,
     widened to include the family's own held-out residuals where it has any (leave one run out

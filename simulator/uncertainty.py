@@ -21,6 +21,24 @@ def bounds(log_residuals, level: float = LEVEL, widen: float = 1.0) -> tuple[flo
     return min(float(lo), 0.0), max(float(hi), 0.0)
 
 
+def left_out_coverage(groups, level: float = LEVEL) -> list[float | None]:
+    """Per group of log(measured/predicted time) residuals, the share of them inside the ``level``
+    interval (:func:`bounds`) built from all the other groups' residuals: whether an interval
+    covers, as it claims, cases it was not built from (groups of one run: leave one run out; one
+    measurement of a suite each: leave one draw of the host out). None for an empty group or one
+    whose others hold fewer than 3 residuals."""
+    arrays = [np.asarray(g, dtype=float) for g in groups]
+    out: list[float | None] = []
+    for i, own in enumerate(arrays):
+        others = np.concatenate([a for j, a in enumerate(arrays) if j != i] or [np.empty(0)])
+        if not own.size or others.size < 3:
+            out.append(None)
+            continue
+        lo, hi = bounds(others, level)
+        out.append(float(np.mean((own >= lo) & (own <= hi))))
+    return out
+
+
 def interval(days: float, validation, level: float = LEVEL) -> tuple[float, float] | None:
     """(low, high) days at ``level`` coverage from log(measured/predicted time) residuals.
 

@@ -122,6 +122,17 @@ def test_interval_bounds_widen_and_contain_the_estimate():
     assert bounds([0.1, 0.2, 0.3])[0] == 0.0  # all runs slower: the interval still holds the estimate
 
 
+def test_left_out_coverage_is_leave_one_out_for_single_runs_and_per_group_otherwise():
+    from simulator.uncertainty import bounds, left_out_coverage
+
+    held = np.random.default_rng(3).normal(0.0, 0.2, 12)
+    by_hand = [float(bounds(np.delete(held, i))[0] <= held[i] <= bounds(np.delete(held, i))[1]) for i in range(12)]
+    assert left_out_coverage([[x] for x in held]) == by_hand
+    # a group shifted far from the others lies outside their interval; too few others: None
+    assert left_out_coverage([held, held, held - 2.0])[2] == 0.0
+    assert left_out_coverage([held[:2], []]) == [None, None]
+
+
 def test_tensor_pipeline_runs_are_fitted_through_their_layout():
     """A run with tp or pp above 1 (Korthikanti et al. 2022: TP 8, PP 1-64) is evaluated under its
     one pinned layout: the fit's step time is simulate's with the same layout, for any profile,

@@ -196,6 +196,10 @@ def test_several_measured_draws_are_pooled_into_the_profiles_interval(tmp_path, 
                        "--csv", str(tmp_path / "x.csv")], capsys)
     assert rc == 2 and "--csv takes the rows of one --measured file" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x.csv").exists()
+    # the same draw twice would count its residuals twice
+    rc, _, err = _run(["--profile", str(prof), "--suite", str(suite), "--measured", draws[0], draws[1], draws[0]],
+                      capsys)
+    assert rc == 2 and "more than once" in err and "d0.csv" in err and len(err.strip().splitlines()) == 1
 
 
 def test_csv_without_id_column_is_not_overwritten(tmp_path):

@@ -330,10 +330,11 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         out = [r["bytes"] / OPS[k.split("/")[1]][0] for k, r in pts]  # one new output tensor per call
         _ops(cls, [r for _, r in pts], [r["bytes"] for _, r in pts], [fresh_s(o, o) for o in out],
              [r.get("kernels", 1) for _, r in pts])
-    for key in ACTIVATION_CLASSES:  # activation.<act>.<dtype>: the activation/<act>/<dtype>/ benches
-        _, act, dt = key.split(".")
-        ac = [r for _, r in _ok(results, f"activation/{act}/{dt}/")]
-        _ops(key, ac, [r["bytes"] for r in ac], [fresh_s(r["bytes"] / 2, r["bytes"] / 2) for r in ac], 1)
+    for key in ACTIVATION_CLASSES:  # activation.<act>.<dtype>[.bwd]: the activation[_bwd]/<act>/<dtype>/ benches
+        _, act, dt, *bwd = key.split(".")
+        ac = [r for _, r in _ok(results, f"activation{'_bwd' if bwd else ''}/{act}/{dt}/")]
+        out = [r["bytes"] / (3 if bwd else 2) for r in ac]  # one new output tensor per call
+        _ops(key, ac, [r["bytes"] for r in ac], [fresh_s(o, o) for o in out], 1)
     lo = [r for _, r in _ok(results, "loss/")]
     if lo:  # known: fresh pages of the log-probabilities and of the logits' gradient (as the simulator adds)
         nl = [r["logits"] for r in lo]

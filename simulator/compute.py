@@ -87,8 +87,9 @@ def op_times(op: Op, dev: Device, precision: str) -> tuple[np.ndarray, np.ndarra
         return op.fwd_flops() / (peak * e_f), op.bwd_flops() / (peak * e_b)
     peak = dev.peak_flops["fp32"]
     eff_bw = bw * (prof.bw_eff(op.bandwidth) if op.bandwidth else bw_eff)
+    eff_bw_b = bw * prof.bw_eff(op.bandwidth_bwd) if op.bandwidth_bwd else eff_bw
     t_f = np.maximum(op.fwd_flops() / peak, np.asarray(op.bytes_fwd, float) / eff_bw)
-    t_b = np.maximum(op.bwd_flops() / peak, np.asarray(op.bytes_bwd, float) / eff_bw)
+    t_b = np.maximum(op.bwd_flops() / peak, np.asarray(op.bytes_bwd, float) / eff_bw_b)
     if np.any(np.asarray(op.atomics_bwd) > 0):  # serialized behind the kernel's scans (see Op)
         t_b = t_b + np.asarray(op.atomics_bwd, float) / (atomic_rate(prof) * 1e9)
     return t_f, t_b

@@ -143,16 +143,25 @@ class FreshMemory(_Strict):
 BW_OP_CLASSES = ("elementwise", "softmax", "loss", "embedding", "cast", "gemm")
 #: Element types an eager MLP activation runs in: fp32 (also under TF32) or the autocast half type.
 ACTIVATION_DTYPES = ("fp32", "bf16", "fp16")
-#: Bandwidth classes of eager MLP activations, per activation and element type: on a CPU the
-#: tanh-approximated GELU is compute-bound (~3x the exact GELU's time; calibration/benches/
-#: bandwidth.py ``activation/``). Absent from a profile, an activation runs at the ``elementwise``
-#: class's efficiency.
-ACTIVATION_CLASSES = tuple(f"activation.{a}.{d}" for a in ACTIVATIONS for d in ACTIVATION_DTYPES)
+#: Bandwidth classes of eager MLP activations, per activation, element type and direction: the
+#: forward kernel (``activation.<act>.<dtype>``: reads the input, writes the output) and the
+#: backward's (``activation.<act>.<dtype>.bwd``: reads the output gradient and the input, writes
+#: the input gradient). On a CPU the tanh-approximated GELU is compute-bound (~3x the exact GELU's
+#: time) and its backward costs about what its forward does, not the 1.5x its bytes say
+#: (calibration/benches/bandwidth.py ``activation/``, ``activation_bwd/``). Absent from a profile,
+#: a backward class runs at its forward's efficiency and a forward class at the ``elementwise``
+#: class's.
+ACTIVATION_CLASSES = tuple(f"activation.{a}.{d}{s}" for a in ACTIVATIONS for d in ACTIVATION_DTYPES
+                           for s in ("", ".bwd"))
+#: Suffix of an activation's backward class
+BWD_SUFFIX = ".bwd"
 
 
-def activation_class(activation: str, precision: str) -> str:
-    """The bandwidth class of an eager MLP ``activation`` under ``precision`` (fp32 for fp32/TF32)."""
-    return f"activation.{activation}.{precision if precision in ACTIVATION_DTYPES else 'fp32'}"
+def activation_class(activation: str, precision: str, backward: bool = False) -> str:
+    """The bandwidth class of an eager MLP ``activation`` under ``precision`` (fp32 for fp32/TF32),
+    of its forward kernel or (``backward``) of its backward kernel."""
+    dt = precision if precision in ACTIVATION_DTYPES else "fp32"
+    return f"activation.{activation}.{dt}{BWD_SUFFIX if backward else ''}"
 
 
 class CollectiveFit(_Strict):
@@ -320,7 +329,10 @@ class Profile(_Strict):
 
     def bw_eff(self, op: str) -> float:
         """Bandwidth efficiency of op class ``op`` (``memory_bw_eff`` unless calibrated apart; an
-        activation class not calibrated: the ``elementwise`` class's)."""
+        activation's backward class not calibrated: its forward class's; a forward class not
+        calibrated: the ``elementwise`` class's)."""
+        if op not in self.bw_eff_ops and op in ACTIVATION_CLASSES and op.endswith(BWD_SUFFIX):
+            op = op.removesuffix(BWD_SUFFIX)
         if op not in self.bw_eff_ops and op in ACTIVATION_CLASSES:
             op = "elementwise"
         return self.bw_eff_ops.get(op, self.memory_bw_eff)

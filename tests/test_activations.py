@@ -79,8 +79,46 @@ def test_a_slow_activation_class_slows_only_its_family_and_precision():
     assert _step(slow, "gpt2", micro_batch=8, global_batch=8).step_time_s > g1["forward"] + g1["backward"]
 
 
+def test_activation_backward_is_one_kernel_of_three_tensors():
+    """The eager activation's backward (autograd's gelu_backward) reads the output gradient and
+    the input and writes the input gradient: 1.5x the forward's bytes in one kernel per layer."""
+    import numpy as np
+
+    from simulator import opcost
+
+    spec = get_model("gpt2")
+    ops = {op.name: op for op, _ in opcost.graph(spec, 128, np.array([2.0]), "fp32", "sdpa", False).all_ops()}
+    act = ops["activation"]
+    assert np.allclose(act.bytes_bwd, 1.5 * np.asarray(act.bytes_fwd))
+    assert act.kernels_bwd == act.kernels_fwd
+    assert act.bandwidth == "activation.gelu_tanh.fp32" and act.bandwidth_bwd == "activation.gelu_tanh.fp32.bwd"
+
+
+def test_a_slow_backward_class_slows_only_the_backward():
+    fwd_only = _cpu_profile(bw_eff_ops={"elementwise": 0.4, "activation.gelu_tanh.fp32": 0.1})
+    both = _cpu_profile(bw_eff_ops={"elementwise": 0.4, "activation.gelu_tanh.fp32": 0.1,
+                                    "activation.gelu_tanh.fp32.bwd": 0.02})
+    a, b = _step(fwd_only, "gpt2").breakdown_s, _step(both, "gpt2").breakdown_s
+    assert b["forward"] == pytest.approx(a["forward"]) and b["backward"] > a["backward"]
+    # absent, the backward class takes its forward class's efficiency, then the elementwise class's
+    assert fwd_only.bw_eff(activation_class("gelu_tanh", "fp32", backward=True)) == 0.1
+    assert fwd_only.bw_eff(activation_class("silu", "bf16", backward=True)) == 0.4
+
+
+def test_activation_backward_bench_times_autograds_kernel():
+    """The bench's function is the one autograd runs for each benched activation."""
+    from calibration.benches.bandwidth import ACTIVATION_BWD_FNS, BENCH_ACTIVATIONS
+
+    assert set(ACTIVATION_BWD_FNS) == set(BENCH_ACTIVATIONS)
+    for act in BENCH_ACTIVATIONS:
+        x = torch.randn(4, 8, requires_grad=True)
+        g = torch.randn(4, 8)
+        (want,) = torch.autograd.grad(ACTIVATION_FNS[act](x), x, g)
+        assert torch.allclose(ACTIVATION_BWD_FNS[act](g, x.detach()), want, atol=1e-6)
+
+
 def test_profile_validates_activation_classes():
-    assert "activation.gelu_tanh.bf16" in ACTIVATION_CLASSES
+    assert "activation.gelu_tanh.bf16" in ACTIVATION_CLASSES and "activation.silu.fp32.bwd" in ACTIVATION_CLASSES
     with pytest.raises(ValueError, match="unknown key"):
         _cpu_profile(bw_eff_ops={"activation.swiglu.fp32": 0.3})
 
@@ -103,6 +141,11 @@ def test_calibration_fits_each_activation_class_from_its_benches():
         nbytes = 2.0 * 4 * n
         results[f"activation/gelu_tanh/fp32/{n}"] = {"status": "ok", "group": "bandwidth", "time_s": nbytes / rate,
                                                      "bytes": nbytes, "kernels": 1, "elements": n}
+        results[f"activation_bwd/gelu_tanh/fp32/{n}"] = {"status": "ok", "group": "bandwidth", "bytes": 1.5 * nbytes,
+                                                         "time_s": 1.5 * nbytes / (0.5 * rate), "kernels": 1,
+                                                         "elements": n}
     prof = build_profile(dev, results, "test").profile
     assert prof.bw_eff_ops["activation.gelu_tanh.fp32"] == pytest.approx(0.2, rel=0.15)
+    assert prof.bw_eff_ops["activation.gelu_tanh.fp32.bwd"] == pytest.approx(0.1, rel=0.15)
     assert "activation.gelu.fp32" not in prof.bw_eff_ops and "activation.gelu.fp32" not in base.bw_eff_ops
+    assert "activation.gelu.fp32.bwd" not in prof.bw_eff_ops

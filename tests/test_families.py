@@ -334,7 +334,8 @@ def test_simulate_answers_like_any_model(name):
     p = simulate(name, "4xa100")
     assert p.feasible and 1 < p.days < 1000 and p.days >= p.days_at_peak
     assert p.strategy["attention"] == "n/a" and any("attention knob does not apply" in n for n in p.notes)
-    assert 0 < p.mfu <= p.hfu <= 1 and p.cost
+    # executed FLOPs are at least the model's (equal up to rounding when nothing is recomputed)
+    assert 0 < p.mfu <= p.hfu + 1e-9 and p.hfu <= 1 and p.cost
     assert p.memory_gib["total"] <= p.memory_gib["capacity"]
 
 

@@ -19,7 +19,11 @@ cross_entropy      2NE    2  (log_softmax writes log-probs, nll reads one per ro
 MLP activations (``activation/<act>/<precision>/<n>``): GELU, its tanh approximation and SiLU,
 2NE bytes, in fp32 and the device's half type, on layer-sized tensors: each fits its own
 bandwidth class (``simulator.profile.ACTIVATION_CLASSES``), as the tanh approximation is
-compute-bound on a CPU.
+compute-bound on a CPU. Their backward kernels (``activation_bwd/...``: ``aten::gelu_backward``,
+``aten::silu_backward``, what autograd runs) read the output gradient and the input and write
+the input gradient, 3NE bytes, the input read cold (saved a forward earlier), and fit the
+``.bwd`` classes: a compute-bound activation's backward costs what its arithmetic does, not what
+its bytes say.
 
 Launch overhead: a loop of 100 ops on one-element tensors, per op (``time_s`` is per op),
 i.e. the host-side cost per eager kernel that dominates small models. Compiled: the same
@@ -61,6 +65,12 @@ ACT_SIZES: dict[str, list[int]] = {"tiny": [1 << 16], "quick": [1 << 20, 1 << 22
                                    "thorough": [1 << 18, 1 << 20, 1 << 22]}
 # activations timed apart (ReLU moves bytes like any elementwise op: the elementwise class)
 BENCH_ACTIVATIONS = ("gelu", "gelu_tanh", "silu")
+# their backward kernels, as autograd calls them: (output gradient, input) -> input gradient
+ACTIVATION_BWD_FNS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "gelu": lambda g, x: torch.ops.aten.gelu_backward(g, x),
+    "gelu_tanh": lambda g, x: torch.ops.aten.gelu_backward(g, x, approximate="tanh"),
+    "silu": lambda g, x: torch.ops.aten.silu_backward(g, x),
+}
 # op -> (bytes per element moved, eager kernels per call)
 OPS: dict[str, tuple[int, int]] = {
     "copy": (2, 1), "add": (3, 1), "gelu": (2, 1), "layer_norm": (2, 1),
@@ -170,6 +180,20 @@ def _act_bench(act: str, n: int, precision: str):
     return run
 
 
+def _act_bwd_bench(act: str, n: int, precision: str):
+    def run(ctx: RunContext) -> dict:
+        dtype = DTYPES[precision]
+        x = torch.randn(n // ROW, ROW, device=ctx.device, dtype=dtype)
+        g = torch.randn_like(x)  # the output gradient, just written by the down projection's backward
+        cold = cold_bytes(ctx.dev.kind)
+        xs = cold_inputs(x, cold)  # the saved input, last touched a whole forward earlier
+        fn = ACTIVATION_BWD_FNS[act]
+        t = ctx.time(fresh_outputs(lambda: fn(g, next(xs)), x.numel() * x.element_size(), cold))
+        return ok(t, bytes=float(3 * n * x.element_size()), kernels=1, elements=n)
+
+    return run
+
+
 def _compiled_launch(ctx: RunContext) -> dict:
     x = torch.ones(8, device=ctx.device)
     try:
@@ -225,6 +249,9 @@ def plan(ctx: RunContext) -> list[Bench]:
                 benches.append(Bench(f"activation/{act}/{precision}/{n}", "bandwidth",
                                      {"op": act, "precision": precision, "elements": n},
                                      _act_bench(act, n, precision), ctx.est(2 * 4.0 * n, "bytes", 4.0 * n)))
+                benches.append(Bench(f"activation_bwd/{act}/{precision}/{n}", "bandwidth",
+                                     {"op": act, "precision": precision, "elements": n},
+                                     _act_bwd_bench(act, n, precision), ctx.est(3 * 4.0 * n, "bytes", 4.0 * n)))
     if ctx.settings.compile:
         benches.append(Bench("compiled/launch/chain8", "compiled", {"eager_ops": 8},
                              _compiled_launch, 20.0))

@@ -38,7 +38,8 @@ class Op:
     kernel's efficiency depends on them) and the ``heads`` it computes (with ``head_dim``: the
     width of the dense, non-causal attention of the PaLM FLOP convention). ``bandwidth``: the
     profile's bandwidth class of a bandwidth-bound op (``profile.BW_OP_CLASSES``; '' = the
-    profile's ``memory_bw_eff``). ``params`` counts the parameters the op owns (per repetition).
+    profile's ``memory_bw_eff``); ``bandwidth_bwd`` the backward's where it has its own ('' = the
+    same). ``params`` counts the parameters the op owns (per repetition).
     ``atomics_bwd``: fp32 atomic adds into global memory its backward kernel issues per repetition,
     timed at the profile's ``fp32_atomic_rate`` (:func:`simulator.family_validation.atomic_rate`) and
     added to the op's roofline time (mamba-ssm issues them after each state's scans, between the
@@ -66,6 +67,7 @@ class Op:
     causal: bool = True
     heads: float = 0.0
     bandwidth: str = ""
+    bandwidth_bwd: str = ""
     atomics_bwd: np.ndarray | float = 0.0
     params: int = 0
 

@@ -69,10 +69,12 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
         af = workload.activation_bytes(model, mb, seq_len, e)
         lf = workload.MemOps(lf.nbytes - af.nbytes, float(lf.kernels) - float(af.kernels))
         lb = workload.MemOps(lb.nbytes - 2.0 * af.nbytes, float(lb.kernels) - 2.0 * float(af.kernels))
-        ops.append(Op("activation", "elementwise", bytes_fwd=af.nbytes / L1, bytes_bwd=2.0 * af.nbytes / L1,
-                      kernels_fwd=float(af.kernels) / L1, kernels_bwd=2.0 * float(af.kernels) / L1,
+        ops.append(Op("activation", "elementwise", bytes_fwd=af.nbytes / L1,
+                      bytes_bwd=workload.ACTIVATION_BWD_BYTES * af.nbytes / L1,
+                      kernels_fwd=float(af.kernels) / L1, kernels_bwd=float(af.kernels) / L1,
                       recompute=frozenset({"op"}),
-                      bandwidth=activation_class(model.mlp_activation, knobs.precision)))
+                      bandwidth=activation_class(model.mlp_activation, knobs.precision),
+                      bandwidth_bwd=activation_class(model.mlp_activation, knobs.precision, backward=True)))
     ops.append(Op("norms_residual_activation", "elementwise", bytes_fwd=lf.nbytes / L1, bytes_bwd=lb.nbytes / L1,
                   kernels_fwd=float(lf.kernels) / L1, kernels_bwd=float(lb.kernels) / L1,
                   saved=tokens * rest_saved, recompute=frozenset({"op"}), kept={"op": tokens * rest_kept},

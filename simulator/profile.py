@@ -143,6 +143,8 @@ class FreshMemory(_Strict):
 BW_OP_CLASSES = ("elementwise", "softmax", "loss", "embedding", "cast", "gemm")
 #: Element types an eager MLP activation runs in: fp32 (also under TF32) or the autocast half type.
 ACTIVATION_DTYPES = ("fp32", "bf16", "fp16")
+#: Suffix of an activation's backward bandwidth class
+BWD_SUFFIX = ".bwd"
 #: Bandwidth classes of eager MLP activations, per activation, element type and direction: the
 #: forward kernel (``activation.<act>.<dtype>``: reads the input, writes the output) and the
 #: backward's (``activation.<act>.<dtype>.bwd``: reads the output gradient and the input, writes
@@ -152,9 +154,7 @@ ACTIVATION_DTYPES = ("fp32", "bf16", "fp16")
 #: a backward class runs at its forward's efficiency and a forward class at the ``elementwise``
 #: class's.
 ACTIVATION_CLASSES = tuple(f"activation.{a}.{d}{s}" for a in ACTIVATIONS for d in ACTIVATION_DTYPES
-                           for s in ("", ".bwd"))
-#: Suffix of an activation's backward class
-BWD_SUFFIX = ".bwd"
+                           for s in ("", BWD_SUFFIX))
 
 
 def activation_class(activation: str, precision: str, backward: bool = False) -> str:

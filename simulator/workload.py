@@ -208,6 +208,10 @@ def op_kept_bytes_per_token(model, e: int, attention: str) -> float:
 FP32_NORM_EXTRA_BYTES = 8.0
 
 
+#: Bytes and kernels of an elementwise op's backward over its forward's, where no op is counted
+#: apart (:func:`layer_elementwise`): ASSUMPTION, each backward reads the output gradient and what
+#: the forward saved and writes the input gradients, about two passes of the forward's tensors.
+ELEMENTWISE_BWD_FACTOR = 2.0
 #: Bytes of an eager MLP activation's backward over its forward's: one kernel (autograd's
 #: ``gelu_backward``/``silu_backward``) reads the output gradient and the saved input and writes the
 #: input gradient, 3 tensors where the forward moved 2.
@@ -237,7 +241,7 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     rotary :func:`rotary_elements` x (q+kv), output transpose copy 2q elements per token; q = heads x
     head_dim). Compiled (Inductor fusion): LN1+rotary, residual+LN2, activation and residual become
     4 kernels reading inputs once (2h + 2(q+kv) x rotated fraction, 4h, 2f or 3f, 3h). Backward
-    moves about twice the forward bytes in twice the kernels.
+    moves :data:`ELEMENTWISE_BWD_FACTOR` times the forward's bytes in as many times its kernels.
     Eager: each norm beyond two (Gemma 2/3 post-norms) adds an LN pass and a kernel, one shared
     norm (parallel attention) removes one; QK-norm (Qwen3, Gemma 3, OLMo 2) normalizes Q and K:
     2(q+kv) and 2 kernels. Compiled, both fuse into the residual and rotary kernels, which read
@@ -267,7 +271,7 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     if fp32_norm:
         nbytes = nbytes + tokens * 2 * h * FP32_NORM_EXTRA_BYTES * L
         kernels += 2
-    bwd_bytes, bwd_kernels = 2.0 * nbytes, float(2 * kernels * L)
+    bwd_bytes, bwd_kernels = ELEMENTWISE_BWD_FACTOR * nbytes, ELEMENTWISE_BWD_FACTOR * kernels * L
     if model.linear_bias:
         # each linear's bias gradient is a reduction over all tokens of its output gradient
         up = 2 * f if model.gated_mlp else f
@@ -281,8 +285,8 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
 def activation_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> MemOps:
     """The eager MLP activation's share of :func:`layer_elementwise`'s forward, all layers: it
     reads and writes ``ffn_hidden`` elements per token (of the gate, in a gated MLP), one kernel
-    per layer. :func:`layer_elementwise` counts its backward, like the rest, as twice that in two
-    kernels; it is one kernel moving :data:`ACTIVATION_BWD_BYTES` times that (families time it
+    per layer. :func:`layer_elementwise` counts its backward, like the rest, as
+    :data:`ELEMENTWISE_BWD_FACTOR` times that; it is one kernel moving :data:`ACTIVATION_BWD_BYTES` times that (families time it
     apart, in its own bandwidth class)."""
     tokens = mb * float(seq_len)
     return MemOps(tokens * 2.0 * model.ffn_hidden * e * model.n_layers, float(model.n_layers))

@@ -68,7 +68,8 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
     if not knobs.compiled:  # eager: the activation is a kernel of its own, at its class's speed
         af = workload.activation_bytes(model, mb, seq_len, e)
         lf = workload.MemOps(lf.nbytes - af.nbytes, float(lf.kernels) - float(af.kernels))
-        lb = workload.MemOps(lb.nbytes - 2.0 * af.nbytes, float(lb.kernels) - 2.0 * float(af.kernels))
+        share = workload.ELEMENTWISE_BWD_FACTOR  # the activation's backward as layer_elementwise counted it
+        lb = workload.MemOps(lb.nbytes - share * af.nbytes, float(lb.kernels) - share * float(af.kernels))
         ops.append(Op("activation", "elementwise", bytes_fwd=af.nbytes / L1,
                       bytes_bwd=workload.ACTIVATION_BWD_BYTES * af.nbytes / L1,
                       kernels_fwd=float(af.kernels) / L1, kernels_bwd=float(af.kernels) / L1,

@@ -132,7 +132,7 @@ def measure(cfg, warmup: int = 2, trace_faults: bool = False) -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from .torch_model import build_model, seed_long_run_state
+    from .torch_model import build_model, warm_up
 
     torch.manual_seed(0)
     model = build_model(cfg.spec, cfg.attention, cfg.checkpointing, device="cpu")
@@ -177,10 +177,7 @@ def measure(cfg, warmup: int = 2, trace_faults: bool = False) -> dict[str, Any]:
     from .benches.stepops import prime_host_allocator
 
     prime_host_allocator()
-    step()
-    seed_long_run_state(opt)
-    for _ in range(warmup - 1):
-        step()
+    warm_up(step, opt, warmup)
     walls = [step() for _ in range(3)]
     wall = {p: statistics.median(w[p] for w in walls) for p in PHASES}
     for p in PHASES:
@@ -411,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", required=True, type=Path, help="calibration profile JSON")
     p.add_argument("--suite", required=True, type=Path, help="validation suite YAML")
     p.add_argument("--config", required=True, help="config id (or a unique substring) of the suite")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up steps before the profiled step (default 2)")
+    p.add_argument("--warmup", type=int, default=2, help="warm-up steps after the first, which creates the optimizer's "
+                   "state, before the timed and profiled steps (default 2)")
     p.add_argument("--top", type=int, default=0, help="also list the N operators with the most self time")
     p.add_argument("--faults", type=int, default=0,
                    help="trace one more step's page faults per operator and list the N largest")

@@ -92,7 +92,8 @@ class Config:
 
 @dataclass
 class Suite:
-    """A named list of configurations with timing settings (``warmup`` and timed ``steps``, split
+    """A named list of configurations with timing settings (``warmup`` steps after the first, which
+    creates the optimizer's state, and timed ``steps``, split
     over ``rounds``; None: the device's default, :func:`calibration.host_load.default_rounds`;
     each round times steps for at least ``min_round_s`` seconds, :func:`timed_steps`)."""
 
@@ -295,9 +296,9 @@ def merge_measured(rounds: list[Measured]) -> Measured:
 
 def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int = 0,
             min_s: float = 0.0) -> Measured:
-    """Run ``warmup`` + ``steps`` optimizer steps of ``cfg`` and time them (median, seconds); more
-    timed steps where ``steps`` take under ``min_s`` seconds (:func:`timed_steps`, from the first
-    timed step; under DDP the most any rank asks for).
+    """Run one step, ``warmup`` more (:func:`calibration.torch_model.warm_up`), then ``steps`` optimizer
+    steps of ``cfg`` and time them (median, seconds); more timed steps where ``steps`` take under
+    ``min_s`` seconds (:func:`timed_steps`, from the first timed step; under DDP the most any rank asks for).
 
     Every phase boundary synchronises the device, so the times are what the device executed.
     Under DDP the slowest rank's medians are reported.
@@ -305,7 +306,7 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
     import torch
     import torch.distributed as tdist
 
-    from .torch_model import build_model, seed_long_run_state
+    from .torch_model import build_model, warm_up
 
     dev = dist.device
     torch.manual_seed(seed + dist.rank)
@@ -376,13 +377,9 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
 
     out = Measured()
     try:
-        t0 = time.perf_counter()
-        one_step()
+        first = warm_up(one_step, opt, warmup)
         if cfg.compile:
-            out.compile_s = time.perf_counter() - t0
-        seed_long_run_state(opt)
-        for _ in range(max(0, warmup - 1)):
-            one_step()
+            out.compile_s = first
     except Exception as exc:  # noqa: BLE001 - a failed config is a row, not a crash
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
         what = "torch.compile failed" if cfg.compile else "training step failed"
@@ -650,7 +647,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{GPU_DEFAULT_SUITE.relative_to(GPU_DEFAULT_SUITE.parents[2])} on CUDA)")
     p.add_argument("--only", help="comma-separated config ids (or substrings) to run")
     p.add_argument("--steps", type=int, help="timed steps per config (default: the suite's)")
-    p.add_argument("--warmup", type=int, help="warm-up steps per config (default: the suite's)")
+    p.add_argument("--warmup", type=int, help="warm-up steps per config after its first, which creates the "
+                   "optimizer's state (default: the suite's)")
     p.add_argument("--rounds", type=int, help="passes over the suite, each config built again and its timed steps "
                    f"split over them (default: the suite's, else {host_load.CPU_ROUNDS} on a CPU, whose shared host "
                    "changes speed for minutes at a time, and 1 on a GPU)")

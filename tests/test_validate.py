@@ -296,3 +296,41 @@ def test_min_round_s_out_of_range_is_a_usage_error(bad, tmp_path, capsys):
     suite.write_text(json.dumps({**raw, "min_round_s": "long"}))
     rc, _, err = _run(["--profile", str(prof), "--suite", str(suite)], capsys)
     assert rc == 2 and "min_round_s" in err and "'long'" in err
+
+
+def test_timed_steps_start_after_the_step_that_settles_the_heap(tmp_path, capsys, monkeypatch):
+    """The first step creates the optimizer's state; ``warmup`` steps follow it before any is timed,
+    so a suite's warmup 1 never times the second step (a heap-growing transient on a CPU)."""
+    calls = []
+    real = torch.optim.AdamW.step
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", counted)
+    prof = _profile(tmp_path / "p.json")
+    suite = _suite(tmp_path / "s.json", [{"model": "tiny", "seq_len": 16, "micro_batch": 1}])
+    rc, out, err = _run(["--profile", str(prof), "--suite", str(suite), "--json", "--rounds", "1",
+                         "--min-round-s", "0"], capsys)
+    assert rc == 0, err
+    assert json.loads(out)["rows"][0]["steps"] == 1
+    assert len(calls) == 3  # the first step, the suite's one warm-up step, the timed step
+
+
+def test_warm_up_seeds_the_state_after_the_first_step():
+    from calibration.torch_model import SEEN_SECOND_MOMENT, warm_up
+
+    w = torch.nn.Parameter(torch.zeros(4))
+    opt = torch.optim.AdamW([w], lr=1e-3, foreach=True)
+    seen = []
+
+    def step():
+        seen.append(opt.state[w]["exp_avg_sq"].clone() if w in opt.state else None)
+        (w * torch.tensor([1.0, 0.0, 0.0, 0.0])).sum().backward()  # three entries never get a gradient
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    assert warm_up(step, opt, 2) > 0
+    assert len(seen) == 3 and seen[0] is None
+    assert torch.all(seen[1][1:] == SEEN_SECOND_MOMENT)  # seeded before the second step ran

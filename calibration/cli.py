@@ -309,6 +309,17 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
 
     spread = fit_spread(dev, store.results, measured_by, built.profile)
     built.profile = built.profile.model_copy(update={"spread": spread})
+    probes = store.data["runs"][-1].get("host_probe_s") if not a.refit else None
+    level = host_load.calibrated_level(built.profile, [probes["start"][0], probes["end"][0]]) if probes else None
+    if level is not None:
+        store.data["runs"][-1]["host_level"] = round(level, 3)
+        if max(level, 1.0 / level) > host_load.DRIFT_FACTOR:
+            built.warnings.append(
+                f"the fitted profile predicts the probe GEMM at {level:.2f}x the time it took at this calibration's "
+                f"start and end ({probes['start'][0] * 1e3:.1f} and {probes['end'][0] * 1e3:.1f} ms): its benchmarks "
+                f"caught the host {'faster' if level < 1 else 'slower'} than the probes read, and its predictions "
+                "are off by that much while the host runs as the probes read (validate's host_speed reads about "
+                f"{level:.2f}); calibrate again and compare")
     from simulator.profile import save_profile
 
     save_profile(built.profile, out)

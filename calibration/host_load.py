@@ -193,13 +193,26 @@ def copy_seconds() -> float:
 
 
 #: probe times that change by more than this factor between the start and the end of a calibration
-#: mean the host changed speed while it measured: the profile mixes two machines
+#: mean the host changed speed while it measured: the profile mixes two machines; a fitted profile
+#: whose prediction for the probe GEMM differs from those readings by more than it
+#: (:func:`calibrated_level`) describes the host at another speed than the probes read
 DRIFT_FACTOR = 1.2
 
 
 def probe_pair() -> tuple[float, float]:
     """Seconds of the probe GEMM and of the probe copy now (:func:`probe_seconds`, :func:`copy_seconds`)."""
     return probe_seconds(), copy_seconds()
+
+
+def calibrated_level(profile, readings: list[float]) -> float | None:
+    """The profile's predicted seconds for the probe GEMM over the geometric mean of the probe GEMM
+    ``readings`` (seconds) taken while it was calibrated: 1 where its benchmarks saw the host at the
+    speed the probes read; 0.7 where they caught it 30% faster (a profile that predicts every later step
+    that much too fast while the host runs as the probes read). None without an fp32 fit or readings."""
+    pred = probe_prediction(profile)
+    if pred is None or not readings:
+        return None
+    return pred / float(np.exp(np.mean(np.log(readings))))
 
 
 def drift(start: tuple[float, float], end: tuple[float, float]) -> float:

@@ -96,3 +96,28 @@ def test_calibrate_warns_when_the_host_changes_speed(tmp_path, monkeypatch, caps
     assert "changed speed while calibrating" in capsys.readouterr().err
     runs = json.loads(out.with_name("p.measurements.json").read_text())["runs"]
     assert runs[-1]["host_probe_s"] == {"start": [0.010, 0.020], "end": [0.014, 0.020]}
+
+
+def test_calibrated_level_compares_the_profile_with_the_calibration_probes():
+    pytest.importorskip("torch")
+    from simulator.profile import load_profile
+
+    prof = load_profile(Path(__file__).resolve().parents[1] / "calibration/profiles/cpu-intel-xeon.json")
+    pred = host_load.probe_prediction(prof)
+    assert host_load.calibrated_level(prof, [pred, pred]) == pytest.approx(1.0)
+    assert host_load.calibrated_level(prof, [pred / 0.5, pred / 2.0]) == pytest.approx(1.0)  # geometric mean
+    assert host_load.calibrated_level(prof, [pred / 0.7, pred / 0.7]) == pytest.approx(0.7)
+    assert host_load.calibrated_level(prof, []) is None
+    assert host_load.calibrated_level(prof.model_copy(update={"gemm": {}}), [pred]) is None
+
+
+def test_calibrate_warns_when_its_benchmarks_ran_faster_than_its_probes(tmp_path, monkeypatch, capsys):
+    """Probe GEMMs of 1 s at the start and end (a few ms fitted): the benchmarks saw a faster host."""
+    from calibration import cli
+
+    monkeypatch.setattr(host_load, "probe_pair", lambda: (1.0, 0.02))
+    out = tmp_path / "p.json"
+    assert cli.main(["--tiny", "--no-progress", "--out", str(out), "--only", "launch,bandwidth/copy/*,gemm/fp32/*"]) == 0
+    assert "its benchmarks caught the host faster than the probes read" in capsys.readouterr().out
+    run = json.loads(out.with_name("p.measurements.json").read_text())["runs"][-1]
+    assert 0.0 < run["host_level"] < 1.0 / host_load.DRIFT_FACTOR

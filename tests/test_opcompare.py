@@ -4,6 +4,7 @@ simulator's pass times; one real profiled step of a tiny model; one-line usage e
 from __future__ import annotations
 
 import json
+import mmap
 from pathlib import Path
 
 import pytest
@@ -90,12 +91,15 @@ def test_one_profiled_step_of_a_tiny_model(tmp_path):
 
 
 def test_fault_tracer_sees_a_fresh_mapping():
+    # a fresh anonymous mapping, whose pages the kernel maps in at the first write: a 48 MiB
+    # torch.ones may be served from a heap top that earlier tests left free (already mapped)
+    fresh = torch.frombuffer(mmap.mmap(-1, 48 << 20), dtype=torch.float32)
     tracer = OC.FaultTracer()
     OC.FaultTracer.phase = "fwd"
     with tracer:
-        torch.ones(48 << 18)  # 48 MiB: above glibc's mmap threshold, always fresh pages
+        fresh.fill_(1.0)
     (key, n), = [(k, v) for k, v in tracer.counts.items() if v > 1000]
-    assert key == ("fwd", "aten.ones.default", "[12582912]") and n * 4096 >= 40 << 20
+    assert key == ("fwd", "aten.fill_.Scalar", "[12582912]") and n * 4096 >= 40 << 20
 
 
 @pytest.mark.parametrize(("cls", "shapes"), [

@@ -59,6 +59,10 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
         console.print(f"  [dim]note: {n}[/]")
     if plan.interval_source:
         console.print(f"  [dim]{plan.interval_source}[/]")
+    elif not plan.interval_days:
+        console.print("  [yellow]no 80% interval:[/] the profile holds no validation residuals (3 or more); "
+                      "treat the estimate as optimistic, or measure real steps with `validate --profile FILE "
+                      "--suite SUITE --update-profile`")
     if top:
         t = Table(title=f"Top {len(top)} strategies", show_lines=False)
         for col in ("#", "strategy", "step s", "tokens/s", "MFU", "mem GiB", "days"):

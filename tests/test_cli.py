@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,20 @@ def test_summary(capsys):
     for text in ("Pythia-1B", "1.01 B parameters", "RTX 3090", "Fastest feasible", "MFU", "HFU",
                  "memory/GPU", "days", "floor at 100% of peak"):
         assert text in out
+
+
+def test_a_profile_without_validation_says_it_has_no_interval(capsys, tmp_path):
+    path = Path(__file__).parent.parent / "calibration" / "profiles" / "cpu-amd-epyc-avx512.json"
+    prof = json.loads(path.read_text())
+    args = ["--gpus", "1xlocal", "--model", "gpt2", "--tokens", "100000000", "--profile"]
+    code, out, err = run([*args, str(path)], capsys)
+    assert code == 0, err
+    assert "80% interval" in out and "no 80% interval" not in out
+    prof["validation"] = None  # as `calibrate` writes it, before `validate --update-profile`
+    (tmp_path / "p.json").write_text(json.dumps(prof))
+    code, out, err = run([*args, str(tmp_path / "p.json")], capsys)
+    assert code == 0, err
+    assert "no 80% interval" in " ".join(out.split()) and "update-profile" in out
 
 
 def test_json_object(capsys):

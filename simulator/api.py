@@ -298,7 +298,7 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
     reasons = _reasons(s, tab, i)
     prof = s.profile
     iv, family_text = family_validation.interval(days, prof.validation, model.family, prof.device.gpu_id)
-    return Plan(
+    plan = Plan(
         model={"name": model.display_name, "params": int(model.n_params()), "family": model.family},
         recipe={"tokens": int(recipe.tokens), "steps": int(recipe.steps), "global_batch": recipe.global_batch,
                 "seq_len": recipe.seq_len, "optimizer": recipe.optimizer, "precision": recipe.precision,
@@ -320,6 +320,8 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
         interval_source=_interval_source(prof.validation, family_text) if iv else None,
         notes=s.notes + notes, n_strategies=n_evaluated, stack=pb.stack.name,
     )
+    plan.check_physics()
+    return plan
 
 
 def _interval_source(validation, family_text: str | None) -> str:

@@ -11,6 +11,12 @@ class UsageError(ValueError):
     """Bad user input (unknown name, malformed value). CLI exit status 2."""
 
 
+class PhysicsError(RuntimeError):
+    """A computed plan breaks physics (above the hardware's peak, a negative time or byte count,
+    faster than the 100%-of-peak floor): a bug in the simulator, never a number to show. The CLI
+    reports it on one line with exit status 3 (:data:`EXIT_INTERNAL`)."""
+
+
 class UsageParser(argparse.ArgumentParser):
     r"""argparse whose errors are one-line :class:`UsageError`\ s (exit 2 through :func:`run_cli`)
     instead of usage text and ``SystemExit``."""

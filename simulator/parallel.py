@@ -201,6 +201,20 @@ def dp_fabric(fab: comm.Fabric, par: Parallelism) -> comm.Fabric:
                                inter_alpha=fab.inter_alpha if nodes > 1 else 0.0)
 
 
+def stage_window_layers(spec, stage: int) -> int:
+    """Sliding-window layers on the busiest pipeline stage of ``stage`` layers: the stage holds
+    its share of the model's full-attention layers rounded up, ``ceil(stage x full / L)`` (at most
+    ``stage``), the rest windowed. Exact for the interleaved patterns ``transformers`` uses (Gemma
+    2 every other layer, Gemma 3 five of six, Mistral and Phi-3 all); Qwen's rarely enabled
+    ``use_sliding_window`` windows the last layers instead, whose first stages hold more full
+    layers than this share."""
+    n_win = getattr(spec, "n_window_layers", 0)
+    if not n_win:
+        return 0
+    full = spec.n_layers - n_win
+    return stage - min(stage, math.ceil(stage * full / spec.n_layers))
+
+
 class ShardView:
     """What one GPU of the busiest pipeline stage holds of a model: its stage's layers, its
     tensor-parallel share of heads (KV heads replicated when tp exceeds them), MLP width and
@@ -213,6 +227,7 @@ class ShardView:
         self.tp = tp
         self.seq_shards = tp if par.sp else 1
         self.n_layers = stage_layers(spec.n_layers, par.pp)[0]
+        self.n_window_layers = stage_window_layers(spec, self.n_layers)
         self.n_heads = spec.n_heads // tp
         self.n_kv_heads = max(1, spec.kv_heads // tp)
         self.head_dim = spec.head_dim
@@ -236,14 +251,18 @@ class ShardView:
         return type(self._spec)
 
     def with_layers(self, n_layers: int) -> ShardView:
-        """The same GPU's view with ``n_layers`` layers on its stage."""
+        """The same GPU's view with ``n_layers`` layers on its stage, of which the model's average
+        share is windowed (``n_layers x n_window_layers / L``, fractional): affine in the layers,
+        so the per-layer extrapolations of the layout search stay exact, and never more windowed
+        layers (less attention) than a stage of that size holds (:func:`stage_window_layers`)."""
         out = object.__new__(ShardView)
         out.__dict__.update(self.__dict__)
         out.n_layers = n_layers
+        out.n_window_layers = n_layers * self._spec.n_window_layers / self._spec.n_layers
         return out
 
     #: What one GPU's shard is made of (the spec's other attributes, read through, are the spec's).
-    _SHARD = ("tp", "seq_shards", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab_size",
+    _SHARD = ("tp", "seq_shards", "n_layers", "n_window_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab_size",
               "_emb", "_params")
 
     def _key(self) -> tuple:

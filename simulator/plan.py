@@ -48,7 +48,8 @@ class Plan:
     stack: str = "hf-trainer"  # the training software the plan assumes (simulator.stacks)
     conventions: str = ("mfu = tokens/s x the model's minimum FLOPs per token (3 x forward GEMMs + 3 x causal "
                         "attention) / (GPUs x dense peak of the precision); mfu_6nd uses 6 N + 12 L h s "
-                        "(PaLM / llm-foundry); hfu counts FLOPs executed (recomputation, FlashAttention's "
+                        "(PaLM / llm-foundry), which counts every layer's whole s x s attention, so it can pass 100% for "
+                        "sliding-window models at long sequences, whose kernels skip what lies outside the window; hfu counts FLOPs executed (recomputation, FlashAttention's "
                         "backward recompute, eager attention's masked half)")
 
     def to_dict(self) -> dict:
@@ -74,6 +75,28 @@ class Plan:
                 raise UsageError(f"the inputs give a {name} of {v} for {self.model['name']} on "
                                  f"{self.hardware['description']}: a count, price or profile value is "
                                  "beyond what the simulator can represent; check them")
+
+    def check_physics(self) -> None:
+        """Raise :class:`~simulator.errors.PhysicsError` if a feasible plan breaks physics: MFU or
+        HFU above 1 (beyond float rounding), a negative time or memory component, or fewer days
+        than the floor at 100% of the dense peak. The search must never return such a plan."""
+        from .errors import PhysicsError
+
+        if not self.feasible:
+            return
+        tol = 1e-9
+        broken = [f"{name} {v:.4g} > 1" for name, v in (("MFU", self.mfu), ("HFU", self.hfu)) if v > 1.0 + tol]
+        broken += [f"{kind} {name} {v:.4g} < 0"
+                   for kind, parts in (("time", self.breakdown_s), ("memory", self.memory_gib))
+                   for name, v in parts.items() if v < 0.0]
+        if self.step_time_s <= 0.0:
+            broken.append(f"step time {self.step_time_s:.4g} s <= 0")
+        if self.days < self.days_at_peak * (1.0 - tol):
+            broken.append(f"{self.days:.4g} days < the floor of {self.days_at_peak:.4g}")
+        if broken:
+            raise PhysicsError(f"the plan for {self.model['name']} on {self.hardware['description']} "
+                               f"({self.strategy_line()}) breaks physics: {'; '.join(broken)}; please "
+                               "report this bug")
 
     def strategy_line(self) -> str:
         from .strategy import Strategy

@@ -19,7 +19,7 @@ from . import family_validation, hardware
 from .device import GIB, device_from_profile, device_from_spec
 from .errors import UsageError
 from .estimate import Problem, Space, Table
-from .models import ModelSpec
+from .models import ModelSpec, model_from_dict
 from .opcost import model_flops_per_token, palm_flops_per_token
 from .parallel import CP_ATTENTIONS, Parallelism, layouts, stage_layers
 from .parallel_search import PIPELINE_SHARDINGS, evaluate_layouts, explain_layout
@@ -73,8 +73,12 @@ def _as_profile(profile) -> Profile | None:
 
 
 def resolve_model_input(model) -> ModelSpec:
-    """A preset name or a config path; a path that exists but is not a config file (a device such
-    as /dev/null, an empty file) is named as such rather than reported as an unknown preset."""
+    """A spec object (validated again: pydantic checks only at construction, and
+    ``model_copy(update=...)`` skips it), a preset name or a config path; a path that exists but
+    is not a config file (a device such as /dev/null, an empty file) is named as such rather than
+    reported as an unknown preset."""
+    if isinstance(model, BaseModel):
+        return model_from_dict(model.model_dump())
     if not isinstance(model, (str, os.PathLike)):
         raise UsageError(f"model must be a preset name, a config.json path or a simulator.ModelSpec, "
                          f"got {type(model).__name__} {model!r}")
@@ -159,7 +163,7 @@ def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=No
     ``overhead``: wall-clock time beyond the training steps, as a fraction of it (data loading,
     evaluation, checkpointing, restarts after failures); excluded (0) by default, docs/architecture.md, physics 7.
     """
-    spec = model if isinstance(model, BaseModel) else resolve_model_input(model)
+    spec = resolve_model_input(model)
     stk = get_stack(stack)
     recipe = make_recipe(spec, tokens=tokens, steps=steps, global_batch=global_batch,
                          seq_len=seq_len, optimizer=optimizer)

@@ -196,11 +196,10 @@ def _checked_model(model, knobs: dict):
     """Resolve the model and check the recipe and pinned knobs once, so that bad input is one
     usage error rather than the same error in every cell."""
     from .api import resolve_model_input
-    from .models import ModelSpec
     from .recipes import make_recipe
     from .strategy import check_pins
 
-    spec = model if isinstance(model, ModelSpec) else resolve_model_input(model)
+    spec = resolve_model_input(model)
     make_recipe(spec, **{k: knobs[k] for k in ("tokens", "steps", "global_batch", "seq_len", "optimizer")
                          if k in knobs})
     check_pins(knobs)

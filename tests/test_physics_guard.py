@@ -128,3 +128,16 @@ def test_guard_is_one_line_with_exit_3(tmp_path):
     assert r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "breaks physics: MFU 2 > 1" in lines[0]
+
+
+@pytest.mark.parametrize("call", [
+    lambda spec: simulate(spec, "8x3090"),
+    lambda spec: __import__("simulator.compare", fromlist=["sweep"]).sweep(spec, ["rtx3090"], counts=(1,),
+                                                                             progress=False),
+])
+def test_api_validates_a_spec_it_is_given(call):
+    """pydantic validates at construction only: a model_copy(update=...) with a negative width
+    returned a feasible plan of -28.1 days. Every entry point now validates the spec again."""
+    bad = get_model("pythia-160m").model_copy(update={"hidden": -768})
+    with pytest.raises(UsageError, match="hidden: Input should be greater than 0"):
+        call(bad)

@@ -500,6 +500,14 @@ def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
         v = lay.get(k)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
             raise UsageError(f"--{k} must be a positive integer, got {v!r}")
+    stack = pb.stack
+    lacking = [k for k in ("tp", "pp", "cp") if k not in stack.parallelisms]
+    for k in lacking:
+        if lay.get(k, 1) != 1:
+            raise UsageError(f"--{k} {lay[k]}: the {stack.display} stack has no "
+                             f"{dict(tp='tensor', pp='pipeline', cp='context')[k]} parallelism "
+                             f"({stack.parallelisms_source}); valid choice: 1")
+        lay = {**lay, k: 1}
     cp, seq = lay.get("cp"), pb.seq_len
     if cp is not None and cp > 1:
         ok = [c for c in range(2, n + 1) if n % c == 0 and seq % (2 * c) == 0]
@@ -531,10 +539,17 @@ def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
                              f"1..{max(1, min_layers)}")
     sp = lay.get("sequence_parallel")
     out = layouts(n, g, heads, layers, tp=tp, pp=pp, vp=vp, sp=sp, cp=cp, seq_len=seq)
+    if sp and not out:
+        ok = sorted({p.tp for p in free if p.tp > 1 and (seq // (cp or 1)) % p.tp == 0 and "tp" not in lacking})
+        raise UsageError(f"--sequence-parallel splits the tensor-parallel ranks' {seq // (cp or 1)} tokens over tp: "
+                         f"it needs --tp above 1 dividing them (valid here: {', '.join(map(str, ok)) or 'none'})")
     if not out:
         raise UsageError(f"--tp {tp or 1} × --pp {pp or 1} × --cp {cp} do not divide the {n} GPUs; pin fewer of them")
     if lay.get("async_tp") is not None and not isinstance(lay["async_tp"], bool):
         raise UsageError(f"async_tp must be True, False or None (searched), got {lay['async_tp']!r}")
+    if lay.get("async_tp") and stack.async_tp == "compiled" and True not in space.compiles:
+        raise UsageError(f"--async-tp: the {stack.display} stack overlaps tensor parallelism only under "
+                         "torch.compile; drop --no-compile or --async-tp")
     if lay.get("async_tp"):
         out = [p for p in out if p.tp > 1 and p.sp]
         if not out:

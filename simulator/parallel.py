@@ -318,7 +318,9 @@ def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=
             vp=None, sp=None, cp=None, seq_len: int = 0) -> list[Parallelism]:
     """Every ``dp x tp x pp x cp = n_gpus`` layout: tp divides the node's GPUs and the heads; pp at
     most the layers (uneven stages allowed); vp in {1, 2} where every stage has 2+ layers per
-    virtual stage (or as pinned); sequence parallelism with every tp > 1 unless pinned off; cp in
+    virtual stage (or as pinned); sequence parallelism with every tp > 1 that divides the rank's
+    ``seq_len / cp`` tokens (Megatron-LM asserts it), unless pinned off (pinned on: only such
+    layouts); cp in
     :data:`CP_SEARCHED` dividing the sequence into 2 cp chunks, searched from :data:`CP_MIN_SEQ`
     tokens on (else 1). ``tp``, ``pp``, ``vp``, ``sp``, ``cp`` pin a knob (None = search)."""
     out = []
@@ -339,7 +341,8 @@ def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=
                 d = rest // p
                 min_layers = stage_layers(n_layers, p)[-1]
                 vps = [1] + ([2] if p > 1 and min_layers >= 4 else []) if vp is None else [vp]
-                sps = [t > 1] if sp is None else [bool(sp) and t > 1]
+                splits = t > 1 and (seq_len // c) % t == 0  # SP splits each rank's tokens over tp
+                sps = [splits] if sp is None else [bool(sp)] if splits or not sp else []
                 for v in vps:
                     for s in sps:
                         out.append(Parallelism(d, t, p, v, s, cp=c))

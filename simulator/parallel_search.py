@@ -99,7 +99,7 @@ def _async_tp(pb: Problem, model, packs: list[tuple], pack: np.ndarray, tokens: 
     """Per row: the tensor-parallel seconds per micro-batch with the collectives overlapped
     (:func:`parallel.async_tp_time`) where that is allowed (torchtitan: compiled packs only) and,
     unless pinned on, faster; and whether it is used."""
-    need_compile = pb.stack.async_tp == "compiled" and pinned is not True
+    need_compile = pb.stack.async_tp == "compiled"
     out, use = tp_mb.copy(), np.zeros(tp_mb.size, dtype=bool)
     tok = np.broadcast_to(np.asarray(tokens, dtype=float), tp_mb.shape)
     ok = np.array([pb.device.gemm_peak(p) is not None and (c or not need_compile) for p, _a, c, _k in packs])[pack]

@@ -141,3 +141,35 @@ def test_api_validates_a_spec_it_is_given(call):
     bad = get_model("pythia-160m").model_copy(update={"hidden": -768})
     with pytest.raises(UsageError, match="hidden: Input should be greater than 0"):
         call(bad)
+
+
+@pytest.mark.parametrize("knobs, message", [
+    # sequence parallelism was dropped with no note where tp was 1
+    ({"sequence_parallel": True, "tp": 1}, "--sequence-parallel splits"),
+    # torchtitan overlaps TP only under torch.compile; pinned async TP was returned uncompiled
+    ({"stack": "torchtitan", "async_tp": True, "compile": False}, "only under torch.compile"),
+    # llm.c has no tensor parallelism; it returned TP plans
+    ({"stack": "llm.c", "tp": 2}, "has no tensor parallelism"),
+    ({"stack": "llm.c", "pp": 2}, "has no pipeline parallelism"),
+])
+def test_impossible_pins_are_refused(knobs, message):
+    with pytest.raises(UsageError, match=message):
+        simulate("llama-2-7b", "8xh100", seq_len=4096, **knobs)
+
+
+def test_pins_that_are_possible_are_honoured():
+    plan = simulate("llama-2-7b", "8xh100", seq_len=4096, sequence_parallel=True)
+    assert plan.strategy["tp"] > 1 and plan.strategy["sequence_parallel"]
+    plan = simulate("llama-2-7b", "8xh100", seq_len=4096, stack="torchtitan", async_tp=True)
+    assert plan.strategy["async_tp"] and plan.strategy["compile"]
+    plan = simulate("gpt2", "8xh100", stack="llm.c")
+    assert plan.strategy["tp"] == plan.strategy["pp"] == plan.strategy["cp"] == 1
+
+
+def test_sequence_parallelism_needs_tokens_to_split():
+    """Megatron-LM splits each rank's tokens over the tp ranks: at 1 token per sequence no layout
+    has sequence parallelism (the search chose TP 4 + SP at --seq-len 1)."""
+    for p in parallel.layouts(8, 8, 32, 32, seq_len=1):
+        assert not p.sp
+    assert all(p.sp == (p.tp > 1) for p in parallel.layouts(8, 8, 32, 32, seq_len=4096))
+    assert not simulate("llama-2-7b", "8xh100", seq_len=1, global_batch=64, steps=10).strategy["sequence_parallel"]

@@ -517,11 +517,14 @@ def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
         if not any(x in CP_ATTENTIONS for x in space.attentions):
             raise UsageError(f"--cp {cp}: ring attention runs on fused attention kernels; it needs --attention "
                              f"{' or '.join(CP_ATTENTIONS)}")
-    free = layouts(n, g, heads, layers, cp=cp or 1)
     tp, pp, vp = lay.get("tp"), lay.get("pp"), lay.get("vp")
-    if tp is not None and tp not in {p.tp for p in free}:
-        raise UsageError(f"--tp {tp}: tp must divide the {g} GPUs per node and the {heads} attention heads; "
-                         f"valid choices: {', '.join(str(v) for v in sorted({p.tp for p in free}))}")
+    free = layouts(n, g, heads, layers, tp=tp, cp=cp or 1) if tp is not None else layouts(n, g, heads, layers,
+                                                                                            cp=cp or 1)
+    if tp is not None and not free:
+        ok = sorted({p.tp for p in layouts(n, g, heads, layers, cp=cp or 1)})
+        across = [t for t in range(2 * g, n + 1, g) if n % t == 0 and heads % t == 0] if n > g else []
+        raise UsageError(f"--tp {tp}: tp must divide the {g} GPUs per node and the {heads} attention heads, or span "
+                         f"whole nodes; valid choices: {', '.join(str(v) for v in ok + across)}")
     if pp is not None:
         ok = sorted({p.pp for p in free if tp is None or p.tp == tp})
         if pp not in ok:

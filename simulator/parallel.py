@@ -120,6 +120,23 @@ def tp_comm_time(tokens, hidden: int, e: int, tp: int, sp: bool, passes, bw: flo
     return np.asarray(passes, dtype=float) * per_pass
 
 
+def tp_link(fab: comm.Fabric, tp: int) -> tuple[float, float]:
+    """(bus bandwidth in bytes/s, latency in s) the tensor-parallel collectives of ``tp`` ranks
+    see, in the bytes of :func:`tp_comm_bytes_per_layer`. Inside a node: its link. Across
+    m = tp/g nodes (a layout people ran, e.g. TP 16 on nodes of 8, always slow): the hierarchical
+    all-reduce of :func:`simulator.communication.all_reduce` over the group, a reduce-scatter and
+    an all-gather inside each node around an all-reduce over the nodes' networks, each node's
+    network carrying its g ranks' shares; expressed as the bandwidth that moves the ring's
+    2 (tp-1)/tp of the buffer in that time, and that collective's latency."""
+    g = fab.gpus_per_node
+    if tp <= g or fab.nodes == 1:
+        return fab.intra_busbw, fab.intra_alpha
+    m = tp / g
+    seconds_per_byte = 2 * (g - 1) / g / fab.intra_busbw + 2 * (m - 1) / m / fab.inter_busbw
+    alpha = 2 * fab.intra_alpha + fab.inter_alpha + 2 * (m - 1) * fab.hop_alpha
+    return 2 * (tp - 1) / tp / seconds_per_byte, alpha
+
+
 def async_tp_time(comm_pass, gemms: tuple, split: tuple, fwd_passes, tp: int, overlap: float) -> np.ndarray:
     """Seconds asynchronous tensor parallelism adds per micro-batch (PyTorch's async TP in
     torchtitan, Megatron-LM's --tp-comm-overlap): each sequence-parallel all-gather is split into
@@ -316,7 +333,8 @@ CP_SEARCHED = (1, 2, 4, 8)
 
 def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=None, pp=None,
             vp=None, sp=None, cp=None, seq_len: int = 0) -> list[Parallelism]:
-    """Every ``dp x tp x pp x cp = n_gpus`` layout: tp divides the node's GPUs and the heads; pp at
+    """Every ``dp x tp x pp x cp = n_gpus`` layout: tp divides the node's GPUs and the heads (or,
+    pinned, a multiple of the node's GPUs dividing the heads: TP across nodes, :func:`tp_link`); pp at
     most the layers (uneven stages allowed); vp in {1, 2} where every stage has 2+ layers per
     virtual stage (or as pinned); sequence parallelism with every tp > 1 that divides the rank's
     ``seq_len / cp`` tokens (Megatron-LM asserts it), unless pinned off (pinned on: only such
@@ -326,6 +344,8 @@ def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=
     out = []
     tps = [t for t in range(1, gpus_per_node + 1) if gpus_per_node % t == 0 and n_heads % t == 0
            and n_gpus % t == 0]
+    if tp is not None and tp > gpus_per_node and tp % gpus_per_node == 0 and n_heads % tp == 0 and n_gpus % tp == 0:
+        tps.append(tp)  # across whole nodes: allowed when pinned (people ran it), never searched
     if cp is None:
         cps = [c for c in CP_SEARCHED if seq_len >= CP_MIN_SEQ and seq_len % (2 * c) == 0] or [1]
     else:

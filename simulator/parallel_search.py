@@ -200,7 +200,7 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
     tokens = per_replica * seq / ga  # mean tokens per micro-batch on one GPU
     h = getattr(pb.model, "hidden", 0)  # other families (no layouts): no TP or stage traffic
     tp_mb = model.n_layers * parallel.tp_comm_time(tokens, h, e, par.tp, par.sp, passes,
-                                                   pb.fabric.intra_busbw, pb.fabric.intra_alpha)
+                                                   *parallel.tp_link(pb.fabric, par.tp))
     tp_sync, use_async = tp_mb, np.zeros(ga.size, dtype=bool)
     if async_allowed(pb, par, async_tp):
         tp_mb, use_async = _async_tp(pb, model, packs, a["pack"], tokens, tp_mb, passes, par.tp, async_tp)
@@ -300,7 +300,7 @@ def _extra_floor(pb: Problem, space: Space, par: parallel.Parallelism, compute: 
     (:func:`offload_floor`)."""
     per_replica = math.ceil(pb.global_batch / par.dp)
     layers = parallel.stage_layers(pb.model.n_layers, par.pp)[0]
-    bw = pb.fabric.intra_busbw
+    bw = parallel.tp_link(pb.fabric, par.tp)[0]
 
     # asynchronous TP hides at most the overlap fraction of the collectives (parallel.async_tp_time)
     exposed = 1.0 - pb.stack.async_tp_overlap if async_allowed(pb, par, async_tp) else 1.0

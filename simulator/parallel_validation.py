@@ -7,8 +7,8 @@ Two sources, each row simulated with its recorded layout and strategy pinned:
 * nanotron's scaling runs (``published_runs_more.csv`` rows with tp or pp above 1): Llama-style
   1.3B-80B, MFU. Their GPU is not stated beside the figure; the Ultra-Scale Playbook that
   published them trained on H100 80 GB nodes, assumed here (``NANOTRON_GPU``). MFU is compared in
-  the 6 N + 12 L h s convention (``Plan.mfu_6nd``). The one run with tp = 16 (across two nodes)
-  is skipped: tensor parallelism stays inside a node here.
+  the 6 N + 12 L h s convention (``Plan.mfu_6nd``). The one run with tp = 16 spans two nodes
+  (:func:`simulator.parallel.tp_link`).
 """
 
 from __future__ import annotations
@@ -66,8 +66,6 @@ def nanotron_rows() -> pd.DataFrame:
         if tp == 1 and pp == 1:
             continue
         n, gb = int(run["n_gpus"]), int(run["global_batch"])
-        if tp > 8:  # tensor parallelism across nodes: outside the model (tp stays inside a node)
-            continue
         plan = simulate(run["spec"], _cluster(n, NANOTRON_GPU), global_batch=gb, seq_len=int(run["seq_len"]),
                         steps=1, optimizer="adamw", precision="bf16", attention="sdpa", compile=False,
                         sharding=run["sharding"], offload="none", micro_batch=int(run["micro_batch"]),

@@ -447,3 +447,30 @@ def test_ring_attention_throughput_against_torchtitans_table(cp, seq, measured):
                  offload="none", micro_batch=1, tp=1, pp=1, cp=cp)
     assert p.feasible
     assert p.tokens_per_s / 8 == pytest.approx(measured, rel=0.15)
+
+
+def test_tensor_parallelism_across_nodes_is_costed_not_refused():
+    """nanotron ran Llama 80B with TP 16 on nodes of 8 (published_runs_more.csv): a pinned tp
+    spanning whole nodes is evaluated, its collectives over the nodes' network (slower than any
+    TP inside the node), and never searched unpinned; a tp neither dividing the node nor
+    spanning whole nodes is still refused, naming the valid choices."""
+    from simulator.errors import UsageError
+    from simulator.parallel import layouts, tp_link
+
+    fab = comm.Fabric(nodes=2, gpus_per_node=8, intra_bw=450e9, intra_alpha=5e-6, inter_bw=400e9,
+                      inter_alpha=10e-6, hop_alpha=2e-6)
+    assert tp_link(fab, 8) == (fab.intra_busbw, fab.intra_alpha)
+    bw16, alpha16 = tp_link(fab, 16)
+    # hand count: per all-reduce of S bytes, 2*7/8 S/450e9 inside + 2*1/2 S/400e9 across; the
+    # ring bytes 2*15/16 S over that time
+    assert bw16 == pytest.approx(2 * 15 / 16 / (2 * 7 / 8 / 450e9 + 1.0 / 400e9))
+    assert alpha16 == pytest.approx(2 * 5e-6 + 10e-6 + 2 * 2e-6)
+    assert bw16 < fab.intra_busbw
+    assert max(p.tp for p in layouts(16, 8, 64, 80)) == 8
+    assert {p.tp for p in layouts(16, 8, 64, 80, tp=16)} == {16}
+    plan = simulate("llama-2-70b", "2x8xh100", tp=16, pp=1, global_batch=64, steps=10)
+    assert plan.strategy["tp"] == 16 and plan.breakdown_s["tp_comm"] > 0
+    inside = simulate("llama-2-70b", "2x8xh100", tp=8, pp=2, global_batch=64, steps=10)
+    assert plan.breakdown_s["tp_comm"] > inside.breakdown_s["tp_comm"]
+    with pytest.raises(UsageError, match="span whole nodes; valid choices: 1, 2, 4, 8, 16"):
+        simulate("llama-2-70b", "2x8xh100", tp=12)

@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from simulator.atomic import check_writable
 from simulator.errors import UsageError, UsageParser, run_cli
 from simulator.models import ModelSpec, get_model
 from simulator.strategy import CHECKPOINTINGS as CHECKPOINTING
@@ -704,11 +705,11 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
         host_alloc.relaunch_for(a.allocator or host_alloc.recorded(profile.provenance))
     if a.nproc and a.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
         return _relaunch(argv, a.nproc)
-    if a.update_profile:  # fail before the suite runs, not after
-        folder = Path(a.profile).resolve().parent
-        if not os.access(a.profile, os.W_OK) or not os.access(folder, os.W_OK):
-            raise UsageError(f"--update-profile: {str(a.profile)!r} is not writable (the file and its folder "
-                             "must be); copy it somewhere writable or drop --update-profile")
+    # fail before the suite runs, not after
+    if a.update_profile:
+        check_writable(a.profile, "--update-profile: profile")
+    if a.csv:
+        check_writable(a.csv, "--csv")
     suite = load_suite(a.suite or (GPU_DEFAULT_SUITE if cuda else DEFAULT_SUITE))
     configs = suite.configs
     if a.only:

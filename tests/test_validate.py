@@ -202,6 +202,22 @@ def test_several_measured_draws_are_pooled_into_the_profiles_interval(tmp_path, 
     assert rc == 2 and "more than once" in err and "d0.csv" in err and len(err.strip().splitlines()) == 1
 
 
+def test_read_only_csv_is_refused_before_the_suite_runs(tmp_path, capsys, monkeypatch):
+    """--csv to a file the user may not write used to run the whole suite and then exit 2
+    without the rows; now it is checked first, as --update-profile is."""
+    prof = _profile(tmp_path / "p.json")
+    suite = _suite(tmp_path / "s.json", [{"model": "tiny", "seq_len": 16, "micro_batch": 1}])
+    out_csv = tmp_path / "r.csv"
+    out_csv.write_text("id,measured_step_s\nolder-run,1.0\n")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if mode & os.W_OK and Path(p) == out_csv
+                        else real_access(p, mode))
+    monkeypatch.setattr(V, "measure", lambda *a, **k: pytest.fail("the suite ran before --csv was checked"))
+    rc, _, err = _run(["--profile", str(prof), "--suite", str(suite), "--csv", str(out_csv)], capsys)
+    assert rc == 2 and "--csv" in err and "not writable" in err and len(err.strip().splitlines()) == 1
+    assert out_csv.read_text() == "id,measured_step_s\nolder-run,1.0\n"
+
+
 def test_csv_without_id_column_is_not_overwritten(tmp_path):
     f = tmp_path / "other.csv"
     f.write_text("a,b\n1,2\n")

@@ -566,14 +566,15 @@ def check_device(profile, device_name: str | None, memory_gib: float | None = No
     if device_name == profile.device.name:
         return None
     if processor(device_name) == processor(profile.device.name):
-        return (f"profile {profile.name!r} measured {profile.device.name!r}, the steps "
-                f"{'in ' + where + ' ' if where else ''}ran as {device_name!r}")
+        on = f"the steps in {where} ran as" if where else "the steps run as"
+        return f"profile {profile.name!r} measured {profile.device.name!r}, {on} {device_name!r}"
     gpu = match_catalog_gpu(device_name, memory_gib) if profile.device.gpu_id else None
     if gpu is not None and profile_is_for(profile, gpu):
         return None
-    raise UsageError(f"profile {profile.name!r} describes {profile.device.name!r}, but the steps "
-                     f"{'in ' + where + ' ' if where else ''}ran on {device_name!r}: its predictions and "
-                     "residuals are another device's; validate with a profile of this device (calibrate on it)")
+    on = f"the steps in {where} ran on" if where else "the steps run on"
+    raise UsageError(f"profile {profile.name!r} describes {profile.device.name!r}, but {on} {device_name!r}: its "
+                     "predictions and residuals are another device's; validate with a profile of that device "
+                     "(calibrate on it)")
 
 
 # ---------------------------------------------------------------------------- files
@@ -733,16 +734,21 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
     if a.nproc is not None and a.nproc < 1:
         raise UsageError(f"--nproc must be >= 1, got {a.nproc}")
     profile = load_profile(a.profile)
-    cuda = str(a.device or "").startswith("cuda") or (not a.device and _cuda_available())
-    if relaunch and not cuda and a.measured is None:  # before torchrun, whose workers inherit the setting
-        host_alloc.relaunch_for(a.allocator or host_alloc.recorded(profile.provenance))
-    if a.nproc and a.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
-        return _relaunch(argv, a.nproc)
-    # fail before the suite runs, not after
+    # fail before the suite runs (or torchrun starts), not after
     if a.update_profile:
         check_writable(a.profile, "--update-profile: profile")
     if a.csv:
         check_writable(a.csv, "--csv")
+    cuda = str(a.device or "").startswith("cuda") or (not a.device and _cuda_available())
+    if relaunch and not cuda and a.measured is None:  # before torchrun, whose workers inherit the setting
+        host_alloc.relaunch_for(a.allocator or host_alloc.recorded(profile.provenance))
+    if a.nproc and a.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        if a.measured is None:  # another device's profile: one line here, not one per torchrun worker
+            from .device import detect
+
+            ctx = detect(a.device)
+            check_device(profile, ctx.name, ctx.memory_gib if ctx.kind == "cuda" else None)
+        return _relaunch(argv, a.nproc)
     suite = load_suite(a.suite or (GPU_DEFAULT_SUITE if cuda else DEFAULT_SUITE))
     configs = suite.configs
     if a.only:

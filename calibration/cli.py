@@ -7,6 +7,7 @@ measured so far is kept; rerun with ``--resume``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import fnmatch
 import os
@@ -17,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 
+from simulator.atomic import check_writable
 from simulator.errors import UsageError, UsageParser, run_cli
 
 from . import host_alloc, host_load
@@ -99,7 +101,52 @@ def _from_runs(a: argparse.Namespace) -> int:
         if table.empty:
             raise UsageError(f"{a.from_runs!r}: no run can be simulated; see docs/calibrate_from_runs.md")
         base = str(table["gpu"].iloc[0])
-    return from_runs.main(a.from_runs, base, a.out, a.params, not a.no_cv, print)
+    if a.out is not None:
+        check_writable(a.out, "--out")
+    with writing(a.out) if a.out is not None else contextlib.nullcontext():
+        return from_runs.main(a.from_runs, base, a.out, a.params, not a.no_cv, print)
+
+
+def lock_path(out: Path) -> Path:
+    """``profiles/x.json`` -> ``profiles/x.json.lock``: held while a calibrate writes ``out``."""
+    return out.with_name(out.name + ".lock")
+
+
+@contextlib.contextmanager
+def writing(out: Path):
+    """Hold an exclusive lock on ``out`` (:func:`lock_path`, ``fcntl.flock``) for the block, so two
+    calibrate runs never write one profile and its measurements at once (the later save would
+    drop the other's measurements); a second run is a UsageError. The lock file is removed on
+    exit; a lock taken on a file another run has just removed is taken again on the new one."""
+    import fcntl
+
+    path = lock_path(out)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create folder {str(path.parent)!r}: {exc.strerror}") from None
+    while True:
+        fh = open(path, "a")  # held open, and locked, for the block
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            raise UsageError(f"another calibrate is writing {str(out)!r} (lock {path.name}); wait for it to "
+                             "finish or choose another --out") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fh.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        fh.close()
+    try:
+        yield
+    finally:
+        try:
+            path.unlink()
+        finally:
+            fh.close()
 
 
 def _mode(a: argparse.Namespace) -> str:
@@ -245,92 +292,95 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
             raise UsageError(f"--only {','.join(unmatched)!r} matches no benchmark; groups: {', '.join(groups)} "
                              "(or key globs such as 'gemm/fp32/*')")
     meas = measurements_path(out)
-    command = "calibrate " + " ".join(shlex.quote(x) for x in argv)
-    run_info = {"started": now(), "command": command, "mode": "refit" if a.refit else mode}
-    resume = _prepare_outputs(out, meas, a, err)
-    if hasattr(os, "getloadavg"):
-        run_info["loadavg_1min"] = round(os.getloadavg()[0], 2)
-    if not a.refit and dev.kind == "cpu":
-        run_info["host_allocator"] = host_alloc.active()
-        if run_info["host_allocator"] != a.allocator:
-            err(f"warning: --allocator {a.allocator}: measuring with the {run_info['host_allocator']!r} host "
-                "allocator (not glibc, or calibrate was not started from the command line)")
-        # what other processes use now (the load average lags a minute)
-        before = host_load.sample()
-        time.sleep(QUIET_CHECK_S)
-        other = host_load.other_cores(before, host_load.sample())
-        if host_load.is_busy(other):
-            err(f"warning: machine is busy (other processes use {other:.2f} of {os.cpu_count()} cores); "
-                "CPU timings will be inflated")
-    if resume:
-        store = MeasurementStore.load(meas)
-        store.resume(dev.describe(), run_info)
-    else:
-        store = MeasurementStore.create(meas, dev.describe(), run_info)
-    if a.refit:
-        err(f"refitting {out} from {meas.name} ({len(store.results)} measurements)")
-    else:
-        err(f"calibrating {dev.name} [{mode}]: {len(benches)} benchmarks -> {out}")
-    console = None if (a.no_progress or not benches) else errc
-    cpu0 = host_load.sample()
-    probe0 = host_load.probe_pair() if dev.kind == "cpu" and benches else None
-    summary = run_benches(benches, ctx, store, console, resume=a.resume)
-    if not a.refit:
-        _collectives(a, dev, ctx, store, only, err)
-        other = host_load.other_cores(cpu0, host_load.sample())
-        store.data["runs"][-1]["other_cores"] = other
-        if probe0 is not None:
-            probe1 = host_load.probe_pair()
-            moved = host_load.drift(probe0, probe1)
-            store.data["runs"][-1]["host_probe_s"] = {"start": list(probe0), "end": list(probe1)}
-            if moved > host_load.DRIFT_FACTOR:
-                err(f"warning: the host changed speed while calibrating (probe GEMM {probe0[0] * 1e3:.2f} -> "
-                    f"{probe1[0] * 1e3:.2f} ms, copy {probe0[1] * 1e3:.1f} -> {probe1[1] * 1e3:.1f} ms): "
-                    "the profile mixes both; calibrate again and compare")
-        if dev.kind == "cpu" and host_load.is_busy(other):
-            err(f"warning: other processes used {other:.2f} of {os.cpu_count()} cores while calibrating; "
-                "CPU timings are inflated (calibrate again on a quiet machine)")
-    runs = [r for r in store.data["runs"] if r.get("mode") != "refit"]
-    notes = [f"measured in {len(runs)} run(s): " + "; ".join(
-        f"{r.get('mode')} {r.get('started', '')[:16]}"
-        + (f" (load average {r['loadavg_1min']} on {os.cpu_count()} cores"
-           + (f", other processes {r['other_cores']} cores" if r.get("other_cores") is not None else "") + ")"
-           if "loadavg_1min" in r and dev.kind == "cpu" else "") for r in runs)]
-    measured_by = "; ".join(dict.fromkeys(r.get("command", "") for r in runs)) or command
-    if a.refit:
-        measured_by += f" (refitted by {command})"
-    allocs = {r.get("host_allocator", "default") for r in runs} if dev.kind == "cpu" else set()
-    allocator = None if not allocs else allocs.pop() if len(allocs) == 1 else "mixed"
-    if allocator == "mixed":
-        err("warning: the measurements were taken with different --allocator settings; calibrate again "
-            "with --force")
-    built = build_profile(dev, store.results, measured_by, extra_sources=notes, host_allocator=allocator)
-    from .build import fit_spread
+    check_writable(out, "--out")
+    check_writable(meas, "--out: measurements")
+    with writing(out):
+        command = "calibrate " + " ".join(shlex.quote(x) for x in argv)
+        run_info = {"started": now(), "command": command, "mode": "refit" if a.refit else mode}
+        resume = _prepare_outputs(out, meas, a, err)
+        if hasattr(os, "getloadavg"):
+            run_info["loadavg_1min"] = round(os.getloadavg()[0], 2)
+        if not a.refit and dev.kind == "cpu":
+            run_info["host_allocator"] = host_alloc.active()
+            if run_info["host_allocator"] != a.allocator:
+                err(f"warning: --allocator {a.allocator}: measuring with the {run_info['host_allocator']!r} host "
+                    "allocator (not glibc, or calibrate was not started from the command line)")
+            # what other processes use now (the load average lags a minute)
+            before = host_load.sample()
+            time.sleep(QUIET_CHECK_S)
+            other = host_load.other_cores(before, host_load.sample())
+            if host_load.is_busy(other):
+                err(f"warning: machine is busy (other processes use {other:.2f} of {os.cpu_count()} cores); "
+                    "CPU timings will be inflated")
+        if resume:
+            store = MeasurementStore.load(meas)
+            store.resume(dev.describe(), run_info)
+        else:
+            store = MeasurementStore.create(meas, dev.describe(), run_info)
+        if a.refit:
+            err(f"refitting {out} from {meas.name} ({len(store.results)} measurements)")
+        else:
+            err(f"calibrating {dev.name} [{mode}]: {len(benches)} benchmarks -> {out}")
+        console = None if (a.no_progress or not benches) else errc
+        cpu0 = host_load.sample()
+        probe0 = host_load.probe_pair() if dev.kind == "cpu" and benches else None
+        summary = run_benches(benches, ctx, store, console, resume=a.resume)
+        if not a.refit:
+            _collectives(a, dev, ctx, store, only, err)
+            other = host_load.other_cores(cpu0, host_load.sample())
+            store.data["runs"][-1]["other_cores"] = other
+            if probe0 is not None:
+                probe1 = host_load.probe_pair()
+                moved = host_load.drift(probe0, probe1)
+                store.data["runs"][-1]["host_probe_s"] = {"start": list(probe0), "end": list(probe1)}
+                if moved > host_load.DRIFT_FACTOR:
+                    err(f"warning: the host changed speed while calibrating (probe GEMM {probe0[0] * 1e3:.2f} -> "
+                        f"{probe1[0] * 1e3:.2f} ms, copy {probe0[1] * 1e3:.1f} -> {probe1[1] * 1e3:.1f} ms): "
+                        "the profile mixes both; calibrate again and compare")
+            if dev.kind == "cpu" and host_load.is_busy(other):
+                err(f"warning: other processes used {other:.2f} of {os.cpu_count()} cores while calibrating; "
+                    "CPU timings are inflated (calibrate again on a quiet machine)")
+        runs = [r for r in store.data["runs"] if r.get("mode") != "refit"]
+        notes = [f"measured in {len(runs)} run(s): " + "; ".join(
+            f"{r.get('mode')} {r.get('started', '')[:16]}"
+            + (f" (load average {r['loadavg_1min']} on {os.cpu_count()} cores"
+               + (f", other processes {r['other_cores']} cores" if r.get("other_cores") is not None else "") + ")"
+               if "loadavg_1min" in r and dev.kind == "cpu" else "") for r in runs)]
+        measured_by = "; ".join(dict.fromkeys(r.get("command", "") for r in runs)) or command
+        if a.refit:
+            measured_by += f" (refitted by {command})"
+        allocs = {r.get("host_allocator", "default") for r in runs} if dev.kind == "cpu" else set()
+        allocator = None if not allocs else allocs.pop() if len(allocs) == 1 else "mixed"
+        if allocator == "mixed":
+            err("warning: the measurements were taken with different --allocator settings; calibrate again "
+                "with --force")
+        built = build_profile(dev, store.results, measured_by, extra_sources=notes, host_allocator=allocator)
+        from .build import fit_spread
 
-    spread = fit_spread(dev, store.results, measured_by, built.profile)
-    built.profile = built.profile.model_copy(update={"spread": spread})
-    probes = store.data["runs"][-1].get("host_probe_s") if not a.refit else None
-    level = host_load.calibrated_level(built.profile, [probes["start"][0], probes["end"][0]]) if probes else None
-    if level is not None:
-        store.data["runs"][-1]["host_level"] = round(level, 3)
-        if max(level, 1.0 / level) > host_load.DRIFT_FACTOR:
-            built.warnings.append(
-                f"the fitted profile predicts the probe GEMM at {level:.2f}x the time it took at this calibration's "
-                f"start and end ({probes['start'][0] * 1e3:.1f} and {probes['end'][0] * 1e3:.1f} ms): its benchmarks "
-                f"caught the host {'faster' if level < 1 else 'slower'} than the probes read, and its predictions "
-                "are off by that much while the host runs as the probes read (validate's host_speed reads about "
-                f"{level:.2f}); calibrate again and compare")
-    from simulator.profile import save_profile
+        spread = fit_spread(dev, store.results, measured_by, built.profile)
+        built.profile = built.profile.model_copy(update={"spread": spread})
+        probes = store.data["runs"][-1].get("host_probe_s") if not a.refit else None
+        level = host_load.calibrated_level(built.profile, [probes["start"][0], probes["end"][0]]) if probes else None
+        if level is not None:
+            store.data["runs"][-1]["host_level"] = round(level, 3)
+            if max(level, 1.0 / level) > host_load.DRIFT_FACTOR:
+                built.warnings.append(
+                    f"the fitted profile predicts the probe GEMM at {level:.2f}x the time it took at this calibration's "
+                    f"start and end ({probes['start'][0] * 1e3:.1f} and {probes['end'][0] * 1e3:.1f} ms): its benchmarks "
+                    f"caught the host {'faster' if level < 1 else 'slower'} than the probes read, and its predictions "
+                    "are off by that much while the host runs as the probes read (validate's host_speed reads about "
+                    f"{level:.2f}); calibrate again and compare")
+        from simulator.profile import save_profile
 
-    save_profile(built.profile, out)
-    wall = time.perf_counter() - t_start
-    store.data["runs"][-1].update(finished=now(), wall_s=round(wall, 1))
-    spread_line = round_spread(store.results)
-    if spread_line:
-        store.data["runs"][-1]["round_spread"] = spread_line
-    store.set_fits({**built.fits, "warnings": built.warnings})
-    _report(built, summary, out, meas, wall, spread_line)
-    return 0
+        save_profile(built.profile, out)
+        wall = time.perf_counter() - t_start
+        store.data["runs"][-1].update(finished=now(), wall_s=round(wall, 1))
+        spread_line = round_spread(store.results)
+        if spread_line:
+            store.data["runs"][-1]["round_spread"] = spread_line
+        store.set_fits({**built.fits, "warnings": built.warnings})
+        _report(built, summary, out, meas, wall, spread_line)
+        return 0
 
 
 def _report(built, summary, out: Path, meas: Path, wall: float, spread_line: str | None) -> None:

@@ -87,6 +87,12 @@ class DeviceContext:
                 "precisions": list(self.precisions), **self.versions}
 
 
+def processor(name: str) -> str:
+    """A device name less the thread count a CPU's carries (``detect``: 'AMD EPYC (2 threads)' ->
+    'AMD EPYC'); a GPU's name as it is."""
+    return re.sub(r" \(\d+ threads\)$", "", name)
+
+
 def detect(device: str | None = None) -> DeviceContext:
     """Describe ``device`` ('cpu', 'cuda', 'cuda:1'; default: cuda if available else cpu)."""
     from simulator.errors import UsageError
@@ -140,10 +146,11 @@ def _norm(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
-def match_catalog_gpu(device_name: str, memory_gib: float):
+def match_catalog_gpu(device_name: str, memory_gib: float | None):
     """The :mod:`simulator.hardware` GPU whose id/name/alias occurs in ``device_name``
     (e.g. torch's 'NVIDIA A100-SXM4-80GB') and whose usable memory is within 12% of
-    ``memory_gib``; the longest such match wins. None if there is none (or no catalog)."""
+    ``memory_gib`` (None: not known, the name alone decides); the longest such match wins. None
+    if there is none (or no catalog)."""
     try:
         from simulator import hardware
     except Exception:  # noqa: BLE001 - the catalog module is optional for calibration
@@ -151,7 +158,7 @@ def match_catalog_gpu(device_name: str, memory_gib: float):
     target = _norm(device_name)
     best = None
     for gpu in hardware.catalog():
-        if abs(gpu.usable_memory_gib.value - memory_gib) > 0.12 * gpu.usable_memory_gib.value:
+        if memory_gib is not None and abs(gpu.usable_memory_gib.value - memory_gib) > 0.12 * gpu.usable_memory_gib.value:
             continue
         for alias in [gpu.id, gpu.name, gpu.short_name, *gpu.aliases]:
             a = _norm(alias)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import math
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -35,9 +36,11 @@ from scipy.optimize import least_squares
 from simulator import hardware, runs
 from simulator.device import device_from_spec
 from simulator.errors import UsageError
+from simulator.opcost import mfu
 from simulator.profile import (
     FitParameter,
     Profile,
+    Provenance,
     RunsFit,
     ValidationSummary,
     comm_params,
@@ -299,6 +302,46 @@ def fitted_profile(base: Profile, fitter: Fitter, f: Fit, group: str, idx: np.nd
                                    "provenance": provenance})
 
 
+def at_bounds(f: Fit, rel: float = 1e-3) -> list[str]:
+    """The fitted parameters within ``rel`` of their range's width from a bound, e.g.
+    ``'tensor_sustained[all] 1 (upper bound)'``: the runs push them past their physical range or
+    do not constrain them."""
+    out = []
+    for (p, g), v in zip(_layout(f.params, f.groups), f.x, strict=True):
+        lo, hi = PARAMS[p][1], PARAMS[p][2]
+        side = "lower" if v <= lo + rel * (hi - lo) else "upper" if v >= hi - rel * (hi - lo) else None
+        if side:
+            out.append(f"{f'{p}[{g}]' if g else p} {v:.4g} ({side} bound)")
+    return out
+
+
+def check_physical(table: pd.DataFrame, base: Profile) -> None:
+    """UsageError naming the first run whose tokens/s would take more model FLOP/s than its GPUs'
+    dense peak at its precision (:func:`simulator.opcost.mfu` above 1): a typo or a per-GPU /
+    per-sequence figure, which the fit would chase to every parameter's bound."""
+    for _, r in table.iterrows():
+        gpu = hardware.parse_cluster(r["gpus"]).gpu
+        peak = device_from_spec(gpu, base).gemm_peak(str(r["precision"]))
+        if not peak:
+            continue
+        u = mfu(float(r["measured_tok_s"]), r["spec"], int(r["seq_len"]), int(r["n_gpus"]), peak)
+        if not u <= 1.0:
+            raise UsageError(f"run {r['run']}: {float(r['measured_tok_s']):.4g} tokens/s on {r['gpus']} would be "
+                             f"{100 * u:.3g}% of the GPUs' dense {r['precision']} peak in model FLOPs (MFU); no run "
+                             "exceeds 100%: tokens_per_s is the whole job's tokens per second (check it, the GPU "
+                             "count and the precision)")
+
+
+def own_provenance(base: Profile, e2e: str, runs_file: str, command: str) -> tuple[str, Provenance]:
+    """Name and provenance of a profile fitted to the user's runs: fitted today, from ``runs_file``,
+    starting from ``base`` (whose name, method, date and sources it cites)."""
+    today = _dt.date.today().isoformat()
+    name = f"{base.device.gpu_id or base.name} (fitted to {Path(runs_file).name} {today})"
+    start = f"starting point: {base.name} ({base.provenance.method}, {base.provenance.date})"
+    return name, Provenance(method="fitted", date=today, command=command,
+                            sources=[f"{e2e} in {runs_file}", start, *base.provenance.sources])
+
+
 def report(fitter: Fitter, f: Fit) -> str:
     """Plain-text summary: parameters, errors overall and per source."""
     lines = [f"start (microbenchmark profiles): MAPE {mape_of(fitter.residuals(fitter.x0)):.1f}% over "
@@ -359,18 +402,32 @@ def main(runs_file: str, base_arg: str, out: Path | None, params: str | None, cv
                          + (f" (first reason: {excluded['excluded'].iloc[0]})" if len(excluded) else ""))
     base = _base_for(base_arg)
     gid = base.device.gpu_id
-    bases = {g: (base if g == gid else microbenchmark_profile(g)) for g in table["gpu"].unique()}
+    other = table[table["gpu"] != gid]
+    if len(other):
+        raise UsageError(
+            f"--base-profile {base.name!r} describes {base.device.name!r}"
+            + (f" (catalog GPU {gid})" if gid else ", no catalog GPU")
+            + f", but {len(other)} of {len(table)} runs ran on {', '.join(sorted(set(other['gpu'])))} (e.g. "
+            f"{other['run'].iloc[0]}): a fitted profile describes one device; fit each GPU's runs apart, with "
+            "--base-profile that GPU (its catalog id or a profile of it)")
+    check_physical(table, base)
     chosen = tuple(p.strip() for p in params.split(",")) if params else DEFAULT_PARAMS
-    fitter = Fitter(table, bases, group_of={g: "all" for g in bases}, params=chosen)
+    fitter = Fitter(table, {gid: base}, group_of={gid: "all"}, params=chosen)
     f = fitter.fit(cross_validate=cv)
     out_fn(f"{len(table)} runs used, {len(excluded)} skipped"
            + (f" (e.g. {excluded['run'].iloc[0]}: {excluded['excluded'].iloc[0]})" if len(excluded) else ""))
     out_fn(report(fitter, f))
+    bound = at_bounds(f)
+    if bound:
+        print(f"calibrate: warning: {len(bound)} of {len(f.x)} fitted parameters sit at a bound: {', '.join(bound)}; "
+              "the runs push them past their physical range or do not constrain them, so the others compensate "
+              "(check the runs, or fit fewer --params)", file=sys.stderr)
     if out is not None:
         cmd = f"calibrate --from-runs {Path(runs_file).name}"
         prof = fitted_profile(base, fitter, f, "all", np.arange(len(table)), cmd)
-        save_profile(prof, out)
-        out_fn(f"wrote {out}")
+        name, prov = own_provenance(base, prof.end_to_end_source, runs_file, cmd)
+        save_profile(prof.model_copy(update={"name": name, "provenance": prov}), out)
+        out_fn(f"wrote {out} ({name})")
     return 0 if all(math.isfinite(v) for v in f.x) else 1
 
 

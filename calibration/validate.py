@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from simulator.atomic import check_writable
 from simulator.errors import UsageError, UsageParser, run_cli
 from simulator.models import ModelSpec, get_model
 from simulator.strategy import CHECKPOINTINGS as CHECKPOINTING
@@ -546,6 +547,36 @@ def format_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------- devices
+def check_device(profile, device_name: str | None, memory_gib: float | None = None, where: str = "") -> str | None:
+    """UsageError unless ``profile`` describes the device the steps ran on, ``device_name`` (as
+    :func:`calibration.device.detect` names it; ``memory_gib`` its memory where known): the same
+    processor (:func:`calibration.device.processor`), or the same catalog GPU
+    (:func:`simulator.hardware.profile_is_for`, simulate's rule). A profile predicts its own device:
+    another device's steps against it give neither a check of it nor residuals for its interval.
+    Returns a warning where the same CPU ran with another thread count (torchrun gives each rank
+    one), else None. ``where`` says where the name comes from (a --measured file)."""
+    from simulator.hardware import profile_is_for
+
+    from .device import match_catalog_gpu, processor
+
+    if not device_name:
+        raise UsageError(f"{where or 'the measurement'} names no device (column 'device'); cannot tell it was "
+                         f"measured on {profile.device.name!r}, the device profile {profile.name!r} describes")
+    if device_name == profile.device.name:
+        return None
+    if processor(device_name) == processor(profile.device.name):
+        on = f"the steps in {where} ran as" if where else "the steps run as"
+        return f"profile {profile.name!r} measured {profile.device.name!r}, {on} {device_name!r}"
+    gpu = match_catalog_gpu(device_name, memory_gib) if profile.device.gpu_id else None
+    if gpu is not None and profile_is_for(profile, gpu):
+        return None
+    on = f"the steps in {where} ran on" if where else "the steps run on"
+    raise UsageError(f"profile {profile.name!r} describes {profile.device.name!r}, but {on} {device_name!r}: its "
+                     "predictions and residuals are another device's; validate with a profile of that device "
+                     "(calibrate on it)")
+
+
 # ---------------------------------------------------------------------------- files
 def merge_csv(path: str | os.PathLike, rows: list[dict[str, Any]]) -> Path:
     """Merge ``rows`` into the CSV at ``path`` by ``id`` (new rows replace same-id rows, others
@@ -618,6 +649,10 @@ def _remeasured(path: Path, configs: list[Config], profile) -> list[dict[str, An
     todo = [c for c in configs if c.id in known]
     if not todo:
         raise UsageError(f"--measured {str(path)!r} has no measured row of this suite's configs")
+    for name in dict.fromkeys(known[c.id][1]["device"] for c in todo):
+        warning = check_device(profile, name, where=f"--measured {str(path)!r}")
+        if warning:
+            print(f"validate: warning: {warning}", file=sys.stderr)
     rows = []
     for cfg in todo:
         m, meta = known[cfg.id]
@@ -699,16 +734,21 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
     if a.nproc is not None and a.nproc < 1:
         raise UsageError(f"--nproc must be >= 1, got {a.nproc}")
     profile = load_profile(a.profile)
+    # fail before the suite runs (or torchrun starts), not after
+    if a.update_profile:
+        check_writable(a.profile, "--update-profile: profile")
+    if a.csv:
+        check_writable(a.csv, "--csv")
     cuda = str(a.device or "").startswith("cuda") or (not a.device and _cuda_available())
     if relaunch and not cuda and a.measured is None:  # before torchrun, whose workers inherit the setting
         host_alloc.relaunch_for(a.allocator or host_alloc.recorded(profile.provenance))
     if a.nproc and a.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+        if a.measured is None:  # another device's profile: one line here, not one per torchrun worker
+            from .device import detect
+
+            ctx = detect(a.device)
+            check_device(profile, ctx.name, ctx.memory_gib if ctx.kind == "cuda" else None)
         return _relaunch(argv, a.nproc)
-    if a.update_profile:  # fail before the suite runs, not after
-        folder = Path(a.profile).resolve().parent
-        if not os.access(a.profile, os.W_OK) or not os.access(folder, os.W_OK):
-            raise UsageError(f"--update-profile: {str(a.profile)!r} is not writable (the file and its folder "
-                             "must be); copy it somewhere writable or drop --update-profile")
     suite = load_suite(a.suite or (GPU_DEFAULT_SUITE if cuda else DEFAULT_SUITE))
     configs = suite.configs
     if a.only:
@@ -749,11 +789,12 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
     try:
         from .device import detect
 
-        dev_name = detect(str(dist.device) if dist.device.type == "cuda" else "cpu").name
+        ctx = detect(str(dist.device) if dist.device.type == "cuda" else "cpu")
+        dev_name = ctx.name
+        warning = check_device(profile, dev_name, ctx.memory_gib if ctx.kind == "cuda" else None)
+        if warning and dist.is_main:
+            print(f"validate: warning: {warning}", file=sys.stderr)
         date = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        if dist.is_main and profile.device.name != dev_name:
-            print(f"validate: warning: profile {profile.name!r} measured {profile.device.name!r}, "
-                  f"this is {dev_name!r}", file=sys.stderr)
         rounds = a.rounds or suite.rounds or host_load.default_rounds(dist.device.type)
         meta = {"warmup": warmup, "rounds": rounds, "device": dev_name, "profile": profile.name,
                 "suite": suite.name, "date": date, "torch": torch.__version__}

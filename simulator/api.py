@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from . import communication as comm
-from . import family_validation, hardware
+from . import family_validation, hardware, opcost
 from .device import GIB, device_from_profile, device_from_spec
 from .errors import UsageError
 from .estimate import Problem, Space, Table
@@ -288,7 +288,7 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
     tps = tokens_step / step
     peak = pb.device.gemm_peak(st.precision) or float("nan")
     n = pb.n_gpus
-    mfu = tps * model_flops_per_token(model, recipe.seq_len) / (n * peak)
+    mfu = opcost.mfu(tps, model, recipe.seq_len, n, peak)
     mfu_6nd = tps * palm_flops_per_token(model, recipe.seq_len) / (n * peak)
     # executed FLOPs: the busiest GPU's per-step FLOPs, times GPUs, over the step time
     hfu = float(tab.hw_flops[i]) / step / peak

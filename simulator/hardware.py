@@ -390,12 +390,19 @@ def _profile_at(f: Traversable):
     return parse_profile(data, origin=str(f))
 
 
+def profile_is_for(profile, gpu: GPUSpec) -> bool:
+    """Whether ``profile`` describes the catalog GPU ``gpu``: its ``device.gpu_id`` names it (a CPU
+    calibration or an uncatalogued GPU describes no catalog GPU). The rule behind simulate's
+    (:func:`check_profile_device`) and validate's refusal of another device's profile."""
+    return profile.device.gpu_id is not None and profile.device.gpu_id == gpu.id
+
+
 def check_profile_device(profile, gpu: GPUSpec, gpus_text: str, any_gpu: bool = False) -> None:
     """A profile drives only the device it describes: the catalog GPU named by its
     ``device.gpu_id``. Anything else (a CPU calibration, an uncatalogued GPU, another catalog GPU)
     is a UsageError naming the profile's device and the explicit override, unless ``any_gpu``."""
     gid = profile.device.gpu_id
-    if any_gpu or gid == gpu.id:
+    if any_gpu or profile_is_for(profile, gpu):
         return
     what = (f"catalog GPU, device.gpu_id {gid!r}" if gid else
             f"a {profile.device.kind.upper() if profile.device.kind == 'cpu' else profile.device.kind} "

@@ -51,6 +51,13 @@ def model_flops_per_token(model, seq_len: int) -> float:
     return 3.0 * fwd / seq_len
 
 
+def mfu(tokens_per_s: float, model, seq_len: int, n_gpus: int, peak_flops: float) -> float:
+    """Model FLOPs utilisation: ``tokens_per_s`` of the whole job times
+    :func:`model_flops_per_token`, over ``n_gpus`` x ``peak_flops`` (FLOP/s, the dense peak of the
+    precision). Never above 1 for a real run."""
+    return tokens_per_s * model_flops_per_token(model, seq_len) / (n_gpus * peak_flops)
+
+
 def palm_flops_per_token(model, seq_len: int) -> float:
     """6 N + 12 L h s per token (PaLM / llm-foundry MFU convention: N = all parameters, attention
     counted dense and non-causal, h = heads x head_dim of each attention op). Reported as

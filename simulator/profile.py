@@ -207,7 +207,9 @@ class DeviceInfo(_Strict):
 
 
 class Provenance(_Strict):
-    method: Literal["published", "calibration"]
+    # published: bundled (datasheets, published benchmarks, the dev runs); calibration: `calibrate`'s
+    # microbenchmarks; fitted: `calibrate --from-runs` on the user's own runs
+    method: Literal["published", "calibration", "fitted"]
     date: str
     sources: list[str] = []
     torch: str | None = None

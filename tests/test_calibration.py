@@ -208,6 +208,25 @@ def test_killed_force_run_leaves_the_old_profile_in_place(tmp_path, capsys, monk
     assert [p.read_bytes() for p in tmp_path.glob("p.2*.bak.json")] == [old]
 
 
+def test_a_second_calibrate_on_the_same_out_is_refused(tmp_path, capsys):
+    """Two calibrate runs writing one --out at once both exited 0 and the later save dropped the
+    other's measurements; a run holds <out>.lock (flock) and a second one exits 2 at once."""
+    import fcntl
+
+    out = tmp_path / "p.json"
+    with open(tmp_path / "p.json.lock", "a") as held:  # the first run, still measuring
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        rc, _, err = _run(["--tiny", "--out", str(out), "--only", "launch/eager/add"], capsys)
+        assert rc == 2 and "another calibrate is writing" in err and len(err.strip().splitlines()) == 1
+        assert not out.exists() and not measurements_path(out).exists()
+        rc, _, err = _run(["--from-runs", str(ROOT / "simulator" / "data" / "validation_dev.csv"),
+                           "--no-cv", "--out", str(out)], capsys)
+        assert rc == 2 and "another calibrate is writing" in err and not out.exists()
+    # once the first run is done, the next one runs and leaves no lock file behind
+    assert _run(["--tiny", "--out", str(out), "--only", "launch/eager/add"], capsys)[0] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "p.measurements.json"]
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["--budget", "-1"], "--budget"),
     (["--quick", "--thorough"], "not allowed"),

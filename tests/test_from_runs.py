@@ -1,6 +1,8 @@
 """calibrate --from-runs: the fit recovers known parameters, stays physical, stores provenance."""
 
+import datetime
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -10,6 +12,8 @@ from calibration import from_runs as fr
 from calibration.cli import main as calibrate
 from simulator import runs
 from simulator.profile import load_profile
+
+ROOT = Path(__file__).resolve().parent.parent
 
 HEADER = "model,gpus,seq_len,global_batch,micro_batch,precision,sharding,checkpointing,compile,attention,tokens_per_s,source\n"
 ROWS = [  # model, gpus, seq, global batch, micro-batch, sharding, checkpointing, source
@@ -77,11 +81,60 @@ def test_calibrate_from_runs_cli_writes_profile_with_provenance(tmp_path, capsys
     text = capsys.readouterr().out
     assert code == 0 and "leave-one-source-out" in text and "teamB" in text
     prof = load_profile(out)
+    # its own name and provenance: fitted today from these runs (it carried the base's, "published")
+    today = datetime.date.today().isoformat()
+    assert prof.name == f"a100-80gb-sxm (fitted to runs.csv {today})"
+    assert prof.provenance.method == "fitted" and prof.provenance.date == today
+    assert str(f) in prof.provenance.sources[0] and "a100-80gb-sxm-published" in prof.provenance.sources[1]
     assert prof.fit.n_runs == len(ROWS) and prof.fit.sources == {"teamA": 2, "teamB": 2, "teamC": 2}
     p = prof.fit.parameters["tensor_sustained"]
     assert p.lower <= p.value <= p.upper and p.value == pytest.approx(0.85, abs=0.03)
     assert prof.fit.mape_loo is not None and len(prof.validation.log_ratio_residuals) == len(ROWS)
     assert json.loads(out.read_text())["fit"]["base_profile"] == "a100-80gb-sxm-published"
+
+
+def test_runs_of_another_device_than_the_base_profile_are_refused(tmp_path, capsys):
+    """A CPU profile as --base-profile with A100 runs wrote a CPU profile carrying A100 factors and
+    residuals; runs on another GPU than the base's are refused, one line, nothing written."""
+    f = tmp_path / "runs.csv"
+    _write(f, [1e5] * len(ROWS))
+    out = tmp_path / "fitted.json"
+    cpu = ROOT / "calibration" / "profiles" / "cpu-amd-epyc-avx512.json"
+    for base in (str(cpu), "h100-sxm"):
+        assert calibrate(["--from-runs", str(f), "--base-profile", base, "--out", str(out), "--no-cv"]) == 2
+        err = capsys.readouterr().err
+        assert "a100-80gb-sxm" in err and "one device" in err and len(err.strip().splitlines()) == 1, err
+        assert not out.exists()
+    mixed = f.read_text().replace("pythia-160m,8xa100-80gb-sxm", "pythia-160m,8xh100-sxm")
+    f.write_text(mixed)
+    assert calibrate(["--from-runs", str(f), "--out", str(out), "--no-cv"]) == 2  # base: the first run's GPU
+    err = capsys.readouterr().err
+    assert "h100-sxm" in err and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_physically_impossible_run_is_refused(tmp_path, capsys):
+    """tokens_per_s=1e30 was fitted (every parameter at its bound, exit 0, no warning): a run
+    above 100% of its GPUs' dense peak in model FLOPs is refused, one line, nothing written."""
+    f = tmp_path / "runs.csv"
+    _write(f, [1e5] * (len(ROWS) - 1) + [1e30])
+    out = tmp_path / "fitted.json"
+    assert calibrate(["--from-runs", str(f), "--base-profile", "a100-80gb-sxm", "--out", str(out), "--no-cv"]) == 2
+    err = capsys.readouterr().err
+    assert "runs.csv:7" in err and "MFU" in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_parameters_at_a_bound_are_warned_about(tmp_path, capsys):
+    """Runs faster than tensor cores at the full microbenchmark efficiency allow push
+    tensor_sustained to its upper bound: the fit says so."""
+    f = _synthetic(tmp_path, {"tensor_sustained": 1.0})
+    lines = f.read_text().splitlines()
+    rows = [ln.rsplit(",", 2) for ln in lines[1:]]
+    f.write_text("\n".join([lines[0]] + [f"{a},{1.25 * float(t):.1f},{s}" for a, t, s in rows]) + "\n")
+    code = calibrate(["--from-runs", str(f), "--base-profile", "a100-80gb-sxm", "--params", "tensor_sustained",
+                      "--no-cv"])
+    err = capsys.readouterr().err
+    assert code == 0 and "warning" in err and "tensor_sustained[all] 1 (upper bound)" in err, err
 
 
 @pytest.mark.parametrize("argv, msg", [

@@ -64,10 +64,11 @@ def test_validate_from_the_command_line_starts_itself_with_the_profiles_allocato
     """A profile measured with 'keep': validate relaunches with the tunables and records 'keep'."""
     import json
 
+    from calibration.device import detect
     from simulator import hardware
 
     data = hardware.default_profile("rtx3090").model_dump(mode="json")
-    data["device"] = {"kind": "cpu", "name": "test cpu", "peak_tflops": {"fp32": 0.05}, "mem_bw_gbs": 10.0,
+    data["device"] = {"kind": "cpu", "name": detect("cpu").name, "peak_tflops": {"fp32": 0.05}, "mem_bw_gbs": 10.0,
                       "memory_gib": 16.0, "usable_memory_gib": 15.0}
     data["name"], data["provenance"]["host_allocator"] = "test-cpu", "keep"
     prof = tmp_path / "p.json"

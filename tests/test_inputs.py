@@ -8,6 +8,7 @@ import json
 import math
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -221,6 +222,72 @@ def test_atomic_write_keeps_umask_and_existing_mode(tmp_path):
         assert stat.S_IMODE(q.stat().st_mode) == 0o664 and q.read_text() == "new"
     finally:
         os.umask(old)
+
+
+def test_compare_csv_through_a_symlink_updates_its_target(tmp_path, capsys):
+    """A symlinked output stays a link and its target gets the rows (atomically, in the
+    target's folder, keeping the target's mode); it used to become a regular file."""
+    real = tmp_path / "shared" / "table.csv"
+    real.parent.mkdir()
+    real.write_text("old\n")
+    os.chmod(real, 0o640)
+    link = tmp_path / "link.csv"
+    link.symlink_to(real)
+    code, _, err = run(["compare", "--model", "pythia-160m", "--gpu", "3090", "--counts", "1",
+                        "--csv", str(link)], capsys)
+    assert code == 0, err
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert "days" in real.read_text().splitlines()[0].split(",")
+    assert stat.S_IMODE(real.stat().st_mode) == 0o640
+    assert sorted(p.name for p in real.parent.iterdir()) == ["table.csv"]  # no temp file left
+
+
+def _as_another_user(fn) -> int:
+    """Run ``fn()`` in a child process as an unprivileged user (uid/gid 65534 when the tests run
+    as root, who may write any file; else as this user) and return its exit status: 0 when
+    ``fn`` returned, 2 on a UsageError, 3 on any other exception."""
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 3
+        try:
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            fn()
+            code = 0
+        except UsageError:
+            code = 2
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+@pytest.fixture
+def shared_folder():
+    """A world-writable folder (no sticky bit), as a shared project folder may be."""
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="shared-", dir="/tmp")
+    os.chmod(d, 0o777)
+    yield Path(d)
+    shutil.rmtree(d)
+
+
+def test_atomic_write_refuses_a_file_the_user_cannot_write(shared_folder):
+    """Renaming over a file needs only the folder's write permission: another user's 0444 file
+    in a world-writable folder was replaced. Refused now, as open(path, "w") refuses it."""
+    theirs = shared_folder / "results.csv"
+    theirs.write_text("their results\n")
+    os.chmod(theirs, 0o444)
+    assert _as_another_user(lambda: write_text_atomic(theirs, "mine\n")) == 2
+    assert theirs.read_text() == "their results\n" and stat.S_IMODE(theirs.stat().st_mode) == 0o444
+    assert sorted(p.name for p in shared_folder.iterdir()) == ["results.csv"]
+    # a file of their own that they may write is replaced, keeping its mode
+    os.chmod(theirs, 0o666)
+    assert _as_another_user(lambda: write_text_atomic(theirs, "mine\n")) == 0
+    assert theirs.read_text() == "mine\n" and stat.S_IMODE(theirs.stat().st_mode) == 0o666
 
 
 def test_validate_update_profile_checks_writability_first(tmp_path, monkeypatch, capsys):

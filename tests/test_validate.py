@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from calibration import validate as V  # noqa: E402
+from calibration.device import detect  # noqa: E402
 from calibration.torch_model import build_model, count_params  # noqa: E402
 from simulator import hardware  # noqa: E402
 from simulator.api import simulate  # noqa: E402
@@ -27,10 +28,14 @@ TINY = {"base": "pythia-14m", "n_layers": 2, "hidden": 64, "n_heads": 4, "ffn_hi
         "vocab_size": 256, "max_positions": 256, "default_seq_len": 32}
 
 
+#: this host's CPU as calibrate and validate name it: validate refuses another device's profile
+HOST = detect("cpu").name
+
+
 def _profile(path: Path, local_fit: bool = False) -> Path:
-    """A loadable CPU profile (the RTX 3090 default efficiencies on a made-up CPU device)."""
+    """A loadable profile of this host's CPU (the RTX 3090 default efficiencies on made-up CPU peaks)."""
     p = hardware.default_profile("rtx3090")
-    dev = DeviceInfo(kind="cpu", name="test cpu", peak_tflops={"fp32": 0.05, "bf16": 0.01},
+    dev = DeviceInfo(kind="cpu", name=HOST, peak_tflops={"fp32": 0.05, "bf16": 0.01},
                      mem_bw_gbs=10.0, memory_gib=8.0, usable_memory_gib=7.0)
     coll = {"local": CollectiveFit(alpha_us=50.0, busbw_gbs=2.0, source="test")} if local_fit else {}
     save_profile(p.model_copy(update={"device": dev, "name": "test-cpu", "collectives": coll,
@@ -138,7 +143,7 @@ def test_measured_rows_are_repredicted_without_running(tmp_path, capsys, monkeyp
     cfgs = V.load_suite(suite).configs
     slow = _profile(tmp_path / "slow.json")
     m = V.Measured("ok", "", 0.5, 0.2, 0.25, 0.0, 0.05, None, 0.45, 1.2)
-    meta = {"steps": 3, "warmup": 1, "device": "test cpu", "suite": "unit", "date": "2026-12-01T00:00:00+00:00",
+    meta = {"steps": 3, "warmup": 1, "device": HOST, "suite": "unit", "date": "2026-12-01T00:00:00+00:00",
             "torch": "x", "loadavg_1min": 0.1, "profile": "old"}
     V.merge_csv(tmp_path / "r.csv", [V.make_row(c, m, V.predict(c, load_profile(slow)), 1, meta) for c in cfgs[:1]])
     monkeypatch.setattr(V, "measure", lambda *a, **k: pytest.fail("--measured must not run training steps"))
@@ -174,7 +179,7 @@ def test_several_measured_draws_are_pooled_into_the_profiles_interval(tmp_path, 
     suite = _suite(tmp_path / "s.json", [{"model": "tiny", "seq_len": s, "micro_batch": 1} for s in (8, 16, 24, 32)])
     cfgs = V.load_suite(suite).configs
     prof = _profile(tmp_path / "p.json")
-    meta = {"steps": 3, "warmup": 1, "device": "test cpu", "suite": "unit", "torch": "x", "loadavg_1min": 0.1}
+    meta = {"steps": 3, "warmup": 1, "device": HOST, "suite": "unit", "torch": "x", "loadavg_1min": 0.1}
     for i, scale in enumerate((1.0, 1.5)):
         rows = []
         for c in cfgs:
@@ -200,6 +205,62 @@ def test_several_measured_draws_are_pooled_into_the_profiles_interval(tmp_path, 
     rc, _, err = _run(["--profile", str(prof), "--suite", str(suite), "--measured", draws[0], draws[1], draws[0]],
                       capsys)
     assert rc == 2 and "more than once" in err and "d0.csv" in err and len(err.strip().splitlines()) == 1
+
+
+def test_read_only_csv_is_refused_before_the_suite_runs(tmp_path, capsys, monkeypatch):
+    """--csv to a file the user may not write used to run the whole suite and then exit 2
+    without the rows; now it is checked first, as --update-profile is."""
+    prof = _profile(tmp_path / "p.json")
+    suite = _suite(tmp_path / "s.json", [{"model": "tiny", "seq_len": 16, "micro_batch": 1}])
+    out_csv = tmp_path / "r.csv"
+    out_csv.write_text("id,measured_step_s\nolder-run,1.0\n")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if mode & os.W_OK and Path(p) == out_csv
+                        else real_access(p, mode))
+    monkeypatch.setattr(V, "measure", lambda *a, **k: pytest.fail("the suite ran before --csv was checked"))
+    rc, _, err = _run(["--profile", str(prof), "--suite", str(suite), "--csv", str(out_csv)], capsys)
+    assert rc == 2 and "--csv" in err and "not writable" in err and len(err.strip().splitlines()) == 1
+    assert out_csv.read_text() == "id,measured_step_s\nolder-run,1.0\n"
+
+
+def test_another_devices_profile_is_refused_and_kept(tmp_path, capsys, monkeypatch):
+    """validate --update-profile stored one device's residuals in another device's profile: a GPU
+    profile's interval from CPU steps ("real runs 2,048% slower"), after a warning or none at all
+    (--measured). Refused now, as simulate refuses it: one line naming both devices, file intact."""
+    suite = _suite(tmp_path / "s.json", [{"model": "tiny", "seq_len": 16, "micro_batch": 1}])
+    cfg = V.load_suite(suite).configs[0]
+    cpu = load_profile(_profile(tmp_path / "cpu.json"))
+    m = V.Measured("ok", "", 0.5, 0.2, 0.25, 0.0, 0.05, None, 0.45, 1.2)
+    meta = {"steps": 3, "warmup": 1, "suite": "unit", "date": "2026-12-01T00:00:00+00:00", "torch": "x"}
+    V.merge_csv(tmp_path / "cpu.csv", [V.make_row(cfg, m, V.predict(cfg, cpu), 1, {**meta, "device": HOST})])
+    monkeypatch.setattr(V, "measure", lambda *a, **k: pytest.fail("another device's profile was measured against"))
+    for gpu in ("rtx3090", "a100-80gb-sxm"):
+        prof = tmp_path / f"{gpu}.json"
+        save_profile(hardware.default_profile(gpu), prof)
+        before = prof.read_bytes()
+        name = hardware.default_profile(gpu).device.name
+        for how in (["--measured", str(tmp_path / "cpu.csv")], []):  # earlier rows, and steps run here
+            rc, _, err = _run(["--profile", str(prof), "--suite", str(suite), *how, "--update-profile"], capsys)
+            assert rc == 2 and len(err.strip().splitlines()) == 1, err
+            assert repr(name) in err and repr(HOST) in err
+            assert prof.read_bytes() == before
+    # rows of the profile's own catalog GPU, as torch names it, are its own
+    a100 = tmp_path / "a100-80gb-sxm.json"
+    V.merge_csv(tmp_path / "a100.csv", [V.make_row(cfg, m, {}, 1, {**meta, "device": "NVIDIA A100-SXM4-80GB"})])
+    rc, _, err = _run(["--profile", str(a100), "--suite", str(suite), "--measured", str(tmp_path / "a100.csv"),
+                       "--update-profile"], capsys)
+    assert rc == 0, err
+    assert load_profile(a100).validation.n == 1
+    V.merge_csv(tmp_path / "a40.csv", [V.make_row(cfg, m, {}, 1, {**meta, "device": "NVIDIA A100-SXM4-40GB"})])
+    rc, _, err = _run(["--profile", str(a100), "--suite", str(suite), "--measured", str(tmp_path / "a40.csv")],
+                      capsys)
+    assert rc == 2 and "NVIDIA A100-SXM4-40GB" in err
+    # the same CPU with another thread count (torchrun gives each rank one): a warning, as before
+    other = HOST.rsplit(" (", 1)[0] + " (7 threads)"
+    V.merge_csv(tmp_path / "t7.csv", [V.make_row(cfg, m, {}, 1, {**meta, "device": other})])
+    rc, _, err = _run(["--profile", str(tmp_path / "cpu.json"), "--suite", str(suite), "--measured",
+                       str(tmp_path / "t7.csv")], capsys)
+    assert rc == 0 and "warning" in err and repr(other) in err
 
 
 def test_csv_without_id_column_is_not_overwritten(tmp_path):

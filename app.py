@@ -34,6 +34,7 @@ from simulator.strategy import (
     PRECISIONS,
     SHARDINGS,
 )
+from simulator.userfiles import parse_json
 
 MAX_UPLOAD_MB = 1  # the upload widget's limit, in Streamlit's megabytes (MiB)
 MAX_UPLOAD_BYTES = MAX_UPLOAD_MB * 1024 * 1024  # uploads above it are refused before parsing
@@ -49,11 +50,10 @@ def _read_upload(data: bytes, what: str) -> dict:
     if len(data) > MAX_UPLOAD_BYTES:
         raise UsageError(f"{what} is {len(data) / 2**20:.1f} MB; the limit is {MAX_UPLOAD_MB} MB")
     try:
-        obj = json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{what} is not a UTF-8 text file; expected JSON") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    obj = parse_json(text, what)
     if not isinstance(obj, dict):
         raise UsageError(f"{what}: expected a JSON object at the top level, got "
                          f"{type(obj).__name__}")

@@ -124,6 +124,8 @@ def _read(text: str, origin: str) -> dict:
         data = json.loads(text) if origin.endswith(".json") else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise UsageError(f"{origin}: not valid YAML/JSON ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise UsageError(f"{origin}: nests its lists or mappings too deeply to be read") from None
     if not isinstance(data, dict):
         raise UsageError(f"{origin}: expected a mapping of price fields")
     return data

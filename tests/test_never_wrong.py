@@ -1,0 +1,111 @@
+"""Issue 38, groups C and D: bad input is one line naming the bad value and exit 2 (a UsageError
+in the API) — never an internal error, a non-finite figure, a NumPy warning or a silently absurd
+answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+from simulator.errors import UsageError
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+RUNS_HEADER = ("model,gpus,seq_len,global_batch,micro_batch,precision,sharding,checkpointing,compile,"
+               "attention,tokens_per_s,source\n")
+RUN = "pythia-1b,8xa100-80gb-sxm,2048,256,8,bf16,fsdp-full,none,false,sdpa,{tok},wandb/run-17\n"
+
+
+def run(args, capsys):
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line_usage(code, err, needle):
+    assert code == 2, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert needle in err, err
+
+
+def _config(tmp_path, name="c.json", **changes):
+    data = json.loads((FIXTURES / "SmolLM2-135M.json").read_text())
+    data.update(changes)
+    f = tmp_path / name
+    f.write_text(json.dumps(data))
+    return f
+
+
+# --- runs CSVs (validate-published, calibrate --from-runs) ------------------------------------
+
+@pytest.mark.parametrize("row, needle", [
+    (RUN.format(tok="inf"), "got inf"),
+    (RUN.format(tok="nan"), "tokens_per_s"),
+    (RUN.format(tok="-5"), "got -5"),
+    (RUN.format(tok="0"), "got 0"),
+    ("pythia-1b,8xa100-80gb-sxm,2048\n", "3 fields, but the header has 12"),
+    (RUN.format(tok="152000").rstrip() + ",extra,more\n", "14 fields"),
+    (RUN.format(tok="1500000"), "above 100% is impossible"),  # 352% of dense peak
+])
+def test_validate_published_refuses_bad_runs(tmp_path, row, needle, capsys):
+    f = tmp_path / "runs.csv"
+    f.write_text(RUNS_HEADER + row)
+    for extra in ([], ["--json"]):
+        code, out, err = run(["validate-published", str(f), *extra], capsys)
+        one_line_usage(code, err, needle)
+        assert "line 2" in err or "runs.csv:2" in err, err
+        assert "inf" not in out.lower() and "nan" not in out.lower()
+
+
+def test_validate_published_json_is_strict_and_warning_free(tmp_path, capsys):
+    import warnings
+
+    f = tmp_path / "runs.csv"
+    f.write_text(RUNS_HEADER + RUN.format(tok="152000"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        code, out, err = run(["validate-published", str(f), "--json"], capsys)
+    assert code == 0, err
+    json.loads(out, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+
+
+def test_from_runs_refuses_infinite_throughput(tmp_path, capsys):
+    from calibration.cli import main as calibrate
+
+    f = tmp_path / "runs.csv"
+    f.write_text(RUNS_HEADER + RUN.format(tok="inf"))
+    code = calibrate(["--from-runs", str(f), "--no-cv"])
+    _, err = capsys.readouterr()
+    one_line_usage(code, err, "tokens_per_s")
+
+
+# --- config and profile files --------------------------------------------------------------
+
+def test_zero_heads_in_a_config(tmp_path, capsys):
+    code, _, err = run(["--model", str(_config(tmp_path, num_attention_heads=0)), "--gpus", "8xa100-80gb-sxm"], capsys)
+    one_line_usage(code, err, "'num_attention_heads' must be a positive integer, got 0")
+
+
+@pytest.mark.parametrize("flag", ["--model", "--profile", "--prices"])
+def test_deeply_nested_json(tmp_path, flag, capsys):
+    f = tmp_path / "deep.json"
+    f.write_text("[" * 100_000)
+    args = {"--model": "pythia-160m", "--gpus": "8xa100-80gb-sxm", flag: str(f)}
+    code, _, err = run([x for kv in args.items() for x in kv], capsys)
+    one_line_usage(code, err, "too deeply")
+
+
+def test_app_upload_of_zero_heads_and_deep_nesting():
+    pytest.importorskip("streamlit")
+    import app
+
+    bad = json.dumps({**json.loads((FIXTURES / "SmolLM2-135M.json").read_text()), "num_attention_heads": 0})
+    with pytest.raises(UsageError, match="num_attention_heads"):
+        app.model_from_upload("config.json", bad.encode())
+    with pytest.raises(UsageError, match="too deeply"):
+        app.model_from_upload("config.json", b"[" * 100_000)
+    with pytest.raises(UsageError, match="too deeply"):
+        app.profile_from_upload("p.json", b"{\"a\":" * 100_000)

@@ -109,3 +109,22 @@ def test_app_upload_of_zero_heads_and_deep_nesting():
         app.model_from_upload("config.json", b"[" * 100_000)
     with pytest.raises(UsageError, match="too deeply"):
         app.profile_from_upload("p.json", b"{\"a\":" * 100_000)
+
+
+@pytest.mark.parametrize("time_s", [float("nan"), -1.0, float("inf"), "fast"])
+@pytest.mark.parametrize("mode", ["--refit", "--resume"])
+def test_damaged_measurements_are_refused(tmp_path, time_s, mode, capsys):
+    from calibration.cli import main as calibrate
+
+    src = Path(__file__).parents[1] / "calibration" / "profiles" / "cpu-intel-xeon.measurements.json"
+    data = json.loads(src.read_text())
+    key = next(iter(data["results"]))
+    data["results"][key]["time_s"] = time_s
+    (tmp_path / "p.measurements.json").write_text(json.dumps(data))
+    (tmp_path / "p.json").write_text("{}")
+    code = calibrate([mode, "--quick", "--out", str(tmp_path / "p.json")])
+    _, err = capsys.readouterr()
+    # --resume first warns about the host (allocator, load): the error is the last line
+    last = err.strip().splitlines()[-1]
+    one_line_usage(code, last, f"{key!r}: time_s must be a positive, finite number")
+    assert "Traceback" not in err

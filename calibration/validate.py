@@ -421,6 +421,21 @@ class _null:
 
 
 # ---------------------------------------------------------------------------- predicting
+def check_fits_memory(configs: list[Config], memory_gib: float, where: str) -> None:
+    """Refuse, before anything is built, a config whose model states alone (weights, gradients
+    and AdamW's two moments as one DDP rank holds them, :func:`simulator.memory.state_bytes_per_param`)
+    exceed ``memory_gib`` (GiB): building it would end in an out-of-memory kill, not a row."""
+    from simulator.memory import state_bytes_per_param
+
+    for cfg in configs:
+        per_param = sum(state_bytes_per_param(cfg.precision, "ddp", "adamw"))
+        need = cfg.spec.n_params() * per_param / 2**30
+        if need > memory_gib:
+            raise UsageError(f"suite config {cfg.id!r}: {cfg.model}'s {cfg.spec.n_params() / 1e9:.2f} B parameters need "
+                             f"at least {need:,.1f} GiB ({per_param} bytes each: weights, gradients, AdamW moments), "
+                             f"{where} has {memory_gib:,.1f} GiB; leave it out (--only) or use a smaller model")
+
+
 def predict(cfg: Config, profile, world: int = 1) -> dict[str, Any]:
     """The simulator's step time (s) and breakdown for ``cfg`` on ``world`` local devices.
 
@@ -749,7 +764,9 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
     try:
         from .device import detect
 
-        dev_name = detect(str(dist.device) if dist.device.type == "cuda" else "cpu").name
+        ctx = detect(str(dist.device) if dist.device.type == "cuda" else "cpu")
+        dev_name = ctx.name
+        check_fits_memory(configs, ctx.memory_gib, "this GPU" if ctx.kind == "cuda" else "this host's RAM")
         date = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         if dist.is_main and profile.device.name != dev_name:
             print(f"validate: warning: profile {profile.name!r} measured {profile.device.name!r}, "

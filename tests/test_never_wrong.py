@@ -128,3 +128,19 @@ def test_damaged_measurements_are_refused(tmp_path, time_s, mode, capsys):
     last = err.strip().splitlines()[-1]
     one_line_usage(code, last, f"{key!r}: time_s must be a positive, finite number")
     assert "Traceback" not in err
+
+
+def test_validate_refuses_a_suite_model_larger_than_memory(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")
+    from calibration import device
+    from calibration import validate as V
+
+    suite = tmp_path / "s.json"
+    suite.write_text(json.dumps({"name": "unit", "warmup": 1, "steps": 1, "configs": [
+        {"model": "pythia-14m", "seq_len": 32, "micro_batch": 1}]}))
+    monkeypatch.setattr(device, "_meminfo_gib", lambda: (0.01, 0.01))  # a 10 MiB host
+    prof = Path(__file__).parents[1] / "calibration" / "profiles" / "cpu-amd-epyc.json"
+    code = V.main(["--profile", str(prof), "--suite", str(suite), "--device", "cpu", "--json"])
+    _, err = capsys.readouterr()
+    one_line_usage(code, err.strip().splitlines()[-1], "this host's RAM has 0.0 GiB")
+    assert "pythia-14m" in err and "Traceback" not in err

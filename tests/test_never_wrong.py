@@ -144,3 +144,16 @@ def test_validate_refuses_a_suite_model_larger_than_memory(tmp_path, monkeypatch
     _, err = capsys.readouterr()
     one_line_usage(code, err.strip().splitlines()[-1], "this host's RAM has 0.0 GiB")
     assert "pythia-14m" in err and "Traceback" not in err
+
+
+def test_ascii_terminal_gets_ascii_stand_ins(monkeypatch):
+    import io
+    import sys
+
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="ascii", write_through=True)
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["--model", "pythia-160m", "--gpus", "8xa100-80gb-sxm"]) == 0
+    out.flush()
+    text = raw.getvalue().decode("ascii")
+    assert "Pythia-160M | 0.16 B parameters" in text and "8 x A100" in text and "days" in text

@@ -157,3 +157,37 @@ def test_ascii_terminal_gets_ascii_stand_ins(monkeypatch):
     out.flush()
     text = raw.getvalue().decode("ascii")
     assert "Pythia-160M | 0.16 B parameters" in text and "8 x A100" in text and "days" in text
+
+
+# --- the API -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"prices": "cheap"}, "prices must be a simulator.costs.Prices"),
+    ({"sequence_parallel": "yes"}, "sequence_parallel must be True, False or None"),
+    ({"async_tp": "yes"}, "async_tp must be True, False or None"),
+    ({"compile": 1}, "compile must be True, False or None"),
+    ({"profile_any_gpu": "yes"}, "profile_any_gpu must be True, False or None"),
+])
+def test_api_refuses_malformed_knobs(kw, needle):
+    import simulator
+
+    with pytest.raises(UsageError, match=needle):
+        simulator.simulate("pythia-160m", "8xa100-80gb-sxm", **kw)
+
+
+def test_get_model_of_none_is_a_usage_error():
+    from simulator.models import get_model
+
+    with pytest.raises(UsageError, match="model must be a preset name"):
+        get_model(None)
+
+
+def test_numpy_integers_are_integers():
+    import numpy as np
+
+    import simulator
+
+    plan = simulator.simulate("pythia-160m", "8xa100-80gb-sxm", global_batch=np.int64(64), steps=np.int64(10),
+                              micro_batch=np.int64(4), tp=np.int32(2), sequence_parallel=np.bool_(True))
+    assert plan.recipe["global_batch"] == 64 and plan.recipe["steps"] == 10
+    assert plan.strategy["micro_batch"] == 4 and plan.strategy["tp"] == 2 and plan.strategy["sequence_parallel"] is True

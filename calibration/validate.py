@@ -52,6 +52,10 @@ GPU_DEFAULT_SUITE = SUITE_DIR / "gpu_default.yaml"
 #: milliseconds are timed dozens of times, as a shared host's speed moves by 20-50% for seconds at a
 #: time (a 2-core Zen 4 guest, 2026-12-03: 1-2 steps per round of 10-100 ms configs spread 1.5-2.3x)
 MIN_ROUND_S = 0.5
+#: the most warm-up or timed steps per config and round ``--warmup``/``--steps`` (or a suite) may
+#: ask for: a median needs a handful, and 1,000 steps of the largest suite's 1 s configs already
+#: take 17 minutes each (an assumption bounding a typo such as ``--steps 1000000000``)
+MAX_STEPS = 1000
 #: the most timed steps one round takes to reach :data:`MIN_ROUND_S`
 MAX_ROUND_STEPS = 64
 #: per-pass columns: name -> (measured, predicted) fields, all micro-batches of a step
@@ -735,8 +739,9 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
         configs = [c for c in configs if not c.compile]
     warmup = suite.warmup if a.warmup is None else a.warmup
     steps = suite.steps if a.steps is None else a.steps
-    if warmup < 1 or steps < 1:
-        raise UsageError("--warmup and --steps must be at least 1")
+    for flag, n in (("--warmup", warmup), ("--steps", steps)):
+        if not 1 <= n <= MAX_STEPS:
+            raise UsageError(f"{flag} must be from 1 to {MAX_STEPS} steps per config and round, got {n:,}")
     host_load.check_rounds(a.rounds)
     min_round_s = suite.min_round_s if a.min_round_s is None else a.min_round_s
     check_min_round_s(min_round_s)

@@ -506,6 +506,9 @@ def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
             if lay.get(k, 1) != 1:
                 raise UsageError(f"--{k} {lay[k]}: {model.display_name} is not a transformer; valid choice: 1")
         return [Parallelism(n)]
+    for field_name, v in (("n_layers", layers), ("n_heads", heads)):
+        if v < 1:  # a spec built without validation (ModelSpec.model_copy): name the field, not the layout
+            raise UsageError(f"{model.display_name} has {field_name} {v}; a transformer needs at least 1")
     for k in ("tp", "pp", "vp", "cp"):
         v = lay.get(k)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
@@ -542,7 +545,7 @@ def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
     sp = lay.get("sequence_parallel")
     out = layouts(n, g, heads, layers, tp=tp, pp=pp, vp=vp, sp=sp, cp=cp, seq_len=seq)
     if not out:
-        raise UsageError(f"--tp {tp or 1} × --pp {pp or 1} × --cp {cp} do not divide the {n} GPUs; pin fewer of them")
+        raise UsageError(f"--tp {tp or 1} × --pp {pp or 1} × --cp {cp or 1} do not divide the {n} GPUs; pin fewer of them")
     if lay.get("async_tp"):
         out = [p for p in out if p.tp > 1 and p.sp]
         if not out:

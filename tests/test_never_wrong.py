@@ -191,3 +191,94 @@ def test_numpy_integers_are_integers():
                               micro_batch=np.int64(4), tp=np.int32(2), sequence_parallel=np.bool_(True))
     assert plan.recipe["global_batch"] == 64 and plan.recipe["steps"] == 10
     assert plan.strategy["micro_batch"] == 4 and plan.strategy["tp"] == 2 and plan.strategy["sequence_parallel"] is True
+
+
+# --- group D: absurd values refused, messages that blame the right thing ---------------------
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--pue", "1e300"], "at most 3"),
+    (["--pue", "3.5"], "at most 3"),
+    (["--pue", "0.5"], "at least 1"),
+    (["--seq-len", "2K"], "plain number such as 2048"),
+    (["--seq-len", "4k"], "plain number such as 4096"),
+    (["--tokens", "-inf"], "'-inf'"),
+    (["--steps", "-NaN"], "'-NaN'"),
+])
+def test_absurd_flags_are_one_line_exit_2(extra, needle, capsys):
+    code, _, err = run(["--model", "pythia-160m", "--gpus", "8xa100-80gb-sxm", *extra], capsys)
+    one_line_usage(code, err, needle)
+
+
+def test_pue_of_a_prices_file_has_a_physical_range(tmp_path, capsys):
+    f = tmp_path / "p.yaml"
+    f.write_text("pue: 7\n")
+    code, _, err = run(["--model", "pythia-160m", "--gpus", "8xa100-80gb-sxm", "--prices", str(f)], capsys)
+    one_line_usage(code, err, "at most 3")
+
+
+def test_a_huge_config_blames_its_sizes_not_the_recipe_flags(tmp_path, capsys):
+    cfg = _config(tmp_path, hidden_size=576 * 10**9)  # divisible by its 9 heads
+    code, _, err = run(["--model", str(cfg), "--gpus", "8xa100-80gb-sxm"], capsys)
+    one_line_usage(code, err, "hidden size 576,000,000,000")
+    assert "hidden_size" in err and "--tokens" not in err and "--steps" not in err
+
+
+@pytest.mark.parametrize("models", ["", " , "])
+def test_study_grid_refuses_an_empty_model_list(tmp_path, models, monkeypatch, capsys):
+    from simulator import study
+
+    monkeypatch.setattr(study, "grid", lambda *a, **k: pytest.fail("ran the whole grid"))
+    code, _, err = run(["study-grid", "--out", str(tmp_path), "--models", models, "--no-plot"], capsys)
+    one_line_usage(code, err, "names nothing")
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("steps", ["1000000000", "0"])
+def test_validate_caps_its_steps(steps, monkeypatch, capsys):
+    from calibration import validate as V
+
+    monkeypatch.setattr(V, "measure", lambda *a, **k: pytest.fail("measured a config"))
+
+    prof = Path(__file__).parents[1] / "calibration" / "profiles" / "cpu-amd-epyc.json"
+    code = V.main(["--profile", str(prof), "--steps", steps, "--device", "cpu"])
+    _, err = capsys.readouterr()
+    one_line_usage(code, err.strip().splitlines()[-1], "--steps must be from 1 to 1000")
+
+
+def test_nothing_fits_and_no_change_found_says_so(capsys):
+    code, out, _ = run(["--model", "pythia-160m", "--gpus", "8xa100-80gb-sxm", "--seq-len", "1e9"], capsys)
+    assert code == 1
+    assert "would fit: no change found that fits" in " ".join(out.split())
+
+
+def test_zero_layer_spec_blames_n_layers():
+    import simulator
+    from simulator.models import get_model
+
+    spec = get_model("pythia-160m").model_copy(update={"n_layers": 0})
+    with pytest.raises(UsageError, match="n_layers 0"):
+        simulator.simulate(spec, "8xa100-80gb-sxm")
+
+
+def test_a_custom_convnext_config_gets_its_familys_recipe(tmp_path):
+    from simulator.models import get_model
+    from simulator.recipes import default_recipe
+    from simulator.resolve import resolve_model
+
+    data = json.loads((FIXTURES / "convnext-xlarge-224-22k.json").read_text())
+    data.pop("_name_or_path")
+    data.update(depths=[2, 2, 6, 2], hidden_sizes=[64, 128, 256, 512])
+    f = tmp_path / "convnext-tiny-custom.json"
+    f.write_text(json.dumps(data))
+    got, preset = default_recipe(resolve_model(str(f))), default_recipe(get_model("convnext-xlarge-22k"))
+    assert (got.global_batch, got.steps, got.seq_len) == (preset.global_batch, preset.steps, 1) == (4096, 311940, 1)
+
+
+def test_list_models_exists_as_the_docs_say(capsys):
+    from simulator.models import list_models
+
+    assert "simulate --list-models" in (Path(__file__).parents[1] / "docs" / "calibrate_from_runs.md").read_text()
+    with pytest.raises(SystemExit) as ei:
+        main(["--list-models"])
+    out, _ = capsys.readouterr()
+    assert ei.value.code == 0 and out.split() == list_models()

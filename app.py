@@ -23,7 +23,7 @@ from simulator import api, budget, compare, costs, hardware
 from simulator.errors import UsageError
 from simulator.hf_config import model_from_hf_config
 from simulator.models import ModelSpec, get_model, list_models, model_from_dict
-from simulator.plan import format_days
+from simulator.plan import NO_FIX, format_days
 from simulator.profile import Profile, parse_profile
 from simulator.recipes import default_recipe
 from simulator.strategy import (
@@ -34,6 +34,7 @@ from simulator.strategy import (
     PRECISIONS,
     SHARDINGS,
 )
+from simulator.userfiles import parse_json
 
 MAX_UPLOAD_MB = 1  # the upload widget's limit, in Streamlit's megabytes (MiB)
 MAX_UPLOAD_BYTES = MAX_UPLOAD_MB * 1024 * 1024  # uploads above it are refused before parsing
@@ -49,11 +50,10 @@ def _read_upload(data: bytes, what: str) -> dict:
     if len(data) > MAX_UPLOAD_BYTES:
         raise UsageError(f"{what} is {len(data) / 2**20:.1f} MB; the limit is {MAX_UPLOAD_MB} MB")
     try:
-        obj = json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{what} is not a UTF-8 text file; expected JSON") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    obj = parse_json(text, what)
     if not isinstance(obj, dict):
         raise UsageError(f"{what}: expected a JSON object at the top level, got "
                          f"{type(obj).__name__}")
@@ -566,7 +566,7 @@ def sidebar_prices() -> dict:
     c1, c2 = st.columns(2)
     gpu = c1.number_input("$ per GPU (0 = catalog)", 0.0, 1e7, 0.0, step=500.0, key="price_per_gpu")
     rent = c2.number_input("$ per GPU-hour (0 = catalog)", 0.0, 1e3, 0.0, step=0.1, key="rent_per_gpu_hour")
-    pue = c1.number_input("PUE", 1.0, 5.0, base.pue.value, step=0.05, key="pue",
+    pue = c1.number_input("PUE", *costs.PUE_RANGE, base.pue.value, step=0.05, key="pue",
                           help="facility power over the computers' power (cooling etc.); "
                                + plain_source(base.pue.source))
     life = c2.number_input("Lifetime, years", 0.5, 20.0, base.lifetime_years.value, step=0.5,
@@ -705,7 +705,7 @@ def show_infeasible(plan) -> None:
         st.warning("What would fit (each checked by re-running the search with it):\n\n"
                    + "\n".join(f"- {app_words(s)}" for s in plan.suggestions))
     else:
-        st.warning("No nearby change fits; try a smaller model, more or larger GPUs, or CPU offload.")
+        st.warning(app_words(NO_FIX[0].upper() + NO_FIX[1:]) + ".")
     st.caption(f"Closest strategy (least memory): {plan.strategy_line()}. Its memory is shown below; it "
                "does not run, so no days or dollars are given.")
     mg = plan.memory_gib

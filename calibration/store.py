@@ -13,11 +13,12 @@ consistent measurement.
 from __future__ import annotations
 
 import datetime as _dt
-import json
+import math
 from pathlib import Path
 
 from simulator.errors import UsageError
 from simulator.profile import write_json_atomic
+from simulator.userfiles import parse_json
 
 FORMAT = "pretrain-simulator calibration measurements"
 VERSION = 1
@@ -52,17 +53,18 @@ class MeasurementStore:
     def load(cls, path: Path) -> MeasurementStore:
         """Read an existing measurements file; UsageError if unreadable or foreign."""
         try:
-            data = json.loads(path.read_text())
+            text = path.read_text()
         except OSError as exc:
             raise UsageError(f"cannot read measurements {str(path)!r}: {exc.strerror or exc}") from None
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"measurements {str(path)!r} is not valid JSON: {exc.msg}") from None
+        data = parse_json(text, f"measurements {str(path)!r}")
         if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(
                 data.get("results"), dict):
             raise UsageError(f"{str(path)!r} is not a calibration measurements file")
         if data.get("version") != VERSION:
             raise UsageError(f"measurements {str(path)!r} has version {data.get('version')!r}; "
                              f"this calibrate reads version {VERSION}")
+        for key, rec in data["results"].items():
+            check_record(rec, f"measurements {str(path)!r}, {key!r}")
         data.setdefault("runs", [])
         data.setdefault("fits", {})
         return cls(path, data)
@@ -116,6 +118,23 @@ class MeasurementStore:
 
     def save(self) -> None:
         write_json_atomic(self.path, self.data)
+
+
+def check_record(rec: object, where: str) -> None:
+    """A stored record: a mapping, and where it is 'ok', it and each of its rounds hold a
+    positive, finite ``time_s`` (seconds); else a UsageError naming ``where`` and the value (a
+    hand-edited or damaged file, never a measurement)."""
+    if not isinstance(rec, dict):
+        raise UsageError(f"{where}: expected a record (a JSON object), got {type(rec).__name__}")
+    rounds = rec.get("rounds") or []
+    for r in [rec, *(rounds if isinstance(rounds, list) else [rounds])]:
+        if not isinstance(r, dict):
+            raise UsageError(f"{where}: a round is not a record (a JSON object)")
+        t = r.get("time_s")
+        if r.get("status") == "ok" and not (isinstance(t, int | float) and not isinstance(t, bool)
+                                            and math.isfinite(t) and t > 0):
+            raise UsageError(f"{where}: time_s must be a positive, finite number of seconds, got {t!r}; "
+                             "delete that record and --resume measures it again")
 
 
 def rounds_of(rec: dict) -> int:

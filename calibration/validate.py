@@ -53,6 +53,10 @@ GPU_DEFAULT_SUITE = SUITE_DIR / "gpu_default.yaml"
 #: milliseconds are timed dozens of times, as a shared host's speed moves by 20-50% for seconds at a
 #: time (a 2-core Zen 4 guest, 2026-12-03: 1-2 steps per round of 10-100 ms configs spread 1.5-2.3x)
 MIN_ROUND_S = 0.5
+#: the most warm-up or timed steps per config and round ``--warmup``/``--steps`` (or a suite) may
+#: ask for: a median needs a handful, and 1,000 steps of the largest suite's 1 s configs already
+#: take 17 minutes each (an assumption bounding a typo such as ``--steps 1000000000``)
+MAX_STEPS = 1000
 #: the most timed steps one round takes to reach :data:`MIN_ROUND_S`
 MAX_ROUND_STEPS = 64
 #: per-pass columns: name -> (measured, predicted) fields, all micro-batches of a step
@@ -422,6 +426,21 @@ class _null:
 
 
 # ---------------------------------------------------------------------------- predicting
+def check_fits_memory(configs: list[Config], memory_gib: float, where: str) -> None:
+    """Refuse, before anything is built, a config whose model states alone (weights, gradients
+    and AdamW's two moments as one DDP rank holds them, :func:`simulator.memory.state_bytes_per_param`)
+    exceed ``memory_gib`` (GiB): building it would end in an out-of-memory kill, not a row."""
+    from simulator.memory import state_bytes_per_param
+
+    for cfg in configs:
+        per_param = sum(state_bytes_per_param(cfg.precision, "ddp", "adamw"))
+        need = cfg.spec.n_params() * per_param / 2**30
+        if need > memory_gib:
+            raise UsageError(f"suite config {cfg.id!r}: {cfg.model}'s {cfg.spec.n_params() / 1e9:.2f} B parameters need "
+                             f"at least {need:,.1f} GiB ({per_param} bytes each: weights, gradients, AdamW moments), "
+                             f"{where} has {memory_gib:,.1f} GiB; leave it out (--only) or use a smaller model")
+
+
 def predict(cfg: Config, profile, world: int = 1) -> dict[str, Any]:
     """The simulator's step time (s) and breakdown for ``cfg`` on ``world`` local devices.
 
@@ -760,8 +779,9 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
         configs = [c for c in configs if not c.compile]
     warmup = suite.warmup if a.warmup is None else a.warmup
     steps = suite.steps if a.steps is None else a.steps
-    if warmup < 1 or steps < 1:
-        raise UsageError("--warmup and --steps must be at least 1")
+    for flag, n in (("--warmup", warmup), ("--steps", steps)):
+        if not 1 <= n <= MAX_STEPS:
+            raise UsageError(f"{flag} must be from 1 to {MAX_STEPS} steps per config and round, got {n:,}")
     host_load.check_rounds(a.rounds)
     min_round_s = suite.min_round_s if a.min_round_s is None else a.min_round_s
     check_min_round_s(min_round_s)
@@ -794,6 +814,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
         warning = check_device(profile, dev_name, ctx.memory_gib if ctx.kind == "cuda" else None)
         if warning and dist.is_main:
             print(f"validate: warning: {warning}", file=sys.stderr)
+        check_fits_memory(configs, ctx.memory_gib, "this GPU" if ctx.kind == "cuda" else "this host's RAM")
         date = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         rounds = a.rounds or suite.rounds or host_load.default_rounds(dist.device.type)
         meta = {"warmup": warmup, "rounds": rounds, "device": dev_name, "profile": profile.name,

@@ -441,7 +441,23 @@ _PIN_KEYS = ("precision", "attention", "compile", "checkpointing", "sharding", "
 _LAYOUT_KEYS = ("tp", "pp", "vp", "sequence_parallel", "async_tp", "cp")
 
 
+#: knobs that take True, False or None (searched; profile_any_gpu: None is False)
+_BOOL_KEYS = ("compile", "sequence_parallel", "async_tp", "profile_any_gpu")
+
+
+def _plain(value):
+    """A NumPy scalar (``np.int64(64)``, ``np.bool_(True)``) as the Python int, bool or float it
+    holds; anything else unchanged."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def _split(knobs: dict) -> tuple[dict, dict]:
+    """(setup knobs, pins) of the API's keyword arguments, NumPy scalars made plain and the
+    boolean knobs checked; UsageError naming an unknown or malformed one."""
+    knobs = {k: _plain(v) for k, v in knobs.items()}
+    for k in _BOOL_KEYS:
+        if knobs.get(k) is not None and not isinstance(knobs[k], bool):
+            raise UsageError(f"{k} must be True, False or None (searched), got {knobs[k]!r}")
     setup_keys = ("profile", "tokens", "steps", "global_batch", "seq_len", "optimizer", "intra_node",
                   "inter_node", "host_memory", "overhead", "stack", "profile_any_gpu")
     bad = set(knobs) - set(setup_keys) - set(_PIN_KEYS) - set(_LAYOUT_KEYS)
@@ -496,6 +512,9 @@ def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
             if lay.get(k, 1) != 1:
                 raise UsageError(f"--{k} {lay[k]}: {model.display_name} is not a transformer; valid choice: 1")
         return [Parallelism(n)]
+    for field_name, v in (("n_layers", layers), ("n_heads", heads)):
+        if v < 1:  # a spec built without validation (ModelSpec.model_copy): name the field, not the layout
+            raise UsageError(f"{model.display_name} has {field_name} {v}; a transformer needs at least 1")
     for k in ("tp", "pp", "vp", "cp"):
         v = lay.get(k)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
@@ -547,7 +566,7 @@ def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
         raise UsageError(f"--sequence-parallel splits the tensor-parallel ranks' {seq // (cp or 1)} tokens over tp: "
                          f"it needs --tp above 1 dividing them (valid here: {', '.join(map(str, ok)) or 'none'})")
     if not out:
-        raise UsageError(f"--tp {tp or 1} × --pp {pp or 1} × --cp {cp} do not divide the {n} GPUs; pin fewer of them")
+        raise UsageError(f"--tp {tp or 1} × --pp {pp or 1} × --cp {cp or 1} do not divide the {n} GPUs; pin fewer of them")
     if lay.get("async_tp") is not None and not isinstance(lay["async_tp"], bool):
         raise UsageError(f"async_tp must be True, False or None (searched), got {lay['async_tp']!r}")
     if lay.get("async_tp") and stack.async_tp == "compiled" and True not in space.compiles:
@@ -592,9 +611,12 @@ def answer(model, gpus, prices=None, top: int = 0, **knobs) -> Answer:
     """Search, then finish the best plan: price it if it fits, else suggest what would fit;
     ``top`` > 0 also returns (and prices) the ``top`` fastest plans. One path for the CLI, the
     app and :func:`simulate`."""
-    from .costs import plan_cost
+    from .costs import Prices, plan_cost
 
     _check_top(top, 0)
+    if prices is not None and not isinstance(prices, Prices):
+        raise UsageError(f"prices must be a simulator.costs.Prices (simulator.costs.load_prices(path) reads a "
+                         f"prices file) or None for the built-in prices; got {prices!r}")
     res = run_search(model, gpus, **knobs)
     plan = res.best
     plan.search_ms = res.elapsed_ms

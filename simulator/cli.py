@@ -18,13 +18,13 @@ SUBCOMMANDS = {"validate-published": "simulator.published:main",
                "budget": "simulator.budget:main", "study-grid": "simulator.study:main"}
 
 
-_NEGATIVE = re.compile(r"^-(\d|\.\d)")
+_NEGATIVE = re.compile(r"^-(\d|\.\d|inf|nan)", re.IGNORECASE)
 
 
 class _Parser(UsageParser):
     """:class:`simulator.errors.UsageParser` that also reads a negative value after a flag
-    (``--overhead -10%``, which argparse alone takes for an unknown option), so that the flag's
-    own check can name the bad value."""
+    (``--overhead -10%``, ``--tokens -inf``, which argparse alone takes for an unknown option), so
+    that the flag's own check can name the bad value."""
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[override]
         argv = list(sys.argv[1:] if args is None else args)
@@ -36,6 +36,19 @@ class _Parser(UsageParser):
             else:
                 out.append(tok)
         return super().parse_args(out, namespace)
+
+
+class _ListModels(argparse.Action):
+    """``--list-models``: print the model presets, one per line, and exit 0 (as ``--help`` does)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .models import list_models
+
+        print("\n".join(list_models()))
+        parser.exit()
 
 
 def _positive_int(flag):
@@ -81,7 +94,7 @@ def add_recipe_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tokens", help="total training tokens (e.g. 300B, 2.5e11)")
     g.add_argument("--steps", help="optimizer steps")
     g.add_argument("--global-batch", help="sequences per optimizer step")
-    g.add_argument("--seq-len", help="tokens per sequence")
+    g.add_argument("--seq-len", help="tokens per sequence, a plain number (2048, not 2K)")
     g.add_argument("--optimizer", help="adamw | adam | lion | sgd")
 
 
@@ -97,7 +110,9 @@ def recipe_knobs(a: argparse.Namespace) -> dict:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="simulate", description="How long and how much to pre-train a model on given GPUs. "
                 f"Subcommands: {', '.join(SUBCOMMANDS)} (run `simulate SUBCOMMAND --help`).")
-    p.add_argument("--model", required=True, help="preset (e.g. pythia-1b) or path to a Hugging Face config.json")
+    p.add_argument("--model", required=True, help="preset (e.g. pythia-1b; see --list-models) or path to a Hugging "
+                   "Face config.json")
+    p.add_argument("--list-models", action=_ListModels, help="print the model presets and exit")
     p.add_argument("--gpus", required=True, help="8x3090, 2x8xa100-80gb, h100 or Nxlocal with --profile")
     p.add_argument("--profile", help="efficiency profile JSON written by `calibrate` (default: catalog profile)")
     p.add_argument("--profile-any-gpu", action="store_true", default=None,

@@ -76,8 +76,8 @@ class Prices(BaseModel):
     @field_validator("pue")
     @classmethod
     def _pue(cls, v: Sourced) -> Sourced:
-        if v.value < 1:
-            raise ValueError(f"PUE is facility power over IT power, at least 1; got {v.value}")
+        if not PUE_RANGE[0] <= v.value <= PUE_RANGE[1]:
+            raise ValueError(pue_range_error(v.value))
         return v
 
     @field_validator("utilization")
@@ -86,6 +86,20 @@ class Prices(BaseModel):
         if v is not None and not (0 < v.value <= 1):
             raise ValueError(f"utilization must be in (0, 1], got {v.value}")
         return v
+
+
+#: Physical range of a facility's power usage effectiveness (facility power over IT power): 1.0
+#: is no cooling or conversion overhead at all (the definition's floor); 3.0 is the worst grade of
+#: The Green Grid's scale ("very inefficient", EPA Report to Congress on Server and Data Center
+#: Energy Efficiency, 2007); surveys report about 1.5-1.6 on average (Uptime Institute 2023).
+#: ASSUMPTION: no machine room worth simulating draws more than three times its IT power.
+PUE_RANGE = (1.0, 3.0)
+
+
+def pue_range_error(value: float) -> str:
+    """The one-line reason a PUE outside :data:`PUE_RANGE` is refused."""
+    return (f"PUE is facility power over IT power: at least {PUE_RANGE[0]:g} (no overhead) and at most "
+            f"{PUE_RANGE[1]:g} (a very inefficient room; 1.1-1.6 is typical), got {value!r}")
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -124,6 +138,8 @@ def _read(text: str, origin: str) -> dict:
         data = json.loads(text) if origin.endswith(".json") else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise UsageError(f"{origin}: not valid YAML/JSON ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise UsageError(f"{origin}: nests its lists or mappings too deeply to be read") from None
     if not isinstance(data, dict):
         raise UsageError(f"{origin}: expected a mapping of price fields")
     return data
@@ -180,9 +196,8 @@ def with_overrides(prices: Prices, *, price_per_gpu=None, rent_per_gpu_hour=None
             raise UsageError(f"{flag} must be a positive number, got {val!r}")
         if key == "utilization" and val > 1:
             raise UsageError(f"{flag} is a fraction of board power in (0, 1], got {val!r}")
-        if key == "pue" and val < 1:
-            raise UsageError(f"{flag} is facility power over IT power, at least 1 (1.1-1.6 is typical), "
-                             f"got {val!r}")
+        if key == "pue" and not PUE_RANGE[0] <= val <= PUE_RANGE[1]:
+            raise UsageError(f"{flag}: {pue_range_error(val)}")
         upd[key] = Sourced(value=float(val), source=f"command line {flag}")
     return prices.model_copy(update=upd) if upd else prices
 
@@ -373,7 +388,8 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rent-per-gpu-hour", type=_nonneg_float("--rent-per-gpu-hour"), metavar="USD",
                    help="cloud price per GPU-hour (any GPU)")
     g.add_argument("--kwh-price", type=_nonneg_float("--kwh-price"), metavar="USD", help="electricity $/kWh")
-    g.add_argument("--pue", type=_nonneg_float("--pue"), help="facility power usage effectiveness (>= 1)")
+    g.add_argument("--pue", type=_nonneg_float("--pue"),
+                   help=f"facility power usage effectiveness, {PUE_RANGE[0]:g} to {PUE_RANGE[1]:g} (default 1.5)")
     g.add_argument("--lifetime-years", type=_nonneg_float("--lifetime-years"), metavar="Y",
                    help="amortization lifetime (default 5, as the study)")
     g.add_argument("--gpu-utilization", type=_nonneg_float("--gpu-utilization"), metavar="F",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import difflib
+import sys
 from collections.abc import Callable, Iterable
 
 
@@ -40,6 +42,34 @@ def unknown(kind: str, value: str, choices: Iterable[str]) -> UsageError:
     return UsageError(f"unknown {kind} {value!r}{did_you_mean(value, choices)}; valid choices: {shown}")
 
 
+#: ASCII stand-ins for the non-ASCII characters reports print, where the terminal cannot show
+#: them (``PYTHONIOENCODING=ascii``, a Latin-1 locale); any other character becomes "?".
+ASCII_STAND_INS = {"·": "|", "×": "x", "–": "-", "—": "-", "…": "...", "≥": ">=", "≤": "<=", "≈": "~",
+                   "±": "+/-", "µ": "u", "→": "->", "²": "^2", "•": "*", "✓": "v", "✗": "x"}
+
+
+def _ascii_stand_in(exc: UnicodeError) -> tuple[str, int]:
+    """Codec error handler: the characters ``exc`` could not encode, as ASCII stand-ins."""
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    bad = exc.object[exc.start:exc.end]
+    return "".join(ASCII_STAND_INS.get(c, "?") for c in bad), exc.end
+
+
+codecs.register_error("simulator-ascii", _ascii_stand_in)
+
+
+def degrade_output() -> None:
+    """Make stdout and stderr that cannot encode the reports' characters print ASCII stand-ins
+    (:data:`ASCII_STAND_INS`) instead of failing with UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            "".join(ASCII_STAND_INS).encode(getattr(stream, "encoding", None) or "ascii")
+        except (UnicodeEncodeError, LookupError):
+            if hasattr(stream, "reconfigure"):
+                stream.reconfigure(errors="simulator-ascii")
+
+
 #: Exit status of an unexpected internal error (1 is "nothing fits", 2 a usage error).
 EXIT_INTERNAL = 3
 
@@ -47,12 +77,13 @@ EXIT_INTERNAL = 3
 def run_cli(prog: str, body: Callable[[], int], interrupted: str = "interrupted") -> int:
     """Run a console script's body with the project's error contract: a UsageError prints one
     line and exits 2; Ctrl-C prints ``interrupted`` and exits 130; any other exception prints
-    one line naming it and exits 3 (``SIMULATOR_DEBUG=1`` re-raises it with its traceback). An
+    one line naming it and exits 3 (``SIMULATOR_DEBUG=1`` re-raises it with its traceback). A
+    terminal that cannot show the reports' characters gets ASCII stand-ins (:func:`degrade_output`). An
     OSError about a named file (a name too long, a folder not writable) is the user's path: exit 2.
     A closed pipe on stdout (``| head``) ends quietly with exit 0."""
     import os
-    import sys
 
+    degrade_output()
     try:
         return int(body() or 0)
     except UsageError as exc:

@@ -54,7 +54,6 @@ file and the problem and listing the supported types.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -79,6 +78,11 @@ def _supported() -> str:
     return "supported model_type values: " + ", ".join(SUPPORTED_MODEL_TYPES)
 
 
+#: Integer fields that may be 0 (a token id, "no token types", "no window layers"); every other
+#: integer field is a size or a count of heads or layers and must be at least 1.
+_MAY_BE_ZERO = frozenset({"pad_token_id", "type_vocab_size", "max_window_layers"})
+
+
 class _Cfg:
     """Typed access to config fields with clear errors."""
 
@@ -96,6 +100,9 @@ class _Cfg:
                 or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)
                 or abs(value) > 2**53):
             raise _ConfigProblem(f"field {key!r} must be an integer, got {value!r}")
+        if value < (0 if key in _MAY_BE_ZERO else 1):
+            kind = "a non-negative" if key in _MAY_BE_ZERO else "a positive"
+            raise _ConfigProblem(f"field {key!r} must be {kind} integer, got {value!r}")
         return int(value)
 
     def bool(self, key: str, default: bool, data: Mapping[str, Any] | None = None) -> bool:
@@ -621,7 +628,7 @@ def _not_modelled(model_type: str, data: Mapping[str, Any]) -> str | None:
 
 def _read(path: Path) -> dict[str, Any]:
     """Read a JSON object from ``path`` (a directory means its ``config.json``)."""
-    from .userfiles import read_text  # regular files of bounded size only, UTF-8, one-line errors
+    from .userfiles import parse_json, read_text  # bounded regular files, UTF-8, one-line errors
 
     if path.is_dir():
         path = path / "config.json"
@@ -630,12 +637,9 @@ def _read(path: Path) -> dict[str, Any]:
     except UsageError as exc:
         raise UsageError(f"{exc}; {_supported()}") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(
-            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); "
-            f"{_supported()}"
-        ) from None
+        data = parse_json(text, str(path))
+    except UsageError as exc:
+        raise UsageError(f"{exc}; {_supported()}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a JSON object, got {type(data).__name__}; {_supported()}")
     return data

@@ -435,6 +435,9 @@ def get_model(name: str) -> ModelSpec:
     ``pythia-1b``, ``Pythia-1B`` and ``EleutherAI/pythia-1b`` all give the same spec. An
     ``org/name`` id that is not a known alias falls back to ``name``.
     """
+    if not isinstance(name, str):
+        raise UsageError(f"model must be a preset name (a string such as 'pythia-1b'), got {name!r}; "
+                         f"valid choices: {', '.join(list_models()[:8])}, ... (simulator.list_models())")
     spec = find_preset(name)
     if spec is None and "/" in name:
         spec = find_preset(name.rsplit("/", 1)[1])

@@ -17,6 +17,12 @@ def format_days(d: float) -> str:
     return f"{d:,.1f}" if d < 100 else f"{d:,.0f}"
 
 
+#: What an infeasible plan says when :func:`simulator.api.suggest_fixes` finds no change that fits.
+NO_FIX = ("no change found that fits: none of the changes tried (pinned memory settings left to the search, "
+          "more host RAM, more GPUs of this card, a card with more memory) makes it fit; shrink the work per GPU "
+          "instead (a shorter sequence, a smaller model)")
+
+
 @dataclass
 class Plan:
     """The answer for one strategy. Times in seconds, memory in GiB, throughput in tokens/s."""

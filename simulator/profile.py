@@ -400,15 +400,10 @@ def _first_error(exc: ValidationError) -> str:
 
 def load_profile(path: str | os.PathLike) -> Profile:
     """Read and validate a profile file; raise UsageError naming the file and the field."""
-    from .userfiles import read_text
+    from .userfiles import parse_json, read_text
 
     p = Path(path)
-    text = read_text(p, "profile")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"profile {str(p)!r} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
-    return parse_profile(data, origin=str(p))
+    return parse_profile(parse_json(read_text(p, "profile"), f"profile {str(p)!r}"), origin=str(p))
 
 
 def parse_profile(data: object, origin: str = "<profile>") -> Profile:

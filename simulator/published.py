@@ -8,7 +8,6 @@ GPUs/nodes, sharding, activation checkpointing, micro-batch, accumulation and th
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -32,11 +31,26 @@ def simulate_run(run, profile=None):
     return simulate(run["spec"], run["gpus"], profile=profile, **runs.run_knobs(run))
 
 
+def check_measured_mfu(run, plan) -> None:
+    """Refuse a run whose measured tokens/s would need more than 100% of its GPUs' dense peak
+    (model FLOPs, a true lower bound on the work: :func:`simulator.opcost.model_flops_per_token`):
+    a typo in the throughput, the GPU count or the model, never a measurement to predict."""
+    if not plan.tokens_per_s > 0:
+        return
+    mfu = plan.mfu * float(run["measured_tok_s"]) / plan.tokens_per_s
+    if mfu > 1.0:
+        raise UsageError(f"{run['run']}: measured {float(run['measured_tok_s']):,.0f} tokens/s of {run['model']} on "
+                         f"{run['gpus']} is {mfu:.0%} of the GPUs' dense {run['precision']} peak (model FLOPs "
+                         "utilization above 100% is impossible); check the throughput, the GPUs and the model")
+
+
 def predict_row(run) -> dict:
-    """Predict one normalized run with its exact strategy; returns predicted/measured tokens/s."""
+    """Predict one normalized run with its exact strategy; returns predicted/measured tokens/s.
+    A measured throughput above the GPUs' peak is refused (:func:`check_measured_mfu`)."""
     plan = simulate_run(run)
+    check_measured_mfu(run, plan)
     measured = float(run["measured_tok_s"])
-    flops = plan.mfu_6nd * measured / plan.tokens_per_s if plan.tokens_per_s > 0 else math.nan
+    flops = plan.mfu_6nd * measured / plan.tokens_per_s if plan.tokens_per_s > 0 else None
     return {"run": run["run"], "source": run["source"], "stack": run["stack"], "model": run["model"],
             "seq_len": int(run["seq_len"]), "gpu": run["gpu"], "gpus": run["gpus"], "micro_batch": int(run["micro_batch"]),
             "grad_accum": plan.strategy["grad_accum"], "act_ckpt": run["checkpointing"] != "none",
@@ -97,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     cv = cross_validated(res)
     if a.json:
         print(json.dumps({"rows": res.to_dict(orient="records"), "mape_pct": s["mape"], "n": s["n"],
-                          "per_source": s["per_source"], "cross_validated": cv}, indent=2))
+                          "per_source": s["per_source"], "cross_validated": cv}, indent=2, allow_nan=False))
         return 0
     with pd.option_context("display.max_rows", 500, "display.width", 160):
         cols = ["model", "seq_len", "gpus", "micro_batch", "grad_accum", "checkpointing", "predicted_tok_s",

@@ -162,6 +162,10 @@ def default_recipe(model: ModelSpec) -> Recipe:
         return Recipe(**row)
     if model.family in data["family"]:
         row = dict(data["family"][model.family])
+        if "same_as" in row:  # the family's preset recipe, at this model's own sequence length
+            preset = get_model(row.pop("same_as")).name
+            row = {k: v for k, v in data["rows"][preset].items() if k != "seq_len"}
+            row["source"] = f"the {preset} recipe (the family's preset): {row['source']}"
         return Recipe(seq_len=model.seq_len_default, **row)
     g = data["generic"]
     seq_len = model.seq_len_default
@@ -185,6 +189,32 @@ def _positive(value: Any, flag: str) -> int:
         raise UsageError(f"{flag} {value} is beyond what this simulator models (at most "
                          f"{MAX_TOKENS:.0e} for any count)")
     return n
+
+
+def _model_too_large(model: ModelSpec, base: Recipe) -> str:
+    """Why a model's own default recipe is beyond :data:`MAX_TOKENS`: its size (the generic recipe
+    trains a fixed number of tokens per parameter), naming the dimensions to check."""
+    dims = ", ".join(f"{label} {getattr(model, f):,}" for f, label in (
+        ("hidden", "hidden size"), ("n_layers", "layers"), ("ffn_hidden", "MLP size"), ("vocab_size", "vocabulary"))
+        if isinstance(getattr(model, f, None), int))
+    return (f"{model.display_name} has {model.n_params():.2e} parameters ({dims}; {model.source or 'no source'}): "
+            f"its default recipe of {_load()['generic']['tokens_per_param']} tokens per parameter is "
+            f"{base.tokens:.1e} tokens, beyond what this simulator models (at most {MAX_TOKENS:.0e}); check the "
+            "model's sizes (in a config.json: hidden_size, num_hidden_layers, intermediate_size, vocab_size)")
+
+
+def _seq_len(value: Any) -> int:
+    """``--seq-len`` as a positive count written without a K/M suffix: "2K" could mean 2,000 or
+    2,048 tokens, so a suffix is refused (UsageError suggesting the binary reading)."""
+    if isinstance(value, str):
+        m = _COUNT_RE.match(value.strip().replace("_", "").replace(",", ""))
+        if m and m.group(2):
+            power = {"K": 1, "M": 2, "B": 3, "G": 3, "T": 4, "P": 5}[m.group(2).upper()]
+            binary = float(m.group(1)) * 1024**power
+            hint = f" such as {int(binary)}" if binary == int(binary) and 0 < binary <= MAX_TOKENS else ""
+            raise UsageError(f"--seq-len {value!r}: give the tokens per sequence as a plain number{hint} (the "
+                             f"{m.group(2)} suffix is ambiguous: 1K is 1,000 or 1,024 tokens)")
+    return _positive(value, "--seq-len")
 
 
 def make_recipe(
@@ -214,7 +244,7 @@ def make_recipe(
     n_tokens = _positive(tokens, "--tokens") if tokens is not None else None
     n_steps = _positive(steps, "--steps") if steps is not None else None
     gb = _positive(global_batch, "--global-batch") if global_batch is not None else base.global_batch
-    sl = _positive(seq_len, "--seq-len") if seq_len is not None else base.seq_len
+    sl = _seq_len(seq_len) if seq_len is not None else base.seq_len
     opt = base.optimizer
     if optimizer is not None:
         opt = str(optimizer).strip().lower()
@@ -260,6 +290,8 @@ def make_recipe(
         changes.append(f"optimizer {opt}")
     if prec != base.precision:
         changes.append(f"precision {prec}")
+    if n_tokens is None and steps is None and base.tokens > MAX_TOKENS:  # the budget is the model's own
+        raise UsageError(_model_too_large(model, base))
     if n_steps * gb * sl > MAX_TOKENS:
         raise UsageError(f"{n_steps:,} steps x {gb:,} sequences x {sl:,} tokens is {n_steps * gb * sl:.1e} "
                          f"tokens, beyond what this simulator models (at most {MAX_TOKENS:.0e}); lower "

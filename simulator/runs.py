@@ -17,6 +17,8 @@ duplicate metric of a run already listed, ...); tensor and pipeline parallelism 
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import re
 from pathlib import Path
@@ -59,6 +61,20 @@ def _int(text) -> int | None:
         return None
     m = re.match(r"\s*~?(\d+(?:\.\d+)?)", str(text))
     return int(float(m.group(1))) if m else None
+
+
+def measured_tok_s(value, where: str, column: str) -> float:
+    """A measured throughput cell as tokens/s: a finite positive number, else a UsageError naming
+    the row and the value (an empty cell, ``nan``, ``inf`` or ``-5`` is no measurement)."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (math.isfinite(v) and v > 0):
+        shown = "nothing (an empty cell or nan)" if value is None or (isinstance(value, float) and math.isnan(value)) else repr(value)
+        raise UsageError(f"{where}: {column} must be the measured tokens/s of the whole job, a positive "
+                         f"finite number; got {shown}")
+    return v
 
 
 def gpu_id(text) -> str | None:
@@ -168,21 +184,33 @@ def _finish(r: dict) -> dict:
 def _from_dev(df: pd.DataFrame, origin: str) -> list[dict]:
     out = []
     for i, row in df.iterrows():
-        seq = int(row["seq_len"])
         try:
-            spec = get_model(f"mpt-{row['model']}").with_max_positions(seq)
-        except UsageError:
-            spec = _arch(f"mpt-{row['model']}", row, seq) if "d_model" in row else None
-        ckpt = str(row["act_ckpt"]).strip().lower() in ("true", "1", "yes")
-        out.append(_finish(_row(
-            run=f"{origin}:{i + 2}", source=str(row.get("source", origin)), stack="llm-foundry",
-            model=f"mpt-{row['model']}", spec=spec, seq_len=seq, gpu=gpu_id(row["gpu"]),
-            n_gpus=int(row["n_gpus"]), nodes=int(row["n_nodes"]), gpus_per_node=int(row["gpus_per_node"]),
-            precision=_precision(row["precision"]), sharding=_sharding(row["sharding"]),
-            checkpointing="full" if ckpt else "none", compile=False, attention="sdpa",
-            micro_batch=int(row["micro_batch"]), global_batch=int(row["global_batch"]),
-            measured_tok_s=float(row["throughput_tok_s"]), metric="throughput_tok_s")))
+            out.append(_dev_row(i, row, origin))
+        except (TypeError, ValueError) as exc:  # an empty or non-numeric required cell
+            if isinstance(exc, UsageError):
+                raise
+            raise UsageError(f"{origin} line {i + 2}: a required cell is empty or not a number "
+                             f"({exc})") from None
     return out
+
+
+def _dev_row(i: int, row: pd.Series, origin: str) -> dict:
+    """One row of the llm-foundry layout (``validation_dev.csv``)."""
+    seq = int(row["seq_len"])
+    try:
+        spec = get_model(f"mpt-{row['model']}").with_max_positions(seq)
+    except UsageError:
+        spec = _arch(f"mpt-{row['model']}", row, seq) if "d_model" in row else None
+    ckpt = str(row["act_ckpt"]).strip().lower() in ("true", "1", "yes")
+    return _finish(_row(
+        run=f"{origin}:{i + 2}", source=str(row.get("source", origin)), stack="llm-foundry",
+        model=f"mpt-{row['model']}", spec=spec, seq_len=seq, gpu=gpu_id(row["gpu"]),
+        n_gpus=int(row["n_gpus"]), nodes=int(row["n_nodes"]), gpus_per_node=int(row["gpus_per_node"]),
+        precision=_precision(row["precision"]), sharding=_sharding(row["sharding"]),
+        checkpointing="full" if ckpt else "none", compile=False, attention="sdpa",
+        micro_batch=int(row["micro_batch"]), global_batch=int(row["global_batch"]),
+        measured_tok_s=measured_tok_s(row["throughput_tok_s"], f"{origin} line {i + 2}", "throughput_tok_s"),
+        metric="throughput_tok_s"))
 
 
 def _stack(source: str) -> str:
@@ -195,11 +223,19 @@ def _stack(source: str) -> str:
     return "unknown"
 
 
-def _tok_s(row, seq: int, global_batch: int | None, spec: ModelSpec | None, n_gpus: int | None) -> float | None:
-    """Measured tokens/s of the whole job from the row's metric (None where it cannot be converted)."""
-    v, metric, unit = row.get("value_num"), str(row.get("metric")), str(row.get("unit", "")).lower()
-    if v is None or (isinstance(v, float) and math.isnan(v)) or v <= 0:
+def _tok_s(row, seq: int, global_batch: int | None, spec: ModelSpec | None, n_gpus: int | None,
+           where: str) -> float | None:
+    """Measured tokens/s of the whole job from the row's metric (None where the row states no
+    number or it cannot be converted; a UsageError naming ``where`` for an infinite one)."""
+    metric, unit = str(row.get("metric")), str(row.get("unit", "")).lower()
+    try:
+        v = float(row.get("value_num"))
+    except (TypeError, ValueError):
         return None
+    if math.isnan(v) or v <= 0:
+        return None
+    if not math.isfinite(v):
+        raise UsageError(f"{where}: value_num must be a finite number, got {row.get('value_num')!r}")
     if metric == "throughput_tokens_per_s":
         return float(v)
     if metric == "hours_per_1B_tokens":
@@ -245,7 +281,7 @@ def _from_more(df: pd.DataFrame, origin: str) -> list[dict]:
             spec=spec, seq_len=seq, gpu=gpu_id(row.get("gpu")), n_gpus=n, nodes=_int(row.get("n_nodes")),
             precision=_precision(row.get("precision")), sharding=_sharding(row.get("sharding")), tp=tp, pp=pp,
             checkpointing=ckpt, compile=compiled, attention=attention, micro_batch=mb, global_batch=gb,
-            measured_tok_s=_tok_s(row, seq, gb, spec, n), metric=str(row.get("metric")), excluded=excluded,
+            measured_tok_s=_tok_s(row, seq, gb, spec, n, f"{origin} line {i + 2}"), metric=str(row.get("metric")), excluded=excluded,
             note=note)))
     _mark_duplicates(out)
     return out
@@ -276,14 +312,15 @@ def _from_user(df: pd.DataFrame, origin: str) -> list[dict]:
         seq = _int(row.get("seq_len"))
         if seq is None:
             raise UsageError(f"{where}: seq_len missing or not a number")
-        if row.get("n_layers") is not None:
-            spec = _arch(str(row.get("model", "custom")), row, seq)
-        else:
-            spec = resolve_model(str(row.get("model")))
-            if spec.pos_embedding == "learned" and spec.max_positions < seq:
-                spec = spec.with_max_positions(seq)
+        tok_s = measured_tok_s(row.get("tokens_per_s"), where, "tokens_per_s")
         try:
-            cl = parse_cluster(str(row.get("gpus")))
+            if row.get("n_layers") is not None:
+                spec = _arch(str(row.get("model", "custom")), row, seq)
+            else:
+                spec = resolve_model(str(row.get("model", "")))
+                if spec.pos_embedding == "learned" and spec.max_positions < seq:
+                    spec = spec.with_max_positions(seq)
+            cl = parse_cluster(str(row.get("gpus", "")))
         except UsageError as exc:
             raise UsageError(f"{where}: {exc}") from None
         ck = str(row.get("checkpointing", "none")).lower()
@@ -297,18 +334,33 @@ def _from_user(df: pd.DataFrame, origin: str) -> list[dict]:
             tp=_int(row.get("tp")) or 1, pp=_int(row.get("pp")) or 1, checkpointing=ck, compile=comp,
             sequence_parallel=str(row.get("sequence_parallel", "false")).lower() in ("true", "1", "yes"),
             attention=str(row.get("attention", "sdpa")), micro_batch=_int(row.get("micro_batch")),
-            global_batch=_int(row.get("global_batch")), measured_tok_s=float(row["tokens_per_s"]),
+            global_batch=_int(row.get("global_batch")), measured_tok_s=tok_s,
             metric="tokens_per_s")))
     return out
 
 
+def _check_field_counts(text: str, name: str) -> None:
+    """Every non-blank row has as many fields as the header, else a UsageError naming the line (a
+    short row would read as empty cells, a long one would shift the columns)."""
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if not header:
+        raise UsageError(f"{name!r} is empty; expected a header line of column names")
+    for row in reader:
+        if any(cell.strip() for cell in row) and len(row) != len(header):
+            raise UsageError(f"{name} line {reader.line_num}: {len(row)} fields, but the header has "
+                             f"{len(header)}; leave an unknown value empty between commas")
+
+
 def load_runs(path: str | Path) -> pd.DataFrame:
     """Read any of the three layouts into the normalized table; UsageError names the file and problem."""
+    from .userfiles import read_text
+
     p = Path(path)
+    text = read_text(p, "runs CSV")
+    _check_field_counts(text, p.name)
     try:
-        df = pd.read_csv(p)
-    except FileNotFoundError:
-        raise UsageError(f"cannot read {str(p)!r}: no such file") from None
+        df = pd.read_csv(io.StringIO(text))
     except Exception as exc:  # pandas raises several parser errors
         raise UsageError(f"cannot parse {str(p)!r} as CSV: {exc}") from None
     cols = set(df.columns)

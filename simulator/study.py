@@ -251,18 +251,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _names(text: str | None, flag: str, default: tuple[str, ...] | list[str]) -> list[str]:
+    """The comma-separated names of ``flag`` (``default`` when the flag is not given); an empty
+    list (``--models ""``) is a UsageError, never the whole default grid."""
+    if text is None:
+        return list(default)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError(f"{flag} {text!r} names nothing; give comma-separated names, or leave {flag} out for "
+                         f"the study's {','.join(default)}")
+    return names
+
+
 def main(argv: list[str]) -> int:
     from . import hardware
     from .atomic import write_text_atomic
     from .resolve import resolve_model
 
     a = build_parser().parse_args(argv)
-    models = [m.strip() for m in a.models.split(",") if m.strip()] if a.models else list(MODELS)
+    models = _names(a.models, "--models", MODELS)
     for m in models:
         resolve_model(m)  # unknown -> did-you-mean
-    gpus = [hardware.get_gpu(g.strip()).id for g in a.gpus.split(",") if g.strip()] if a.gpus else list(GPUS)
-    if not models or not gpus:
-        raise UsageError("--models and --gpus need at least one name each")
+    gpus = [hardware.get_gpu(g).id for g in _names(a.gpus, "--gpus", GPUS)]
     prices = prices_from_args(a)
     if not a.no_plot:
         compare._pyplot()

@@ -4,6 +4,7 @@ the file system rejects."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -46,3 +47,14 @@ def read_text(path: str | os.PathLike, what: str) -> str:
         raise UsageError(f"cannot read {what} {_short(str(p))!r}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise UsageError(f"{what} {_short(str(p))!r} is not UTF-8 text") from None
+
+
+def parse_json(text: str, what: str) -> object:
+    """``text`` parsed as JSON; a UsageError naming ``what`` if it is not JSON or nests too deeply
+    for the parser (``[[[[...`` a hundred thousand levels down)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+    except RecursionError:
+        raise UsageError(f"{what} nests its arrays or objects too deeply to be read") from None

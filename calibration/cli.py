@@ -326,6 +326,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
                 f"{level:.2f}); calibrate again and compare")
     from simulator.profile import save_profile
 
+    built.profile = built.profile.model_copy(update={"fit_warnings": list(built.warnings)})
     save_profile(built.profile, out)
     wall = time.perf_counter() - t_start
     store.data["runs"][-1].update(finished=now(), wall_s=round(wall, 1))

@@ -48,3 +48,17 @@ def test_device_description_without_memory_is_refused_for_a_cpu():
         from_description({"kind": "cpu", "name": "Some CPU (4 threads)"})
     with pytest.raises(UsageError, match="kind"):
         from_description({"kind": "tpu", "name": "x"})
+
+
+def test_refit_bounds_e_max_by_the_best_gemm_measured_and_says_so(refitted):
+    """The quick grid's best bf16 GEMM ran at 662 TFLOP/s (0.67 of the 989 peak); before the bound the
+    fit put e_max at the peak itself. Now it stays within E_MAX_MARGIN of that point, and the profile
+    carries the warning calibrate printed."""
+    from calibration.fit import E_MAX_MARGIN
+
+    _, out = refitted
+    prof = load_profile(out)
+    g = prof.gemm["bf16"]
+    assert g.e_max <= (1 + E_MAX_MARGIN) * 662.2 / 989.0 + 1e-3
+    assert any(w.startswith("gemm bf16: e_max at its bound") for w in prof.fit_warnings)
+    assert any("attention mem_efficient_fwd" in w for w in prof.fit_warnings)

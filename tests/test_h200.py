@@ -62,3 +62,73 @@ def test_refit_bounds_e_max_by_the_best_gemm_measured_and_says_so(refitted):
     assert g.e_max <= (1 + E_MAX_MARGIN) * 662.2 / 989.0 + 1e-3
     assert any(w.startswith("gemm bf16: e_max at its bound") for w in prof.fit_warnings)
     assert any("attention mem_efficient_fwd" in w for w in prof.fit_warnings)
+
+
+# --- the committed H200 profile against timings at the shapes of real training steps -------------------
+
+PROFILE = ROOT / "calibration" / "profiles" / "nvidia-h200.json"
+#: isolated calls (one CUDA-event pair around each, synchronized) carry ~25 us of host launch latency
+#: that back-to-back training kernels hide (a 1024^3 bf16 GEMM reads 66 TFLOP/s that way): only calls of
+#: at least this many seconds are compared
+MIN_CALL_S = 2e-4
+#: median |predicted / measured - 1| the profile must hold at real layer shapes, per precision and layout
+GEMM_TOLERANCE = 0.15
+
+
+def _rows(group: str) -> list[dict]:
+    import csv
+
+    with open(DATA / "microbench_shapes.csv", newline="") as f:
+        return [r for r in csv.DictReader(f) if r["group"] == group and float(r["time_s"]) >= MIN_CALL_S]
+
+
+def _gemm_errors() -> dict[tuple[str, str], list[float]]:
+    """(precision, layout) -> predicted/measured - 1 of each GEMM of microbench_shapes.csv, with the
+    simulator's own per-layout GEMM times (forward (m,n,k); input gradient (m,k,n); weight gradient (n,k,m))."""
+    import numpy as np
+
+    from simulator.compute import gemm_pass_times
+    from simulator.device import device_from_profile
+    from simulator.workload import Gemm
+
+    dev = device_from_profile(load_profile(PROFILE))
+    out: dict[tuple[str, str], list[float]] = {}
+    for r in _rows("gemm"):
+        m, k, n = int(r["m"]), int(r["k"]), int(r["n"])
+        times = gemm_pass_times([Gemm("g", np.array([float(m)]), float(n), float(k), 1)], dev, r["precision"])
+        pred = float(times[("fwd", "dgrad", "wgrad").index(r["layout"])][0, 0])
+        out.setdefault((r["precision"], r["layout"]), []).append(pred / float(r["time_s"]) - 1.0)
+    return out
+
+
+def test_h200_profile_predicts_real_layer_gemms():
+    """bf16 and tf32 in the three layouts, fp32 and fp16 forward: 32-56 shapes each (hidden 768-4096,
+    4k and 16k tokens, LM heads to 152k). Measured with the quick grid's e_max bound (before it, bf16's
+    median error was 27-32%, optimistic); now 3-4% bf16, 2% fp32, 7-13% tf32, 11% fp16."""
+    import statistics
+
+    errs = _gemm_errors()
+    assert {("bf16", lay) for lay in ("fwd", "dgrad", "wgrad")} <= set(errs)
+    assert {("tf32", lay) for lay in ("fwd", "dgrad", "wgrad")} <= set(errs) and ("fp32", "fwd") in errs
+    for key, e in errs.items():
+        assert len(e) >= 30, key
+        assert statistics.median(abs(x) for x in e) <= GEMM_TOLERANCE, (key, statistics.median(abs(x) for x in e))
+
+
+@pytest.mark.xfail(strict=True, reason="the quick grid times attention at 1 sample x 4-8 heads (a few CTAs on "
+                   "132 SMs): its fit is 0-160% pessimistic at 16k tokens x 16-32 heads; the CUDA quick grid now "
+                   "measures training shapes, and needs a GPU run to refit")
+def test_h200_profile_predicts_real_attention():
+    import statistics
+
+    from simulator.compute import fused_attention_rate
+    from simulator.device import device_from_profile
+
+    dev = device_from_profile(load_profile(PROFILE))
+    errs = []
+    for r in _rows("attention"):
+        peak, e_f, e_b = fused_attention_rate(dev, "bf16", int(r["d"]), int(r["s"]), True)
+        fwd = float(r["flops"]) / (1.0 if r["name"] == "sdpa_fwd" else 3.5)  # the script's causal FLOPs
+        pred = fwd / (peak * e_f) + (2.5 * fwd / (peak * e_b) if r["name"] == "sdpa_fwd_bwd" else 0.0)
+        errs.append(pred / float(r["time_s"]) - 1.0)
+    assert len(errs) >= 20 and statistics.median(abs(x) for x in errs) <= 0.25

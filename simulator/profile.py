@@ -428,5 +428,8 @@ def write_json_atomic(path: str | os.PathLike, data: object) -> None:
 
 
 def save_profile(profile: Profile, path: str | os.PathLike) -> None:
-    """Validate and write a profile atomically."""
-    write_json_atomic(path, profile.model_dump(mode="json"))
+    """Validate and write a profile atomically (without ``fit_warnings`` where there are none)."""
+    data = profile.model_dump(mode="json")
+    if not data["fit_warnings"]:
+        del data["fit_warnings"]
+    write_json_atomic(path, data)

@@ -151,3 +151,22 @@ def test_bf16_end_to_end_fit_leaves_tf32_and_fp32_rates_alone():
         assert cat.gemm["fp32"].e_max == pytest.approx(52.05 / 67.0, abs=1e-3)  # H200, 2026-12-04
         assert cat.gemm["tf32"].e_max >= 0.78  # measured (H200 386.7 of 494.5) or published (H100 396)
         assert "2026-12-04" in cat.gemm["fp32"].source
+
+
+def test_eager_softmax_under_autocast_counts_its_fp32_round_trip():
+    """torch.autocast runs softmax in fp32: the scores are cast up, softmaxed in fp32 and cast back (an H200
+    timed that at 20 bytes per score, 4x a bf16 softmax). Eager bf16 steps on the H200 were predicted 55-62%
+    too fast; counting it: 38-39%."""
+    import numpy as np
+
+    from simulator import workload
+    from simulator.models import get_model
+
+    m, mb = get_model("pythia-70m"), np.array([1.0])
+    elems = m.n_heads * 2048**2 * m.n_layers
+    half = workload.eager_softmax_bytes(m, mb, 2048, 2)
+    up = workload.eager_softmax_bytes(m, mb, 2048, 2, upcast=True)
+    assert half[0].nbytes[0] == pytest.approx(12 * elems) and up[0].nbytes[0] == pytest.approx(28 * elems)
+    assert up[1].nbytes[0] == pytest.approx(32 * elems) and float(up[0].kernels) == 5 * m.n_layers
+    # compiled (fused) softmax and fp32 training are unchanged
+    assert workload.eager_softmax_bytes(m, mb, 2048, 2, True, True)[0].nbytes[0] == pytest.approx(8 * elems)

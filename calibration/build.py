@@ -190,6 +190,9 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             f_g = F.fit_gemm(*shp, ts, peaks[prec] * 1e12, BYTES_PER_EL[prec], bw_gbs * 1e9, gemm_bw_eff, launch_s,
                              operand_bytes=streamed if split else None)
             fits[f"{sec}/{prec}"] = f_g.as_dict()
+            if "e_max" in f_g.clipped:
+                warn.append(_e_max_warning(sec, prec, f_g.params["e_max_cap"], peaks[prec], max(
+                    2.0 * a * b * c / t_ for a, b, c, t_ in zip(*shp, ts, strict=True))))
             oh = f_g.params.get("operand_half_bytes")
             dims = {d: f_g.params[d] for d in ("m_half", "n_half", "k_half", "k_power") if d in f_g.params}
             dest[prec] = {"e_max": f_g.params["e_max"], "x_half": f_g.params["x_half"], **dims,
@@ -282,6 +285,10 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             attn[m] = min(1.0, fallback)
         attn_notes.append(f"{', '.join(missing)}: {PLACEHOLDER} (GEMM efficiency at thickness 21)")
         warn.append(f"attention not measured for {', '.join(missing)}; using GEMM-derived value")
+    at_bound = [f for f, v in attn.items() if v >= 0.999]
+    if at_bound:
+        warn.append(f"attention {', '.join(at_bound)} at the bound 1 (the kernels measured ran at or above the "
+                    "reference peak, or the sweep never slowed them): a bound, not a measured efficiency")
     if halves is not None:
         attn["head_dim_half"], attn["seq_half"] = halves
         attn_notes.append(f"efficiency x d/(d+{halves[0]:.3g}) x s/(s+{halves[1]:.3g})")
@@ -436,6 +443,11 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                 "source": (f"{tag}: torch.distributed {rec.get('backend')} x{rec.get('world_size')} "
                            f"{', '.join(rec.get('ops_ok', []))}, bus bytes (ring), rms {f_c.rms_log:.2f}")}
 
+    at_one = [c for c, v in ops_eff.items() if v >= 0.999]
+    if at_one:
+        warn.append(f"bandwidth efficiency at the bound 1 for {', '.join(at_one)}: these ops moved their counted "
+                    "bytes at or above the datasheet bandwidth (fewer bytes than counted, or caches); a bound, not a "
+                    "measured efficiency")
     sources = [f"peak {p}: {_fmt(v)} TFLOPS ({peak_src[p]})" for p, v in peaks.items()]
     sources.append(f"mem_bw: {bw_gbs:.1f} GB/s ({bw_src})")
     sources.append(f"threads: {dev.threads}")
@@ -466,6 +478,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         "gemm_misaligned_source": (f"{tag}: torch.mm(x, W^T) with n + 1 output columns against n (a multiple "
                                    "of 64, not a power of two), outputs of 16-24 MiB: " + "; ".join(mis_notes)) if mis_notes else None,
     }
+    data["fit_warnings"] = warn  # the same list: warnings added below land in the profile too
     for key, val in list(data.items()):
         if isinstance(val, float) and not math.isfinite(val):
             raise ValueError(f"non-finite fitted value for {key}")
@@ -490,6 +503,16 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                             f"(median over {over_amp['n']} tiny decoders)"))
             profile = parse_profile(data, origin="calibration")
     return Built(profile, fits, warn)
+
+
+def _e_max_warning(sec: str, prec: str, cap: float, peak_tflops: float, best_flops: float) -> str:
+    """The warning for a GEMM asymptote ``e_max`` fitted at its bound ``cap``
+    (:func:`calibration.fit.e_max_cap`); ``best_flops``: the best measured point, FLOP/s."""
+    where = ("the device peak" if cap >= 1.0 else
+             f"{1 + F.E_MAX_MARGIN:.2f} x the best point measured ({best_flops / 1e12:.4g} TFLOP/s)")
+    return (f"{sec} {prec}: e_max at its bound {cap:.3f} of {peak_tflops:.4g} TFLOPS = {where}: the grid did not "
+            "reach saturation, so larger GEMMs are predicted no faster than that (calibrate with larger shapes, "
+            "e.g. --for-model)")
 
 
 def dispatch_overhead(results: dict[str, dict], profile: Profile, precision: str = "fp32") -> dict | None:

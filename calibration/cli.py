@@ -248,7 +248,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
 
     from .benches import RunContext, Settings, plan
     from .build import build_profile
-    from .device import detect
+    from .device import detect, from_description, same_device
     from .runner import run_benches
     from .store import MeasurementStore, measurements_path, now, round_spread
 
@@ -314,7 +314,11 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
                     "CPU timings will be inflated")
         if resume:
             store = MeasurementStore.load(meas)
-            store.resume(dev.describe(), run_info)
+            if a.refit and not same_device(store.data.get("device", {}), dev):
+                # another device's measurements: the profile is that device's, fitted here without probing it
+                dev = from_description(store.data.get("device", {}))
+                err(f"refitting measurements taken on {dev.name} (host {dev.host}), not on this device")
+            store.resume(dev.describe() if not a.refit else store.data["device"], run_info)
         else:
             store = MeasurementStore.create(meas, dev.describe(), run_info)
         if a.refit:
@@ -372,6 +376,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
                     f"{level:.2f}); calibrate again and compare")
         from simulator.profile import save_profile
 
+        built.profile = built.profile.model_copy(update={"fit_warnings": list(built.warnings)})
         save_profile(built.profile, out)
         wall = time.perf_counter() - t_start
         store.data["runs"][-1].update(finished=now(), wall_s=round(wall, 1))

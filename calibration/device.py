@@ -80,11 +80,45 @@ class DeviceContext:
     host_memory_gib: float | None
     threads: int
     versions: dict[str, str | None] = field(default_factory=dict)
+    host: str | None = None  # the machine measured; None: this one (socket.gethostname())
 
     def describe(self) -> dict[str, object]:
-        """JSON-able identity, stored in the measurements file to refuse mixing devices."""
+        """JSON-able identity, stored in the measurements file to refuse mixing devices and to
+        refit them elsewhere (:func:`from_description`); memory in GiB."""
         return {"kind": self.kind, "name": self.name, "slug": self.slug, "threads": self.threads,
-                "precisions": list(self.precisions), **self.versions}
+                "precisions": list(self.precisions), **self.versions,
+                "memory_gib": self.memory_gib, "usable_memory_gib": self.usable_memory_gib,
+                "host_memory_gib": self.host_memory_gib, "host": self.host or socket.gethostname()}
+
+
+def same_device(stored: dict, ctx: DeviceContext) -> bool:
+    """True if a measurements file's device description names the device ``ctx`` describes."""
+    return all(stored.get(key) == getattr(ctx, key) for key in ("kind", "name"))
+
+
+def from_description(desc: dict) -> DeviceContext:
+    """The device a measurements file was taken on, rebuilt from its stored description, so its
+    measurements can be refitted on another machine (``calibrate --refit``) without probing any
+    device here. Files written before memory was recorded take a catalog GPU's memory (matched by
+    name); UsageError where neither says how much memory the device has."""
+    from simulator.errors import UsageError
+
+    kind, name = desc.get("kind"), desc.get("name")
+    if kind not in ("cpu", "cuda") or not isinstance(name, str) or not name:
+        raise UsageError(f"measurements device {desc!r}: needs kind 'cpu' or 'cuda' and a name")
+    mem = desc.get("memory_gib")
+    usable = desc.get("usable_memory_gib")
+    if mem is None and kind == "cuda":
+        gpu = match_catalog_gpu(name, None)
+        if gpu is not None:
+            mem = usable = float(gpu.usable_memory_gib.value)
+    if mem is None:
+        raise UsageError(f"measurements taken on {name!r} do not record its memory; refit them on that device")
+    versions = {k: desc.get(k) for k in ("torch", "python", "cuda", "driver")}
+    return DeviceContext(kind, torch.device("cpu"), name, desc.get("slug") or slugify(name),
+                         list(desc.get("precisions") or ["fp32"]), float(mem), float(usable or mem),
+                         desc.get("host_memory_gib"), int(desc.get("threads") or 1), versions,
+                         host=desc.get("host") or "not recorded")
 
 
 def processor(name: str) -> str:
@@ -137,7 +171,7 @@ def provenance_fields(ctx: DeviceContext, command: str) -> dict[str, str | None]
         "torch": ctx.versions.get("torch"),
         "cuda": ctx.versions.get("cuda"),
         "driver": ctx.versions.get("driver"),
-        "host": socket.gethostname(),
+        "host": ctx.host or socket.gethostname(),
         "command": command,
     }
 

@@ -81,9 +81,24 @@ def _solve(resid_fn, x0: list[float], lo: list[float], hi: list[float], robust: 
     return res.x
 
 
+#: how far above the best efficiency a GEMM grid measured its fitted asymptote ``e_max`` may go (5%:
+#: a grid whose largest shapes reach saturation measures within a few percent of it). A grid that
+#: stopped short of saturation (an H200's quick grid: 0.66 of peak at 2048^3, where layer-sized GEMMs
+#: reach 0.74-0.77) would otherwise let the fit extrapolate e_max to the peak itself.
+E_MAX_MARGIN = 0.05
+
+
+def e_max_cap(flops, times, peak_flops: float) -> float:
+    """Upper bound of a fitted GEMM ``e_max``: (1 + :data:`E_MAX_MARGIN`) x the best measured
+    efficiency, flops / (peak x time) with nothing subtracted (a lower bound of the kernel's own),
+    and at most 1."""
+    best = float(np.max(_arr(flops) / (peak_flops * _arr(times))))
+    return min(1.0, (1.0 + E_MAX_MARGIN) * best)
+
+
 def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, bw_eff: float,
              launch_s: float, operand_bytes=None) -> Fit:
-    """Fit ``e_max`` in (0, 1] and ``x_half`` >= 0 of :func:`simulator.kernels.gemm_time`.
+    """Fit ``e_max`` in (0, :func:`e_max_cap`] and ``x_half`` >= 0 of :func:`simulator.kernels.gemm_time`.
 
     peak_flops, bw, bw_eff and launch_s are held fixed (device peak, fitted bandwidth and
     launch overhead). With a single point, x_half is fixed at 0 and e_max alone is fitted.
@@ -112,22 +127,24 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
                                  k_power=power)
 
     eff_meas = 2 * m * n * k / (peak_flops * np.maximum(t - launch_s, 1e-12))
-    e0 = float(min(1.0, max(1e-4, eff_meas.max() * 1.05)))
+    cap = e_max_cap(2 * m * n * k, t, peak_flops)
+    hi_e = math.log(cap)
+    e0 = float(min(cap, max(1e-4, eff_meas.max() * 1.05)))
     lo_xh, hi_xh = math.log(1e-3), math.log(1e7)
     extra: dict[str, float] = {}
 
     def thick(idx=_ALL) -> np.ndarray:
         xh0 = float(np.median(kernels.gemm_thickness(m[idx], n[idx], k[idx])))
         return _solve(lambda p: np.log(model(p[0], p[1], idx=idx)) - logt[idx], [math.log(e0), math.log(xh0)],
-                      [math.log(1e-6), lo_xh], [0.0, hi_xh])
+                      [math.log(1e-6), lo_xh], [hi_e, hi_xh])
 
     def per_dim(idx=_ALL) -> np.ndarray:
         return _fit_dims(lambda p: np.log(model(p[0], lo_xh, dims=tuple(p[1:]), idx=idx)) - logt[idx],
-                         math.log(e0), [float(np.median(v[idx])) for v in (m, n, k)])
+                         math.log(e0), [float(np.median(v[idx])) for v in (m, n, k)], hi_e)
 
     if t.size == 1:
         x = _solve(lambda p: np.log(model(p[0], lo_xh)) - logt, [math.log(e0)],
-                   [math.log(1e-6)], [0.0])
+                   [math.log(1e-6)], [hi_e])
         x = np.array([x[0], lo_xh])
     else:
         x = thick()
@@ -157,11 +174,11 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
             x, dims, held_out = np.array([d[0], lo_xh]), tuple(float(v) for v in d[1:]), held_out_dims
     if operand_bytes is not None and t.size >= 4 and ob.max() >= 16 * ob.min():
         x, extra = _fit_operand(model, logt, ob, x, dims, lo_xh, hi_xh,
-                                cv_loss(held_out) if t.size >= CV_FOLDS * 2 else None, flops)
+                                cv_loss(held_out) if t.size >= CV_FOLDS * 2 else None, flops, hi_e)
     log_oh = math.log(extra["operand_half_bytes"]) if extra else None
     floor = extra.get("operand_floor", 0.0)
     e_max, x_half = math.exp(x[0]), math.exp(x[1])
-    clipped = ["e_max"] if e_max > 0.999 else []
+    clipped = ["e_max"] if e_max > 0.999 * cap else []
     if x_half <= 1.001e-3:
         x_half = 0.0
     resid = np.log(model(math.log(e_max), math.log(max(x_half, 1e-3)), log_oh, floor, dims)) - logt
@@ -170,12 +187,13 @@ def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, 
                              for nm, v in zip(("m_half", "n_half", "k_half"), dims[:3], strict=True)},
                  "k_power": dims[3]}
         clipped += ["k_power"] if dims[3] >= K_POWER_MAX - 1e-6 else []
-    return Fit({"e_max": min(e_max, 1.0), "x_half": x_half, **extra}, int(t.size), _rms(resid), clipped)
+    return Fit({"e_max": min(e_max, cap), "x_half": x_half, **extra, "e_max_cap": cap}, int(t.size), _rms(resid),
+               clipped)
 
 
 def _fit_operand(model, logt: np.ndarray, ob: np.ndarray, x: np.ndarray, dims, lo_xh: float,
                  hi_xh: float, base_cv: float | None = None, flops: np.ndarray | None = None,
-                 ) -> tuple[np.ndarray, dict[str, float]]:
+                 hi_e: float = 0.0) -> tuple[np.ndarray, dict[str, float]]:
     """Try the streamed-operand terms (``operand_half_bytes``, ``operand_floor``) on top of the
     fitted shape model (``x``: log e_max, log x_half; ``dims`` held fixed), robustly. They are
     kept only if they lower the soft-L1 loss by a fifth, the halfway size lies inside the measured
@@ -190,9 +208,9 @@ def _fit_operand(model, logt: np.ndarray, ob: np.ndarray, x: np.ndarray, dims, l
         return np.log(model(p[0], p[1] if thick else lo_xh, p[-2], p[-1], dims, idx=idx)) - logt[idx]
 
     def solve(idx=_ALL) -> np.ndarray:
-        x0 = [min(0.0, x[0] + 0.5)] + ([x[1]] if thick else []) + [math.log(float(np.median(ob[idx]))), 0.3]
+        x0 = [min(hi_e, x[0] + 0.5)] + ([x[1]] if thick else []) + [math.log(float(np.median(ob[idx]))), 0.3]
         lo = [math.log(1e-6)] + ([lo_xh] if thick else []) + [math.log(ob[idx].min() / 16), 0.0]
-        hi = [0.0] + ([hi_xh] if thick else []) + [math.log(ob[idx].max() * 16), 1.0]
+        hi = [hi_e] + ([hi_xh] if thick else []) + [math.log(ob[idx].max() * 16), 1.0]
         return _solve(lambda p: resid(p, idx), x0, lo, hi, robust=True)
 
     p = solve()
@@ -222,11 +240,11 @@ def _cv_soft_l1(fit_resid, flops: np.ndarray) -> float:
 _LO_HALF = math.log(1e-3)
 
 
-def _fit_dims(resid_fn, log_e0: float, medians: list[float]) -> np.ndarray:
-    """[log e_max, log m_half, log n_half, log k_half, k_power] minimizing ``resid_fn``: halves in
-    (1e-3, 1e5) elements (the lower bound meaning none), k_power in [1, :data:`K_POWER_MAX`]."""
-    x0 = [min(0.0, log_e0 + 0.5)] + [math.log(v / 8) for v in medians] + [2.0]
-    return _solve(resid_fn, x0, [math.log(1e-6)] + [_LO_HALF] * 3 + [1.0], [0.0] + [math.log(1e5)] * 3 + [K_POWER_MAX],
+def _fit_dims(resid_fn, log_e0: float, medians: list[float], hi_e: float = 0.0) -> np.ndarray:
+    """[log e_max, log m_half, log n_half, log k_half, k_power] minimizing ``resid_fn``: log e_max up to
+    ``hi_e``, halves in (1e-3, 1e5) elements (the lower bound meaning none), k_power in [1, :data:`K_POWER_MAX`]."""
+    x0 = [min(hi_e, log_e0 + 0.5)] + [math.log(v / 8) for v in medians] + [2.0]
+    return _solve(resid_fn, x0, [math.log(1e-6)] + [_LO_HALF] * 3 + [1.0], [hi_e] + [math.log(1e5)] * 3 + [K_POWER_MAX],
                   robust=True)
 
 

@@ -52,7 +52,8 @@ from simulator.uncertainty import LEVEL, left_out_coverage
 #: overhead, full overlap); bounds keep every value physical (no efficiency above 1, see _apply).
 PARAMS: dict[str, tuple[float, float, float, str]] = {
     "tensor_sustained": (1.0, 0.5, 1.0, "fraction of the microbenchmark GEMM e_max sustained in training "
-                                        "(applied to tf32/bf16/fp16/fp8 GEMMs)"),
+                                        "(applied to the half-precision bf16/fp16/fp8 GEMMs the runs train in; "
+                                        "tf32 and fp32 keep their microbenchmark rates)"),
     "attention_scale": (1.0, 0.3, 1.1, "fused-attention efficiency relative to the FlashAttention benchmark "
                                        "profile (up to 10% above: its values are read off charts and its shape "
                                        "carried across GPUs; capped at peak)"),
@@ -80,6 +81,10 @@ DEFAULT_PARAMS = ("tensor_sustained", "attention_scale", "collective_busbw_eff",
 #: Korthikanti runs joined, trading against tensor_sustained; shared, leave-one-source-out MAPE of
 #: the default rebuild fell from 27.2% to 16.5% at the same in-sample error (6.8%).
 GROUPED = ("tensor_sustained", "fp32_atomic_rate")
+#: GEMM precisions ``tensor_sustained`` scales: those of the half-precision tensor path the dev runs train in
+#: (all bf16). A fit to them says nothing about tf32 or fp32 rates, which keep their microbenchmark values
+#: (scaled with bf16's, the catalog H200 predicted tf32/fp32 steps 1.6-2.6x too slow; shared/data/h200)
+SUSTAINED_PRECISIONS = ("bf16", "fp16", "fp8")
 MICROBENCHMARK_DIR = "microbenchmark"
 CV_NFEV = 4  # function evaluations per cross-validation refit (warm start from the full fit)  # hardware_catalog/microbenchmark/<gpu>.json: the starting points
 
@@ -90,8 +95,8 @@ def apply(base: Profile, values: dict[str, float]) -> Profile:
     k = values.get("tensor_sustained")
     if k is not None:
         for field in ("gemm", "gemm_bwd", "gemm_wgrad"):  # backward layouts too, where calibrated apart
-            upd[field] = {p: g.model_copy(update={"e_max": min(1.0, g.e_max * k)}) if p != "fp32" else g
-                          for p, g in getattr(base, field).items()}
+            upd[field] = {p: g.model_copy(update={"e_max": min(1.0, g.e_max * k)}) if p in SUSTAINED_PRECISIONS
+                          else g for p, g in getattr(base, field).items()}
     k = values.get("attention_scale")
     if k is not None:
         a = base.attention

@@ -315,6 +315,9 @@ class Profile(_Strict):
     gemm_misaligned: dict[str, float] = {}
     gemm_misaligned_source: str | None = None
     spread: dict[str, float] = {}  # relative IQR of each fitted parameter over measurement resamples
+    # fitted parameters that sit at a bound (an efficiency at the peak, a GEMM asymptote capped just above
+    # the best point measured): what the measurements could not pin down, and why; written by `calibrate`
+    fit_warnings: list[str] = []
     # Sustained fp32 atomicAdd rate into global memory (L2), 1e9 adds/s, where `calibrate --from-runs`
     # fitted it (absent: the family fit's value for this GPU, simulator.family_validation.atomic_rate)
     fp32_atomic_rate: float | None = Field(default=None, gt=0)
@@ -422,5 +425,8 @@ def write_json_atomic(path: str | os.PathLike, data: object) -> None:
 
 
 def save_profile(profile: Profile, path: str | os.PathLike) -> None:
-    """Validate and write a profile atomically."""
-    write_json_atomic(path, profile.model_dump(mode="json"))
+    """Validate and write a profile atomically (without ``fit_warnings`` where there are none)."""
+    data = profile.model_dump(mode="json")
+    if not data["fit_warnings"]:
+        del data["fit_warnings"]
+    write_json_atomic(path, data)

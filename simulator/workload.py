@@ -134,8 +134,18 @@ def eager_attention_gemms(model, mb: np.ndarray, seq_len: int) -> list[Gemm]:
             Gemm("values", s, d, seq_len, model.n_layers, batch)]
 
 
+#: Eager softmax under torch.autocast (softmax is on its fp32 list): besides scale and mask in half (2 + 2
+#: passes of e bytes), the scores are cast up (read e, write 4), the softmax runs in fp32 (read 4, write 4)
+#: and the probabilities are cast back for the values GEMM (read 4, write e): 6e + 16 bytes per score and 5
+#: kernels forward; backward, the gradient cast up (e + 4), the fp32 softmax gradient (read gradient and
+#: probabilities, write one: 12), cast back (4 + e), mask and scale (2e + 2e): 6e + 20 bytes, 5 kernels. An
+#: H200 timed the upcast softmax at 20 bytes per score in 1.66 ms (3.2 TB/s) against 0.41 ms for a bf16 one
+#: (calibration/results/h200/microbench_shapes.csv)
+AUTOCAST_SOFTMAX = ((16.0, 5.0), (20.0, 5.0))  # (bytes beyond 6e, kernels) forward, backward
+
+
 def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int,
-                        compiled: bool = False) -> tuple[MemOps, MemOps]:
+                        compiled: bool = False, upcast: bool = False) -> tuple[MemOps, MemOps]:
     """Forward and backward bytes and kernels over the s^2 scores, all layers. Eager: scale, mask
     and softmax each read and write the scores (6 passes, 3 kernels); backward, the softmax's
     gradient reads the gradient and the probabilities and writes one (3 passes), the mask's and
@@ -144,11 +154,16 @@ def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int,
     fused scale-mask-softmax): 4 passes and 3 kernels forward, 3 and 2 backward, the counts the
     default GPU profiles were fitted with (Korthikanti et al.'s runs are the only compiled eager
     ones); a fused kernel reads and writes 2 and 3, which moves that fit's collective parameters to
-    their bounds and is left for a refit with more tensor-parallel runs."""
+    their bounds and is left for a refit with more tensor-parallel runs. ``upcast`` (eager under
+    torch.autocast): :data:`AUTOCAST_SOFTMAX`."""
     elems = mb * float(model.n_heads) * seq_len**2 * model.n_layers
     L = model.n_layers
     cap = 6.0 if getattr(model, "attn_softcap", None) else 0.0
     kcap = 3.0 if cap else 0.0
+    if upcast and not compiled:
+        (xf, kf), (xb, kb) = AUTOCAST_SOFTMAX
+        return (MemOps(((6.0 + cap) * e + xf) * elems, (kf + kcap) * L),
+                MemOps(((6.0 + cap) * e + xb) * elems, (kb + kcap) * L))
     (pf, kf), (pb, kb) = ((4.0, 3.0), (3.0, 2.0)) if compiled else ((6.0, 3.0), (7.0, 3.0))  # passes, kernels
     return (MemOps((pf + cap) * elems * e, (kf + kcap) * L),
             MemOps((pb + cap) * elems * e, (kb + kcap) * L))

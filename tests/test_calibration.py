@@ -29,9 +29,12 @@ ONLY = ("launch,bandwidth/copy/*,bandwidth/gelu/*,gemm/fp32/*,gemm_align,attenti
         "optimizer/fused/*,optimizer/for_loop/*,host")
 
 
-def _shapes():
+def _shapes(saturating: bool = True):
+    """Layer-like GEMM shapes; ``saturating``: with squares up to 65536 (synthetic), whose thickness
+    reaches within a few percent of the asymptote, as a grid must for e_max to be measured."""
     sizes = [16, 64, 128, 256, 512, 1024, 2048, 4096]
-    return np.array([(m, n, k) for m in sizes for n in (768, 3072) for k in (768, 4096)], float).T
+    squares = [(s, s, s) for s in (16384, 65536)] if saturating else []
+    return np.array([(m, n, k) for m in sizes for n in (768, 3072) for k in (768, 4096)] + squares, float).T
 
 
 @pytest.mark.parametrize("e_max,x_half", [(0.72, 150.0), (0.95, 20.0), (0.3, 600.0)])
@@ -43,6 +46,19 @@ def test_fit_gemm_recovers_parameters(e_max, x_half):
     assert f.params["e_max"] == pytest.approx(e_max, rel=1e-3)
     assert f.params["x_half"] == pytest.approx(x_half, rel=1e-3)
     assert f.rms_log < 1e-6
+
+
+def test_fit_gemm_never_claims_more_than_the_best_point_measured():
+    """A grid that stops short of saturation (an H200's quick grid: 0.66 of peak at 2048^3, where
+    layer GEMMs reach 0.74-0.77) does not let e_max run to the peak: it is capped at E_MAX_MARGIN
+    above the best efficiency measured, and reported as clipped."""
+    m, n, k = _shapes(saturating=False)
+    args = dict(peak_flops=989e12, bytes_per_el=2, bw=4.8e12, bw_eff=0.8, launch_s=1e-5)
+    t = kernels.gemm_time(m, n, k, e_max=0.95, x_half=600.0, **args)
+    best = float(np.max(2 * m * n * k / (989e12 * t)))
+    f = F.fit_gemm(m, n, k, t, **args)
+    assert f.params["e_max"] <= (1 + F.E_MAX_MARGIN) * best + 1e-9 < 0.95
+    assert "e_max" in f.clipped and f.params["e_max_cap"] == pytest.approx((1 + F.E_MAX_MARGIN) * best)
 
 
 def test_fit_gemm_tolerates_noise():
@@ -322,7 +338,7 @@ def test_build_profile_recovers_every_section_from_synthetic_measurements(monkey
     gem = {"fp32": (0.7, 120.0, 4), "bf16": (0.55, 300.0, 2)}
     for prec, (e, xh, el) in gem.items():
         for m, n, k in [(64, 4096, 4096), (512, 512, 512), (2048, 8192, 2048), (8192, 8192, 8192),
-                        (16, 1024, 1024), (4096, 3072, 1024)]:
+                        (16, 1024, 1024), (4096, 3072, 1024), (32768, 32768, 32768)]:  # the last saturates
             put(f"gemm/{prec}/{m}x{n}x{k}", kernels.gemm_time(m, n, k, P[prec] * 1e12, e, xh, el,
                                                               BW, 0.8, L), flops=2.0 * m * n * k)
     att = {("flash", "bf16"): (0.5, 0.4), ("efficient", "fp32"): (0.3, 0.25)}

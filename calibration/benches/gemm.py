@@ -29,6 +29,21 @@ GRIDS: dict[str, dict[str, list[int]]] = {
 }
 
 
+#: CUDA only, on top of GRIDS: the GEMMs of real layers, so the largest shapes reach saturation (an H200's
+#: quick grid stopped at 2048^3, 0.66 of peak, where layer GEMMs run at 0.74-0.77 and the fit extrapolated
+#: e_max to the peak): QKV (t, 3h, h), MLP up (t, 4h, h) and down (t, h, 4h) of hidden sizes h at t tokens
+#: per micro-batch, squares and an LM head (tokens, vocabulary, hidden); each timed in the three layouts.
+#: Quick: 9 shapes x 4 precisions, about 60 s on an H200 (its quick run took 0.9-1.7 s per GEMM bench,
+#: 187 s in all; the shapes' own time is ~11 s of it at 51-700 TFLOP/s), so --quick stays near 4 minutes
+GPU_LAYERS: dict[str, dict[str, list]] = {
+    "tiny": {"hidden": [], "tokens": [], "square": [], "head": []},
+    "quick": {"hidden": [768, 4096], "tokens": [16384], "square": [4096, 8192],
+              "head": [(8192, 50304, 2048)]},
+    "thorough": {"hidden": [768, 1024, 2048, 2560, 4096], "tokens": [4096, 16384], "square": [4096, 8192, 16384],
+                 "head": [(8192, 50304, 2048), (8192, 128256, 4096)]},
+}
+#: tokens per micro-batch of a --for-model shape at most (CPU, GPU): a GPU trains at thousands
+MODEL_TOKENS = {"cpu": 512, "cuda": 16384}
 #: LM-head shapes (tokens, vocabulary, hidden): a wide n over a thin k, as small models have
 HEAD_SHAPES = {"tiny": [], "quick": [(256, 8192, 128), (512, 4096, 256)],
                "thorough": [(256, 8192, 128), (512, 4096, 256), (1024, 32768, 256), (2048, 50304, 512)]}
@@ -85,22 +100,35 @@ def model_tokens(n: int, k: int, flop_cap: float, most: int = 512) -> int:
     return t
 
 
-def model_shapes(model, flop_cap: float = 4e9) -> set[tuple[int, int, int]]:
-    """Forward GEMMs of one layer of ``model`` and its LM head (tokens per :func:`model_tokens`)."""
+def model_shapes(model, flop_cap: float = 4e9, most: int = 512) -> set[tuple[int, int, int]]:
+    """Forward GEMMs of one layer of ``model`` and its LM head (tokens per :func:`model_tokens`, at most ``most``)."""
 
     h, f = model.hidden, model.ffn_hidden
     up = 2 * f if model.gated_mlp else f
     nk = [(h + 2 * model.kv_dim, h), (h, h), (up, h), (h, f), (model.vocab_size, h)]
-    return {(model_tokens(n, k, flop_cap), n, k) for n, k in nk}
+    return {(model_tokens(n, k, flop_cap, most), n, k) for n, k in nk}
 
 
-def shapes(mode: str, model=None, flop_cap: float = 4e9) -> list[tuple[int, int, int]]:
-    """(m, n, k) shapes for ``mode`` (plus ``model``'s), ascending in FLOPs, without duplicates."""
+def gpu_layer_shapes(mode: str) -> set[tuple[int, int, int]]:
+    """The (m, n, k) shapes :data:`GPU_LAYERS` adds to ``mode``'s grid on a GPU."""
+    g = GPU_LAYERS[mode]
+    out = {(s, s, s) for s in g["square"]} | set(g["head"])
+    for h in g["hidden"]:
+        for t in g["tokens"]:
+            out |= {(t, 3 * h, h), (t, 4 * h, h), (t, h, 4 * h)}
+    return out
+
+
+def shapes(mode: str, model=None, flop_cap: float = 4e9, kind: str = "cpu") -> list[tuple[int, int, int]]:
+    """(m, n, k) shapes for ``mode`` on a device of ``kind`` ('cpu', or 'cuda': :func:`gpu_layer_shapes`
+    too), plus ``model``'s, ascending in FLOPs, without duplicates."""
     g = GRIDS[mode]
     out: set[tuple[int, int, int]] = {(s, s, s) for s in g["square"]}
     out |= set(HEAD_SHAPES[mode]) | set(BWD_SHAPES[mode])
+    if kind == "cuda":
+        out |= gpu_layer_shapes(mode)
     if model is not None:
-        out |= model_shapes(model, flop_cap)
+        out |= model_shapes(model, flop_cap, MODEL_TOKENS.get(kind, MODEL_TOKENS["cpu"]))
     thin_nk = 1024 if mode == "quick" else 4096
     out |= {(m, thin_nk, thin_nk) for m in g["thin_m"]}
     for h in g["hidden"]:
@@ -179,7 +207,7 @@ def plan(ctx: RunContext) -> list[Bench]:
         extra = FP32_SHAPES[ctx.settings.mode] if precision == "fp32" else []
         if cache and precision in ("bf16", "fp16"):
             extra = WALK_SHAPES[ctx.settings.mode]
-        for m, n, k in sorted(set(shapes(ctx.settings.mode, ctx.settings.model, cap)) | set(extra),
+        for m, n, k in sorted(set(shapes(ctx.settings.mode, ctx.settings.model, cap, ctx.dev.kind)) | set(extra),
                               key=lambda s: (s[0] * s[1] * s[2], s)):
             benches.append(Bench(f"gemm/{precision}/{m}x{n}x{k}", "gemm",
                                  {"precision": precision, "m": m, "n": n, "k": k},

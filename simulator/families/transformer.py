@@ -53,7 +53,9 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
                       causal=workload.is_causal(model), heads=model.n_heads))
     else:
         core = workload.eager_scores_bytes_per_token(model, seq_len, e)
-        sf, sb = workload.eager_softmax_bytes(model, mb, seq_len, e, knobs.compiled)
+        # autocast's fp32 list holds softmax as it holds layer_norm: the stacks whose norms run in fp32 upcast it
+        sf, sb = workload.eager_softmax_bytes(model, mb, seq_len, e, knobs.compiled,
+                                              stack.fp32_norm(e, knobs.compiled))
         for g in workload.eager_attention_gemms(model, mb, seq_len):
             ops.append(Op(g.name, "gemm", count=g.count / L1, m=g.m, n=g.n, k=g.k, batch=g.batch, kernels_fwd=1,
                           kernels_bwd=2, recompute=frozenset({"selective", "op"})))

@@ -1,0 +1,172 @@
+"""One NVIDIA H200 measured by the project (2026-12-04; calibration/results/h200/README.md):
+its quick calibration refits on any machine, and the profile fitted from it holds to timings
+taken at the shapes of real training steps."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from calibration import cli  # noqa: E402
+from calibration.device import from_description  # noqa: E402
+from calibration.store import measurements_path  # noqa: E402
+from simulator.errors import UsageError  # noqa: E402
+from simulator.profile import load_profile  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "calibration" / "results" / "h200"
+
+
+@pytest.fixture(scope="module")
+def refitted(tmp_path_factory):
+    """The H200's quick-calibration measurements refitted here (a CPU machine): (rc, profile path, stdout)."""
+    out = tmp_path_factory.mktemp("h200") / "nvidia-h200.json"
+    shutil.copy(DATA / "calibrate_quick_measurements.json", measurements_path(out))
+    rc = cli.main(["--refit", "--out", str(out), "--no-progress"])
+    return rc, out
+
+
+def test_refit_of_another_devices_measurements_keeps_that_device(refitted):
+    rc, out = refitted
+    assert rc == 0
+    prof = load_profile(out)
+    assert prof.device.kind == "cuda" and prof.device.name == "NVIDIA H200" and prof.device.gpu_id == "h200"
+    assert prof.provenance.torch == "2.11.0+cu130" and prof.provenance.cuda == "13.0"
+    assert prof.provenance.host != socket.gethostname()  # not this machine
+    assert 130 < prof.device.memory_gib < 145  # the catalog's H200 (the file predates recorded memory)
+    assert json.loads(measurements_path(out).read_text())["device"]["name"] == "NVIDIA H200"
+
+
+def test_device_description_without_memory_is_refused_for_a_cpu():
+    with pytest.raises(UsageError, match="memory"):
+        from_description({"kind": "cpu", "name": "Some CPU (4 threads)"})
+    with pytest.raises(UsageError, match="kind"):
+        from_description({"kind": "tpu", "name": "x"})
+
+
+def test_refit_bounds_e_max_by_the_best_gemm_measured_and_says_so(refitted):
+    """The quick grid's best bf16 GEMM ran at 662 TFLOP/s (0.67 of the 989 peak); before the bound the
+    fit put e_max at the peak itself. Now it stays within E_MAX_MARGIN of that point, and the profile
+    carries the warning calibrate printed."""
+    from calibration.fit import E_MAX_MARGIN
+
+    _, out = refitted
+    prof = load_profile(out)
+    g = prof.gemm["bf16"]
+    assert g.e_max <= (1 + E_MAX_MARGIN) * 662.2 / 989.0 + 1e-3
+    assert any(w.startswith("gemm bf16: e_max at its bound") for w in prof.fit_warnings)
+    assert any("attention mem_efficient_fwd" in w for w in prof.fit_warnings)
+
+
+# --- the committed H200 profile against timings at the shapes of real training steps -------------------
+
+PROFILE = ROOT / "calibration" / "profiles" / "nvidia-h200.json"
+#: isolated calls (one CUDA-event pair around each, synchronized) carry ~25 us of host launch latency
+#: that back-to-back training kernels hide (a 1024^3 bf16 GEMM reads 66 TFLOP/s that way): only calls of
+#: at least this many seconds are compared
+MIN_CALL_S = 2e-4
+#: median |predicted / measured - 1| the profile must hold at real layer shapes, per precision and layout
+GEMM_TOLERANCE = 0.15
+
+
+def _rows(group: str) -> list[dict]:
+    import csv
+
+    with open(DATA / "microbench_shapes.csv", newline="") as f:
+        return [r for r in csv.DictReader(f) if r["group"] == group and float(r["time_s"]) >= MIN_CALL_S]
+
+
+def _gemm_errors() -> dict[tuple[str, str], list[float]]:
+    """(precision, layout) -> predicted/measured - 1 of each GEMM of microbench_shapes.csv, with the
+    simulator's own per-layout GEMM times (forward (m,n,k); input gradient (m,k,n); weight gradient (n,k,m))."""
+    import numpy as np
+
+    from simulator.compute import gemm_pass_times
+    from simulator.device import device_from_profile
+    from simulator.workload import Gemm
+
+    dev = device_from_profile(load_profile(PROFILE))
+    out: dict[tuple[str, str], list[float]] = {}
+    for r in _rows("gemm"):
+        m, k, n = int(r["m"]), int(r["k"]), int(r["n"])
+        times = gemm_pass_times([Gemm("g", np.array([float(m)]), float(n), float(k), 1)], dev, r["precision"])
+        pred = float(times[("fwd", "dgrad", "wgrad").index(r["layout"])][0, 0])
+        out.setdefault((r["precision"], r["layout"]), []).append(pred / float(r["time_s"]) - 1.0)
+    return out
+
+
+def test_h200_profile_predicts_real_layer_gemms():
+    """bf16 and tf32 in the three layouts, fp32 and fp16 forward: 32-56 shapes each (hidden 768-4096,
+    4k and 16k tokens, LM heads to 152k). Measured with the quick grid's e_max bound (before it, bf16's
+    median error was 27-32%, optimistic); now 3-4% bf16, 2% fp32, 7-13% tf32, 11% fp16."""
+    import statistics
+
+    errs = _gemm_errors()
+    assert {("bf16", lay) for lay in ("fwd", "dgrad", "wgrad")} <= set(errs)
+    assert {("tf32", lay) for lay in ("fwd", "dgrad", "wgrad")} <= set(errs) and ("fp32", "fwd") in errs
+    for key, e in errs.items():
+        assert len(e) >= 30, key
+        assert statistics.median(abs(x) for x in e) <= GEMM_TOLERANCE, (key, statistics.median(abs(x) for x in e))
+
+
+@pytest.mark.xfail(strict=True, reason="the 2026-12-04 quick run timed SDPA forced onto FlashAttention-2 (298 "
+                   "TFLOP/s at 4 x 16 heads x 4k x 128) where SDPA's default picks cuDNN's sm90 kernel (550 at that "
+                   "shape): its fit is 0-160% pessimistic; calibrate now times the default fused kernels and larger "
+                   "shapes, and needs a GPU run to refit")
+def test_h200_profile_predicts_real_attention():
+    import statistics
+
+    from simulator.compute import fused_attention_rate
+    from simulator.device import device_from_profile
+
+    dev = device_from_profile(load_profile(PROFILE))
+    errs = []
+    for r in _rows("attention"):
+        peak, e_f, e_b = fused_attention_rate(dev, "bf16", int(r["d"]), int(r["s"]), True)
+        fwd = float(r["flops"]) / (1.0 if r["name"] == "sdpa_fwd" else 3.5)  # the script's causal FLOPs
+        pred = fwd / (peak * e_f) + (2.5 * fwd / (peak * e_b) if r["name"] == "sdpa_fwd_bwd" else 0.0)
+        errs.append(pred / float(r["time_s"]) - 1.0)
+    assert len(errs) >= 20 and statistics.median(abs(x) for x in errs) <= 0.25
+
+
+def test_bf16_end_to_end_fit_leaves_tf32_and_fp32_rates_alone():
+    """The published runs the catalog's Hopper profiles are fitted to are all bf16: their sustained-tensor
+    factor (0.75 on H100) scaled the tf32 rate too, and the catalog H200 predicted tf32 GEMMs at 0.60 of peak
+    where one measured 0.78 (fp32: 0.89, V100's row, where Hopper measured 0.78)."""
+    from calibration.from_runs import apply, microbenchmark_profile
+
+    base = microbenchmark_profile("h200")
+    fitted = apply(base, {"tensor_sustained": 0.75})
+    for prec in ("tf32", "fp32"):
+        assert fitted.gemm[prec].e_max == base.gemm[prec].e_max
+    assert fitted.gemm["bf16"].e_max == pytest.approx(0.75 * base.gemm["bf16"].e_max)
+    for gpu in ("h200", "h100-sxm"):
+        cat = load_profile(ROOT / "hardware_catalog" / "profiles" / f"{gpu}.json")
+        assert cat.gemm["fp32"].e_max == pytest.approx(52.05 / 67.0, abs=1e-3)  # H200, 2026-12-04
+        assert cat.gemm["tf32"].e_max >= 0.78  # measured (H200 386.7 of 494.5) or published (H100 396)
+        assert "2026-12-04" in cat.gemm["fp32"].source
+
+
+def test_eager_softmax_under_autocast_counts_its_fp32_round_trip():
+    """torch.autocast runs softmax in fp32: the scores are cast up, softmaxed in fp32 and cast back (an H200
+    timed that at 20 bytes per score, 4x a bf16 softmax). Eager bf16 steps on the H200 were predicted 55-62%
+    too fast; counting it: 38-39%."""
+    import numpy as np
+
+    from simulator import workload
+    from simulator.models import get_model
+
+    m, mb = get_model("pythia-70m"), np.array([1.0])
+    elems = m.n_heads * 2048**2 * m.n_layers
+    half = workload.eager_softmax_bytes(m, mb, 2048, 2)
+    up = workload.eager_softmax_bytes(m, mb, 2048, 2, upcast=True)
+    assert half[0].nbytes[0] == pytest.approx(12 * elems) and up[0].nbytes[0] == pytest.approx(28 * elems)
+    assert up[1].nbytes[0] == pytest.approx(32 * elems) and float(up[0].kernels) == 5 * m.n_layers
+    # compiled (fused) softmax and fp32 training are unchanged
+    assert workload.eager_softmax_bytes(m, mb, 2048, 2, True, True)[0].nbytes[0] == pytest.approx(8 * elems)

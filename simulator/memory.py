@@ -149,6 +149,29 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     return trunk + np.max(live, axis=0) + outside
 
 
+def outside_activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
+                        compiled: bool = False, stack: Stack | str | None = None) -> np.ndarray:
+    """Bytes of one micro-batch's activations saved outside the repeated blocks (embedding output,
+    final norm, head input): the part of :func:`activations` still held when backward has left the
+    last block."""
+    g = graph(model, seq_len, mb, precision, attention, compiled, stack)
+    z = np.zeros_like(np.asarray(mb, dtype=float))
+    return sum((op.count * np.asarray(op.kept_under("none"), float) for op in g.outside), z)
+
+
+def gradients_at_peak(grads: np.ndarray, act: np.ndarray, act_outside: np.ndarray, logits: np.ndarray,
+                      fresh: np.ndarray) -> np.ndarray:
+    """Gradient bytes live at a step's memory peak. Where a step's one micro-batch starts with no
+    gradients (``fresh``: no accumulation, and PyTorch autograd writes each ``.grad`` during
+    backward after ``zero_grad(set_to_none=True)``, as DDP and a single GPU do), backward frees
+    each block's saved activations as it writes that block's gradients, so the live bytes move
+    linearly from (activations + logits) at its start to (gradients + activations outside the
+    blocks) at its end, and the peak holds max(0, gradients + outside - activations - logits)
+    gradient bytes on top of activations and logits (autocast's weight copies, freed too, are
+    left in: conservative). Otherwise (accumulation, sharded gradient buffers) all of them."""
+    return np.where(fresh, np.maximum(0.0, grads + act_outside - act - logits), grads)
+
+
 def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool,
                  stack: Stack | str | None = None) -> np.ndarray:
     """Logits and loss buffers of one micro-batch (bytes), from the family's graph (the stack's

@@ -44,10 +44,10 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
     # what a layer saves: Hugging Face's eager modules where the stack runs them (not compiled:
     # AOTAutograd re-derives the saved set), else the textbook count (simulator/hf_eager.py)
     hf = stack.hf_eager and not knobs.compiled
-    if hf:
-        per_layer, hf_core = hf_eager.layer_saved_bytes_per_token(model, seq_len, knobs.precision, knobs.attention)
-    else:
-        per_layer = workload.layer_activation_bytes_per_token(model, seq_len, e, knobs.attention)
+    per_layer = workload.layer_activation_bytes_per_token(model, seq_len, e, knobs.attention)
+    if hf:  # never below the textbook count (OPT's ReLU MLP saves one f-wide tensor where it counts two)
+        hf_layer, hf_core = hf_eager.layer_saved_bytes_per_token(model, seq_len, knobs.precision, knobs.attention)
+        per_layer = max(per_layer, hf_layer)
     op_kept = workload.op_kept_bytes_per_token(model, e, knobs.attention)
     # attention core: selective checkpointing re-runs it (Korthikanti et al. 2022); op-level
     # re-runs eager attention's scores and softmax, not the fused kernel

@@ -79,7 +79,7 @@ def test_hf_stack_counts_hf_modules_and_fused_stacks_the_textbook():
 
 @pytest.mark.parametrize("name", ["pythia-160m", "pythia-1b", "gpt2-xl", "llama-2-7b", "qwen2.5-0.5b", "mistral-7b",
                                   "gemma-2-2b", "phi-3-mini", "opt-125m", "bloom-560m", "falcon-7b", "olmo-2-1b",
-                                  "bert-base", "vit-large"])
+                                  "bert-base", "vit-l-16", "qwen3-0.6b", "tinyllama-1.1b"])
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 @pytest.mark.parametrize("ckpt", ["none", "full", "selective"])

@@ -127,8 +127,9 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     transformer under selective drops eager attention's s x s tensors, Korthikanti et al. 2022;
     under op keeps its matmul and fused-attention outputs). Where a policy drops something, one
     repetition at a time is rebuilt around what it kept (S less that), the largest such block's.
-    With one repetition every policy holds what none holds. ``compiled`` and ``stack`` only pick
-    the graph (saved bytes do not depend on them).
+    With one repetition every policy holds what none holds. ``compiled`` and ``stack`` pick the
+    graph: a stack running Hugging Face's eager modules saves what :mod:`simulator.hf_eager` counts,
+    fused stacks and compiled steps the textbook count.
     """
     g = graph(model, seq_len, mb, precision, attention, compiled, stack)
     z = np.zeros_like(np.asarray(mb, dtype=float))

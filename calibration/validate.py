@@ -5,7 +5,10 @@ For every configuration of a suite (``calibration/suites/*.yaml``) it builds the
 backward, gradient clipping at 1.0 and AdamW; gradient accumulation; bf16 autocast; eager or SDPA; full or selective
 activation checkpointing; ``torch.compile``), takes the median of the timed steps, and compares it
 with ``simulator.api.simulate(..., "Nxlocal", profile=...)`` per pass (forward, backward,
-recomputation timed inside backward, optimizer) and per step. Times are in seconds.
+recomputation timed inside backward, optimizer) and per step. Times are in seconds. On CUDA it also
+records the timed steps' peak memory (``torch.cuda.max_memory_allocated`` and
+``max_memory_reserved``, GiB) beside the predicted peaks (:func:`predicted_peaks`); a CPU leaves
+the measured columns empty.
 
 Under ``torchrun --nproc-per-node N`` (or ``--nproc N``, which launches torchrun) the model is
 wrapped in DDP (gloo on CPU, NCCL on CUDA), accumulation skips gradient sync until the last
@@ -57,6 +60,7 @@ MIN_ROUND_S = 0.5
 #: ask for: a median needs a handful, and 1,000 steps of the largest suite's 1 s configs already
 #: take 17 minutes each (an assumption bounding a typo such as ``--steps 1000000000``)
 MAX_STEPS = 1000
+GIB = 1024**3
 #: the most timed steps one round takes to reach :data:`MIN_ROUND_S`
 MAX_ROUND_STEPS = 64
 #: per-pass columns: name -> (measured, predicted) fields, all micro-batches of a step
@@ -67,7 +71,9 @@ CSV_FIELDS = (
     "precision", "attention", "checkpointing", "compile", "status", "reason",
     "measured_step_s", "predicted_step_s", "error_pct", "log_ratio", "measured_min_s", "spread",
     "measured_fwd_s", "predicted_fwd_s", "measured_bwd_s", "predicted_bwd_s",
-    "measured_rec_s", "predicted_rec_s", "measured_opt_s", "predicted_opt_s", "compile_s", "steps", "warmup",
+    "measured_rec_s", "predicted_rec_s", "measured_opt_s", "predicted_opt_s",
+    "measured_mem_gib", "predicted_mem_gib", "mem_error_pct", "measured_reserved_gib", "predicted_reserved_gib",
+    "compile_s", "steps", "warmup",
     "rounds", "device", "profile", "suite", "date", "torch", "loadavg_1min", "other_cores", "host_speed", "host_allocator",
 )
 
@@ -266,7 +272,9 @@ def round_steps(steps: int, rounds: int) -> list[int]:
 class Measured:
     """Medians over timed steps (s): whole step, forward (all micro-batches), backward (without
     recomputation), recomputation of checkpointed code during backward, optimizer; ``min_s`` the
-    fastest timed step, ``spread`` slowest / fastest step (noise indicator)."""
+    fastest timed step, ``spread`` slowest / fastest step (noise indicator); on CUDA the peak
+    memory of the timed steps (GiB): ``mem_gib`` allocated (``torch.cuda.max_memory_allocated``),
+    ``reserved_gib`` held by the caching allocator (``torch.cuda.max_memory_reserved``); None on a CPU."""
 
     status: str = "ok"
     reason: str = ""
@@ -280,12 +288,15 @@ class Measured:
     spread: float | None = None
     samples: list[float] = field(default_factory=list)
     rounds: int = 1
+    mem_gib: float | None = None
+    reserved_gib: float | None = None
 
 
 def merge_measured(rounds: list[Measured]) -> Measured:
     """One config's measurement from its rounds: each time the median of the rounds' medians,
     ``min_s`` the fastest step of any round, ``spread`` the slowest step of any round over that,
-    ``compile_s`` the first round's; the first round that did not succeed, if any, instead."""
+    ``compile_s`` the first round's, the memory peaks the largest of any round; the first round that
+    did not succeed, if any, instead."""
     bad = [m for m in rounds if m.status != "ok"]
     if bad or len(rounds) == 1:
         return bad[0] if bad else rounds[0]
@@ -295,8 +306,14 @@ def merge_measured(rounds: list[Measured]) -> Measured:
 
     lo = min(m.min_s for m in rounds)
     hi = max(m.min_s * m.spread for m in rounds)
+
+    def peak(name: str) -> float | None:
+        vals = [getattr(m, name) for m in rounds if getattr(m, name) is not None]
+        return max(vals) if vals else None
+
     return Measured("ok", "", med("step_s"), med("fwd_s"), med("bwd_s"), med("rec_s"), med("opt_s"),
-                    rounds[0].compile_s, lo, hi / lo, [t for m in rounds for t in m.samples], len(rounds))
+                    rounds[0].compile_s, lo, hi / lo, [t for m in rounds for t in m.samples], len(rounds),
+                    peak("mem_gib"), peak("reserved_gib"))
 
 
 def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int = 0,
@@ -390,6 +407,8 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
         what = "torch.compile failed" if cfg.compile else "training step failed"
         return Measured("skipped" if cfg.compile else "error", f"{what}: {type(exc).__name__}: {first}")
     samples: list[tuple[float, float, float, float, float]] = []
+    if dev.type == "cuda":  # the timed steps' peaks, past the first steps' allocations
+        torch.cuda.reset_peak_memory_stats(dev)
     n = steps
     while len(samples) < n:
         if dist.initialized:
@@ -414,6 +433,13 @@ def measure(cfg: Config, dist: Dist, warmup: int = 2, steps: int = 5, seed: int 
     out.step_s, out.fwd_s, out.bwd_s, out.opt_s, out.rec_s = med
     out.min_s, out.spread = lo, hi / lo
     out.samples = [s[0] for s in samples]
+    if dev.type == "cuda":
+        peaks = [float(torch.cuda.max_memory_allocated(dev)), float(torch.cuda.max_memory_reserved(dev))]
+        if dist.initialized:  # the fullest rank's
+            t = torch.tensor(peaks, dtype=torch.float64, device=dev)
+            tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+            peaks = t.tolist()
+        out.mem_gib, out.reserved_gib = peaks[0] / GIB, peaks[1] / GIB
     return out
 
 
@@ -444,8 +470,9 @@ def check_fits_memory(configs: list[Config], memory_gib: float, where: str) -> N
 def predict(cfg: Config, profile, world: int = 1) -> dict[str, Any]:
     """The simulator's step time (s) and breakdown for ``cfg`` on ``world`` local devices.
 
-    Returns keys ``step``, ``fwd``, ``bwd``, ``rec`` (recomputation), ``opt`` and ``note``
-    (why there is no prediction, else empty).
+    Returns keys ``step``, ``fwd``, ``bwd``, ``rec`` (recomputation), ``opt``, the peak memory per
+    device ``mem`` (allocated) and ``reserved`` (GiB, :func:`predicted_peaks`), and ``note`` (why
+    there is no prediction, else empty).
     """
     from simulator.api import simulate
 
@@ -463,14 +490,31 @@ def predict(cfg: Config, profile, world: int = 1) -> dict[str, Any]:
     b = plan.breakdown_s
     if plan.strategy.get("grad_accum") != cfg.grad_accum:
         return {"step": None, "note": f"simulate chose grad_accum {plan.strategy.get('grad_accum')}"}
+    mem, reserved = predicted_peaks(plan, cfg.spec.n_params(), cfg.precision)
     return {"step": plan.step_time_s, "fwd": b["forward"], "bwd": b["backward"], "rec": b["recompute"],
-            "opt": b["optimizer"], "note": "" if plan.feasible else "predicted infeasible: "
-            + "; ".join(plan.reasons)}
+            "opt": b["optimizer"], "mem": mem, "reserved": reserved, "note": "" if plan.feasible
+            else "predicted infeasible: " + "; ".join(plan.reasons)}
+
+
+def predicted_peaks(plan, n_params: float, precision: str) -> tuple[float, float]:
+    """(allocated, reserved) peak GiB per device of a validation step: the plan's (``allocated``;
+    ``total`` adds the caching allocator's reserve), or the optimizer step of this loop's foreach
+    AdamW where that is larger: the states, buffers, every gradient and ``torch._foreach_sqrt``'s
+    fp32 copy of the second moments (4 bytes per parameter). The simulator's stacks step with
+    fused or per-tensor optimizers, which allocate no such copy."""
+    from simulator.memory import state_bytes_per_param
+
+    m = plan.memory_gib
+    reserve = m["total"] - m["allocated"]
+    grads = state_bytes_per_param(precision, "ddp", "adamw")[1] * n_params
+    step = m["weights"] + m["optimizer"] + m["other"] - reserve + (grads + 4.0 * n_params) / GIB
+    return max(m["allocated"], step), max(m["total"], step)
 
 
 # ---------------------------------------------------------------------------- rows and summary
 def make_row(cfg: Config, m: Measured, pred: dict[str, Any], world: int, meta: dict[str, Any]) -> dict[str, Any]:
-    """One result row (CSV_FIELDS); error_pct = 100 (predicted - measured) / measured."""
+    """One result row (CSV_FIELDS); error_pct = 100 (predicted - measured) / measured, and
+    mem_error_pct the same for the allocated peak memory."""
     p = pred.get("step")
     row: dict[str, Any] = {
         "id": cfg.id if world == 1 else f"{cfg.id}-w{world}", "model": cfg.model,
@@ -485,11 +529,15 @@ def make_row(cfg: Config, m: Measured, pred: dict[str, Any], world: int, meta: d
         "measured_bwd_s": m.bwd_s, "predicted_bwd_s": pred.get("bwd"),
         "measured_rec_s": m.rec_s, "predicted_rec_s": pred.get("rec"),
         "measured_opt_s": m.opt_s, "predicted_opt_s": pred.get("opt"), "compile_s": m.compile_s,
+        "measured_mem_gib": m.mem_gib, "predicted_mem_gib": pred.get("mem"), "mem_error_pct": None,
+        "measured_reserved_gib": m.reserved_gib, "predicted_reserved_gib": pred.get("reserved"),
         **meta,
     }
     if m.step_s and p:
         row["error_pct"] = 100.0 * (p - m.step_s) / m.step_s
         row["log_ratio"] = math.log(m.step_s / p)
+    if m.mem_gib and pred.get("mem"):
+        row["mem_error_pct"] = 100.0 * (pred["mem"] - m.mem_gib) / m.mem_gib
     return row
 
 
@@ -516,10 +564,23 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     speeds = [(r, _num(r.get("host_speed"))) for r in done]
     steady = [abs(r["error_pct"]) for r, s in speeds if s is not None and s >= host_load.SLOW_SHARE]
     return {"n": len(done), "mape_pct": mape, "mape_min_pct": statistics.fmean(mins) if mins else None,
+            "memory": summarize_memory(rows),
             "worst_pct": max((abs(r["error_pct"]) for r in done), default=None), "components": comps,
             "steady": ({"n": len(steady), "mape_pct": statistics.fmean(steady), "worst_pct": max(steady)}
                        if steady and any(s is not None for _, s in speeds) else None),
             "log_ratio_residuals": [r["log_ratio"] for r in done]}
+
+
+def summarize_memory(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Peak allocated memory, predicted against measured, over rows with both: n, mean absolute
+    and mean signed error (percent), the worst under-prediction (most negative error, percent) and
+    how many rows are under-predicted by more than 5%; None without such rows (CPU runs)."""
+    errs = [e for e in (_num(r.get("mem_error_pct")) for r in rows) if e is not None]
+    if not errs:
+        return None
+    return {"n": len(errs), "mape_pct": statistics.fmean(abs(e) for e in errs),
+            "signed_pct": statistics.fmean(errs), "worst_under_pct": min(errs),
+            "under_5pct": sum(e < -5.0 for e in errs)}
 
 
 def _num(v: Any) -> float | None:
@@ -535,10 +596,11 @@ def _fmt(x: Any, scale: float = 1e3, nd: int = 1) -> str:
 
 
 def format_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
-    """Plain-text table of predicted vs measured step time (ms) and the MAPE."""
+    """Plain-text table of predicted vs measured step time (ms), peak allocated memory (GiB, where
+    measured) and the MAPEs."""
     w = max([len(r["id"]) for r in rows] + [6])
     lines = [f"{'config':<{w}}  {'pred ms':>9}  {'meas ms':>9}  {'err %':>7}   "
-             f"{'fwd p/m':>15}  {'bwd p/m':>15}  {'rec p/m':>15}  {'opt p/m':>13}  {'spread':>6}"]
+             f"{'fwd p/m':>15}  {'bwd p/m':>15}  {'rec p/m':>15}  {'opt p/m':>13}  {'spread':>6}  {'GiB p/m':>11}"]
     for r in rows:
         err = "—" if r["error_pct"] is None else f"{r['error_pct']:+.1f}"
         lines.append(
@@ -546,7 +608,8 @@ def format_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
             f"{_fmt(r['predicted_fwd_s']):>7}/{_fmt(r['measured_fwd_s']):<7}  "
             f"{_fmt(r['predicted_bwd_s']):>7}/{_fmt(r['measured_bwd_s']):<7}  "
             f"{_fmt(r['predicted_rec_s']):>7}/{_fmt(r['measured_rec_s']):<7}  "
-            f"{_fmt(r['predicted_opt_s']):>6}/{_fmt(r['measured_opt_s']):<6}  {_fmt(r['spread'], 1, 2):>6}"
+            f"{_fmt(r['predicted_opt_s']):>6}/{_fmt(r['measured_opt_s']):<6}  {_fmt(r['spread'], 1, 2):>6}  "
+            f"{_fmt(_num(r.get('predicted_mem_gib')), 1):>5}/{_fmt(_num(r.get('measured_mem_gib')), 1):<5}"
             + (f"  [{r['status']}: {r['reason']}]" if r["reason"] else ""))
     if summary["mape_pct"] is not None:
         lines.append(f"\nmean absolute percentage error over {summary['n']} configurations: "
@@ -556,6 +619,11 @@ def format_table(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
         for name, c in summary.get("components", {}).items():
             lines.append(f"  {names[name]:<10} MAPE {c['mape_pct']:5.1f}%  mean signed error "
                          f"{c['signed_pct']:+6.1f}%  ({c['n']} configurations)")
+        mem = summary.get("memory")
+        if mem:
+            lines.append(f"  peak memory (allocated) MAPE {mem['mape_pct']:.1f}%  mean signed error "
+                         f"{mem['signed_pct']:+.1f}%  worst under-prediction {mem['worst_under_pct']:+.1f}%  "
+                         f"({mem['under_5pct']} of {mem['n']} configurations under by more than 5%)")
         st = summary.get("steady")
         if st:
             lines.append(f"  with the host at >= {host_load.SLOW_SHARE} of its calibrated speed (host_speed): "
@@ -638,7 +706,8 @@ def update_profile(path: str | os.PathLike, summary: dict[str, Any], source: str
 
 
 def read_measured(path: str | os.PathLike) -> dict[str, tuple[Measured, dict[str, Any]]]:
-    """Measured steps of a ``--csv`` file by config id (single-process rows): the times and the
+    """Measured steps of a ``--csv`` file by config id (single-process rows): the times, the peak
+    memory (where measured) and the
     row's own metadata (steps, warm-up, device, date, torch version, load average, other processes'
     CPU use, the host's speed against the calibration)."""
     p = Path(path)
@@ -655,7 +724,8 @@ def read_measured(path: str | os.PathLike) -> dict[str, tuple[Measured, dict[str
             continue
         m = Measured("ok", "", _num(r.get("measured_step_s")), _num(r.get("measured_fwd_s")),
                      _num(r.get("measured_bwd_s")), _num(r.get("measured_rec_s")), _num(r.get("measured_opt_s")),
-                     _num(r.get("compile_s")), _num(r.get("measured_min_s")), _num(r.get("spread")))
+                     _num(r.get("compile_s")), _num(r.get("measured_min_s")), _num(r.get("spread")),
+                     mem_gib=_num(r.get("measured_mem_gib")), reserved_gib=_num(r.get("measured_reserved_gib")))
         meta = {k: r.get(k) for k in ("steps", "warmup", "rounds", "device", "suite", "date", "torch",
                                       "loadavg_1min", "other_cores", "host_speed")}
         out[r["id"]] = (m, meta)

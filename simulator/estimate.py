@@ -113,7 +113,7 @@ class Table:
     hw_flops: np.ndarray
     # memory per GPU (bytes) and offloaded states per node (bytes)
     mem_weights: np.ndarray
-    mem_gradients: np.ndarray
+    mem_gradients: np.ndarray  # live at the peak (memory.gradients_at_peak)
     mem_optimizer: np.ndarray
     mem_activations: np.ndarray
     mem_logits: np.ndarray
@@ -238,6 +238,7 @@ class PackCompute:
     logit: np.ndarray
     cast: np.ndarray
     rec_cast: np.ndarray
+    act_outside: np.ndarray
 
 
 def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, sizes: np.ndarray) -> PackCompute:
@@ -246,7 +247,7 @@ def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, siz
     model, dev, seq = pb.model, pb.device, pb.seq_len
     P = float(model.n_params())
     K, E = len(packs), sizes.size
-    fwd, bwd, rec, hw, act, logit = (np.full((K, E), np.inf) for _ in range(6))
+    fwd, bwd, rec, hw, act, logit, act_out = (np.full((K, E), np.inf) for _ in range(7))
     cast, rec_cast = np.zeros(K), np.zeros(K)
     rate = dev.mem_bw * dev.profile.bw_eff("cast")
     memo: dict = {}
@@ -257,12 +258,13 @@ def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, siz
         fwd[i], bwd[i], rec[i], hw[i] = t.fwd, t.bwd, t.recompute, t.hw_flops
         act[i] = memory.activations(model, seq, sizes, p, att, ck, c, pb.stack)
         logit[i] = memory.logits_bytes(model, seq, sizes, p, c, pb.stack)
+        act_out[i] = memory.outside_activations(model, seq, sizes, p, att, c, pb.stack)
         # autocast weight casts (and their gradients' casts back) once per micro-batch, only where
         # the weights stay fp32 (DDP)
         cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / rate
         rerun = checkpointed_layers(ck, model.n_layers) * _layer_params(model)  # forward casts again
         rec_cast[i] = 0.5 * float(workload.autocast_cast_bytes(rerun, p, half_params=False).nbytes) / rate
-    return PackCompute(fwd, bwd, rec, hw, act, logit, cast, rec_cast)
+    return PackCompute(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out)
 
 
 @dataclass(frozen=True)
@@ -451,7 +453,10 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
     act4 = pc.act[:, mi][:, :, None, None]
     log4 = pc.logit[:, mi][:, :, None, None]
     mem_w = np.broadcast_to(st.weights[:, None], shape)
-    mem_g = np.broadcast_to(st.gradients[:, None], shape)
+    # gradients of a single-micro-batch DDP step are written during backward as activations go
+    fresh = (ga == 1)[None, :, None, None] & np.array([s == "ddp" for s in space.shardings])[None, None, :, None]
+    mem_g = memory.gradients_at_peak(st.gradients[:, None], act4, pc.act_outside[:, mi][:, :, None, None],
+                                     log4, fresh)
     mem_o = np.broadcast_to(st.optimizer[:, None], shape)
     other = st.buffers[:, None, :, None] + pb.stack.fragmentation * act4
     total = mem_w + mem_g + mem_o + act4 + log4 + other

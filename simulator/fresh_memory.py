@@ -12,9 +12,20 @@ Pure functions; bytes, seconds. The allocator model is :class:`simulator.profile
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import memory, workload
+from .stacks import Stack, default_stack
+
+
+@functools.lru_cache(maxsize=1)
+def torch_model_stack() -> Stack:
+    """The stack whose saved bytes the fresh-page model counts: the default stack with the
+    textbook count of saved activations, the layout of ``calibration/torch_model.py``'s steps
+    (fused QKV and up projections) on which the profiles' ``fresh_memory`` fits were made."""
+    return default_stack().model_copy(update={"saves": "textbook"})
 
 
 def fresh_bytes(parts, fm, heap_kept: bool = False) -> np.ndarray:
@@ -100,7 +111,7 @@ def micro_batch_fresh(model, seq_len: int, mb: np.ndarray, precision: str, atten
     tokens = mb * seq_len
     L = model.n_layers
     heads = float(getattr(model, "n_heads", 1))
-    act = memory.activations(model, seq_len, mb, precision, attention, checkpointing)
+    act = memory.activations(model, seq_len, mb, precision, attention, checkpointing, stack=torch_model_stack())
     scores: list[tuple[np.ndarray, np.ndarray]] = []  # (tensor bytes, total bytes) per pass
     if attention == "eager":
         if checkpointing == "none":  # the kept probabilities are among the temporaries

@@ -127,8 +127,9 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
     transformer under selective drops eager attention's s x s tensors, Korthikanti et al. 2022;
     under op keeps its matmul and fused-attention outputs). Where a policy drops something, one
     repetition at a time is rebuilt around what it kept (S less that), the largest such block's.
-    With one repetition every policy holds what none holds. ``compiled`` and ``stack`` only pick
-    the graph (saved bytes do not depend on them).
+    With one repetition every policy holds what none holds. ``compiled`` and ``stack`` pick the
+    graph: a stack running Hugging Face's eager modules saves what :mod:`simulator.hf_eager` counts,
+    fused stacks and compiled steps the textbook count.
     """
     g = graph(model, seq_len, mb, precision, attention, compiled, stack)
     z = np.zeros_like(np.asarray(mb, dtype=float))
@@ -147,6 +148,29 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
             live.append(full - kept)
     outside = sum((op.count * np.asarray(op.kept_under("none"), float) for op in g.outside), z)
     return trunk + np.max(live, axis=0) + outside
+
+
+def outside_activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
+                        compiled: bool = False, stack: Stack | str | None = None) -> np.ndarray:
+    """Bytes of one micro-batch's activations saved outside the repeated blocks (embedding output,
+    final norm, head input): the part of :func:`activations` still held when backward has left the
+    last block."""
+    g = graph(model, seq_len, mb, precision, attention, compiled, stack)
+    z = np.zeros_like(np.asarray(mb, dtype=float))
+    return sum((op.count * np.asarray(op.kept_under("none"), float) for op in g.outside), z)
+
+
+def gradients_at_peak(grads: np.ndarray, act: np.ndarray, act_outside: np.ndarray, logits: np.ndarray,
+                      fresh: np.ndarray) -> np.ndarray:
+    """Gradient bytes live at a step's memory peak. Where a step's one micro-batch starts with no
+    gradients (``fresh``: no accumulation, and PyTorch autograd writes each ``.grad`` during
+    backward after ``zero_grad(set_to_none=True)``, as DDP and a single GPU do), backward frees
+    each block's saved activations as it writes that block's gradients, so the live bytes move
+    linearly from (activations + logits) at its start to (gradients + activations outside the
+    blocks) at its end, and the peak holds max(0, gradients + outside - activations - logits)
+    gradient bytes on top of activations and logits (autocast's weight copies, freed too, are
+    left in: conservative). Otherwise (accumulation, sharded gradient buffers) all of them."""
+    return np.where(fresh, np.maximum(0.0, grads + act_outside - act - logits), grads)
 
 
 def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool,

@@ -40,7 +40,8 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
                             ("pp_comm", "PP sends"), ("cp_comm", "ring attention sends")) if b.get(k)))
     console.print(f"  throughput  {plan.tokens_per_s:,.0f} tokens/s · MFU {plan.mfu:.0%} · HFU {plan.hfu:.0%}")
     mg = plan.memory_gib
-    console.print(f"  memory/GPU  {mg['total']:.1f} of {mg['capacity']:.1f} GiB   weights {mg['weights']:.1f} · "
+    console.print(f"  memory/GPU  {mg['total']:.1f} of {mg['capacity']:.1f} GiB reserved ({mg['allocated']:.1f} allocated)   "
+                  f"weights {mg['weights']:.1f} · "
                   f"grads {mg['gradients']:.1f} · optimizer {mg['optimizer']:.1f} · activations "
                   f"{mg['activations']:.1f} · logits {mg['logits']:.1f} · other {mg['other']:.1f}"
                   + (f" · host {mg['host_offload_per_node']:.0f} GiB/node" if mg.get("host_offload_per_node") else ""))

@@ -41,6 +41,9 @@ class Stack(BaseModel):
     loss_source: str
     norm: Literal["fp32", "half"]
     norm_source: str
+    saves: Literal["hf-eager", "textbook"] = "textbook"
+    saves_source: str = ("the stack's own fused modules: what Korthikanti et al. 2022 count per layer "
+                         "(simulator.workload.layer_activation_bytes_per_token)")
     fragmentation: float = Field(ge=0.0, le=1.0)
     fragmentation_source: str
     shardings: tuple[str, ...]
@@ -66,14 +69,17 @@ class Stack(BaseModel):
         return v
 
     def loss_bytes_per_logit(self, e: int, compiled: bool) -> float:
-        """Bytes per logit element held at the loss (logits, loss buffers, their gradient), with
-        ``e`` bytes per activation element. A fused kernel writing the gradient over the logits: e.
-        Compiled (Inductor fuses the upcast and log-softmax) or a fused loss kernel: the half
-        logits and their half gradient (2e). Eager upcast: the logits plus fp32 log-probabilities
-        and their fp32 gradient (e + 8)."""
+        """Bytes per logit element held at the loss's peak (logits, loss buffers, their gradient),
+        with ``e`` bytes per activation element. A fused kernel writing the gradient over the
+        logits: e. Compiled (Inductor fuses the upcast and log-softmax) or a fused loss kernel: the
+        half logits and their half gradient (2e). Eager upcast (``F.cross_entropy(logits.float())``):
+        forward holds the logits, their fp32 copy and the saved fp32 log-probabilities (e + 4 + 4
+        under mixed precision; the fp32 logits are the copy in fp32); in backward ``nll_loss``'s
+        fp32 gradient and ``log_softmax``'s fp32 input gradient live beside the saved
+        log-probabilities (12): max(e + 8, 12)."""
         if self.loss == "fused-inplace":
             return float(e)
-        return 2.0 * e if (compiled or self.loss == "fused") else e + 8.0
+        return 2.0 * e if (compiled or self.loss == "fused") else max(e + 8.0, 12.0)
 
     @property
     def torch_zero(self) -> bool:
@@ -99,6 +105,12 @@ class Stack(BaseModel):
     def fused_loss(self) -> bool:
         """Whether the eager loss is one fused kernel (reads and writes the logits about twice)."""
         return self.loss != "upcast"
+
+    @property
+    def hf_eager(self) -> bool:
+        """Whether the stack runs Hugging Face transformers' eager modules, whose saved tensors
+        :mod:`simulator.hf_eager` counts (``saves: hf-eager``)."""
+        return self.saves == "hf-eager"
 
     def fp32_norm(self, e: int, compiled: bool) -> bool:
         """Whether eager norms write fp32 outputs under mixed precision (autocast layer_norm)."""

@@ -395,3 +395,34 @@ def test_warm_up_seeds_the_state_after_the_first_step():
     assert warm_up(step, opt, 2) > 0
     assert len(seen) == 3 and seen[0] is None
     assert torch.all(seen[1][1:] == SEEN_SECOND_MOMENT)  # seeded before the second step ran
+
+
+def test_peak_memory_is_recorded_predicted_and_summarized(tmp_path, capsys):
+    """A row holds the measured peak memory (CUDA: max_memory_allocated / max_memory_reserved; a
+    CPU leaves it empty) beside the predicted one; the error, the CSV round trip (--measured) and
+    the summary's memory line follow. The prediction covers this loop's foreach AdamW step (every
+    gradient plus an fp32 copy of the second moments) and the reserve is never below the
+    allocated peak."""
+    suite = _suite(tmp_path / "s.json", [{"model": "tiny", "seq_len": 32, "micro_batch": 2}])
+    (cfg,) = V.load_suite(suite).configs
+    prof = load_profile(_profile(tmp_path / "p.json"))
+    pred = V.predict(cfg, prof)
+    P = cfg.spec.n_params()
+    assert pred["reserved"] >= pred["mem"] >= (4 + 8 + 4 + 4) * P / V.GIB  # weights, moments, grads, sqrt copy
+    m = V.Measured("ok", "", 0.5, 0.2, 0.25, 0.0, 0.05, None, 0.45, 1.2, mem_gib=0.9 * pred["mem"],
+                   reserved_gib=pred["reserved"])
+    meta = {"steps": 3, "warmup": 1, "device": "test cpu", "suite": "unit", "date": "2026-12-01T00:00:00+00:00",
+            "torch": "x", "profile": "p"}
+    row = V.make_row(cfg, m, pred, 1, meta)
+    assert row["mem_error_pct"] == pytest.approx(100 / 0.9 - 100)
+    V.merge_csv(tmp_path / "r.csv", [row])
+    again, _ = V.read_measured(tmp_path / "r.csv")[cfg.id]
+    assert again.mem_gib == pytest.approx(m.mem_gib) and again.reserved_gib == pytest.approx(m.reserved_gib)
+    s = V.summarize([row, {**row, "mem_error_pct": -8.0}, {**row, "mem_error_pct": None}])
+    assert s["memory"] == {"n": 2, "mape_pct": pytest.approx((100 / 0.9 - 100 + 8) / 2),
+                           "signed_pct": pytest.approx((100 / 0.9 - 100 - 8) / 2), "worst_under_pct": -8.0,
+                           "under_5pct": 1}
+    assert "worst under-prediction -8.0%  (1 of 2 configurations" in V.format_table([row], s)
+    cpu = V.make_row(cfg, V.Measured("ok", "", 0.5, 0.2, 0.25, 0.0, 0.05, None, 0.45, 1.2), pred, 1, meta)
+    assert cpu["measured_mem_gib"] is None and cpu["mem_error_pct"] is None
+    assert V.summarize([cpu])["memory"] is None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import workload
+from .. import hf_eager, workload
 from ..models import FAMILIES, ModelSpec
 from ..profile import activation_class
 from . import register
@@ -41,7 +41,13 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
               kernels_bwd=2, saved=tokens * e * g.k, kept={"op": tokens * e * g.n},
               params=int(g.k * g.n + (g.n if model.linear_bias else 0)))
            for g in workload.layer_gemms(model, tokens)]
+    # what a layer saves: Hugging Face's eager modules where the stack runs them (not compiled:
+    # AOTAutograd re-derives the saved set), else the textbook count (simulator/hf_eager.py)
+    hf = stack.hf_eager and not knobs.compiled
     per_layer = workload.layer_activation_bytes_per_token(model, seq_len, e, knobs.attention)
+    if hf:  # never below the textbook count (OPT's ReLU MLP saves one f-wide tensor where it counts two)
+        hf_layer, hf_core = hf_eager.layer_saved_bytes_per_token(model, seq_len, knobs.precision, knobs.attention)
+        per_layer = max(per_layer, hf_layer)
     op_kept = workload.op_kept_bytes_per_token(model, e, knobs.attention)
     # attention core: selective checkpointing re-runs it (Korthikanti et al. 2022); op-level
     # re-runs eager attention's scores and softmax, not the fused kernel
@@ -52,7 +58,7 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
                       kernels_bwd=1, recompute=frozenset({"selective"}), head_dim=model.head_dim, seq=seq_len,
                       causal=workload.is_causal(model), heads=model.n_heads))
     else:
-        core = workload.eager_scores_bytes_per_token(model, seq_len, e)
+        core = hf_core if hf else workload.eager_scores_bytes_per_token(model, seq_len, e)
         # autocast's fp32 list holds softmax as it holds layer_norm: the stacks whose norms run in fp32 upcast it
         sf, sb = workload.eager_softmax_bytes(model, mb, seq_len, e, knobs.compiled,
                                               stack.fp32_norm(e, knobs.compiled))
@@ -82,7 +88,8 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
                   kernels_fwd=float(lf.kernels) / L1, kernels_bwd=float(lb.kernels) / L1,
                   saved=tokens * rest_saved, recompute=frozenset({"op"}), kept={"op": tokens * rest_kept},
                   bandwidth="elementwise", params=rest_params))
-    layer = Block("layer", tuple(ops), L, tokens * h_act * e)
+    layer_input = hf_eager.layer_input_bytes_per_token(model) if hf else h_act * e
+    layer = Block("layer", tuple(ops), L, tokens * layer_input)
 
     outside = [Op(g.name, "gemm", count=g.count, m=g.m, n=g.n, k=g.k, batch=g.batch, kernels_fwd=1, kernels_bwd=2)
                for g in workload.head_gemms(model, mb, seq_len)]
@@ -90,9 +97,12 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
     emf, emb = workload.embedding_bytes(model, mb, seq_len, e)
     outside.append(Op("loss", "elementwise", bytes_fwd=lsf.nbytes, bytes_bwd=lsb.nbytes,
                       kernels_fwd=float(lsf.kernels), kernels_bwd=float(lsb.kernels), bandwidth="loss"))
-    # embedding output and the final norm's input stay for backward
+    # embedding output and the final norm's input stay for backward (Hugging Face: the final
+    # norm's fp32 input and statistics, the head's input, masks; simulator/hf_eager.py)
+    around = hf_eager.outside_saved_bytes_per_token(model, seq_len, knobs.precision, knobs.attention) if hf \
+        else h_act * e * 2
     outside.append(Op("embedding", "elementwise", bytes_fwd=emf.nbytes, bytes_bwd=emb.nbytes,
-                      kernels_fwd=float(emf.kernels), kernels_bwd=float(emb.kernels), saved=tokens * h_act * e * 2,
+                      kernels_fwd=float(emf.kernels), kernels_bwd=float(emb.kernels), saved=tokens * around,
                       bandwidth="embedding"))
     # logits and loss buffers: the stack's bytes per logit (e + 8 for an eager fp32-upcast loss,
     # 2e for a fused or compiled one), plus eager final-logit soft-capping's tanh output (Gemma 2)

@@ -138,11 +138,12 @@ def heldout_pool():
     holds no such profile. Projects and GPUs are None when the runs no longer match the stored
     residuals (the catalog was built from other runs)."""
     from . import hardware
+    from .errors import UsageError
 
     for g in hardware.list_gpus():
         try:
             prof = hardware.default_profile(g)
-        except Exception:  # a GPU without a default profile
+        except UsageError:  # a user's catalog GPU without a default profile
             continue
         v = prof.validation
         if prof.fit is None and v is not None and v.widen > 1.0 and len(v.log_ratio_residuals) >= 3:

@@ -95,3 +95,11 @@ def test_run_share_never_exceeds_the_purchase():
     assert "outlasts" in costs.format_line(c)
     short = costs.cost(prices, gpu_id="rtx4090", nodes=1, gpus_per_node=1, days=30, board_power_w=450, utilization=1)
     assert short["amortized_usd"] < short["hardware_usd"] and not short["outlives_hardware"]
+
+
+def test_study_grid_keeps_the_study_pricing_of_single_sxm_boards():
+    """The study priced 1 and 2 A100/H100 with a base machine; its reproduced grid does too."""
+    from simulator import study
+
+    (cell,) = study.grid(models=("pythia-160m",), gpus=("h100-sxm",), counts=(1,))
+    assert cell.buy_usd == 30000 + 1000

@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from . import communication as comm
-from . import family_validation, hardware, opcost
+from . import family_validation, hardware, opcost, uncertainty
 from .device import GIB, device_from_profile, device_from_spec
 from .errors import UsageError
 from .estimate import Problem, Space, Table
@@ -305,7 +305,13 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
     mem["host_offload_per_node"] = _gib(tab.host_need[i])
     reasons = _reasons(s, tab, i)
     prof = s.profile
-    iv, family_text = family_validation.interval(days, prof.validation, model.family, prof.device.gpu_id)
+    residuals = uncertainty.for_profile(prof, pb.stack, s.hardware["gpu"])
+    iv, family_text = family_validation.interval(days, residuals, model.family, prof.device.gpu_id)
+    min_days = days_at_peak * (1.0 + s.overhead)  # the floor, with the same overhead as the estimate
+    if iv is not None:
+        lo = max(iv[0], uncertainty.plausible_low(days, min_days))
+        iv = (lo, max(iv[1], lo))
+    warning = uncertainty.mfu_warning(float(mfu), days, min_days)
     plan = Plan(
         model={"name": model.display_name, "params": int(model.n_params()), "family": model.family},
         recipe={"tokens": int(recipe.tokens), "steps": int(recipe.steps), "global_batch": recipe.global_batch,
@@ -325,21 +331,26 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
                      "pp_comm": float(tab.pp_comm[i]), "cp_comm": float(tab.cp_comm[i])},
         tokens_per_s=tps, mfu=float(mfu), mfu_6nd=float(mfu_6nd), hfu=float(hfu), memory_gib=mem, days=float(days),
         days_at_peak=float(days_at_peak), interval_days=iv,
-        interval_source=_interval_source(prof.validation, family_text) if iv else None,
-        notes=s.notes + notes, n_strategies=n_evaluated, stack=pb.stack.name,
+        interval_source=_interval_source(residuals, family_text, iv, days, min_days) if iv else None,
+        notes=s.notes + notes + ([warning] if warning else []), n_strategies=n_evaluated, stack=pb.stack.name,
     )
     plan.check_physics()
     return plan
 
 
-def _interval_source(validation, family_text: str | None) -> str:
-    """Where the 80% interval came from: the profile's validation residuals, widened to include
-    the family's own published runs where it has any (:mod:`simulator.family_validation`)."""
-    prof = (f"{validation.n} validation residuals (real runs {_bias(validation)} than predicted on "
-            f"average): {validation.source}") if validation is not None and validation.n else None
-    if family_text is None:
-        return f"80% interval from {prof}"
-    return f"80% interval widened to include {family_text}" + (f"; and {prof}" if prof else "")
+def _interval_source(residuals, family_text: str | None, iv, days: float, min_days: float) -> str:
+    """Where the 80% interval came from, in plain words: the residuals that match the user's
+    situation (:func:`simulator.uncertainty.for_profile`), widened to include the family's own
+    published runs where it has any (:mod:`simulator.family_validation`), and its low end held at
+    the best MFU published runs reached where the residuals alone would go lower."""
+    prof = (f"{residuals.n} validation residuals (real runs {_bias(residuals)} than predicted on "
+            f"average): {residuals.words}") if residuals is not None and residuals.n else None
+    text = (f"80% interval from {prof}" if family_text is None else
+            f"80% interval widened to include {family_text}" + (f"; and {prof}" if prof else ""))
+    if iv is not None and iv[0] <= uncertainty.plausible_low(days, min_days) * (1 + 1e-9):
+        text += (f"; its low end is held at the best MFU any published run reached "
+                 f"({uncertainty.MFU_CEILING:.0%}), or at the estimate where that is lower")
+    return text
 
 
 def _bias(v) -> str:

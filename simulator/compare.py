@@ -44,6 +44,8 @@ class Option:
     feasible: bool
     reason: str | None = None
     days: float | None = None
+    days_low: float | None = None  # the 80% interval (None: the profile has no validation residuals)
+    days_high: float | None = None
     days_at_peak: float | None = None
     strategy: str | None = None
     strategy_dict: dict | None = None
@@ -67,18 +69,29 @@ class Option:
         head = f"{self.gpus_per_node} ×" if self.nodes == 1 else f"{self.nodes} × {self.gpus_per_node} ×"
         return f"{head} {self.gpu}"
 
-    def cost_of(self, basis: str) -> float | None:
-        """Dollars on ``basis`` ('buy', 'amortized', 'rent'); None if unknown or infeasible."""
+    def cost_of(self, basis: str, safe: bool = False) -> float | None:
+        """Dollars on ``basis`` ('buy', 'amortized', 'rent'); None if unknown or infeasible.
+        ``safe``: at the slow end of the 80% interval (the run share and rent grow with the days;
+        the purchase does not)."""
         if not self.feasible or not self.cost:
             return None
-        return self.cost.get(_BASIS_KEY[basis])
+        c = self.cost.get(_BASIS_KEY[basis])
+        if c is None or not safe or basis == "buy":
+            return c
+        return c * self.slow_days / self.days
+
+    @property
+    def slow_days(self) -> float | None:
+        """The slow end of the 80% interval, or the estimate where there is none."""
+        return self.days_high if self.days_high is not None else self.days
 
     def row(self) -> dict:
         """Flat dict for CSV/JSON."""
         c = self.cost or {}
         return {"gpu_id": self.gpu_id, "gpu": self.gpu, "nodes": self.nodes, "gpus_per_node": self.gpus_per_node,
                 "n_gpus": self.n_gpus, "cluster": self.cluster, "feasible": self.feasible,
-                "reason": self.reason or "", "days": self.days, "days_at_peak": self.days_at_peak,
+                "reason": self.reason or "", "days": self.days, "days_low": self.days_low,
+                "days_high": self.days_high, "days_at_peak": self.days_at_peak,
                 "gpu_hours": c.get("gpu_hours"), "buy_usd": c.get("hardware_usd"),
                 "amortized_usd": c.get("amortized_usd"), "rent_usd": c.get("rent_usd"),
                 "energy_kwh": c.get("energy_kwh"), "energy_usd": c.get("energy_usd"),
@@ -105,10 +118,12 @@ def pareto_front(points: list[tuple[float, float] | None]) -> list[bool]:
     return out
 
 
-def mark_pareto(options: list[Option], basis: str) -> None:
-    """Set ``option.pareto`` for days against cost on ``basis``."""
-    pts = [(o.days, o.cost_of(basis)) if o.feasible and o.cost_of(basis) is not None else None
-           for o in options]
+def mark_pareto(options: list[Option], basis: str, safe: bool = False) -> None:
+    """Set ``option.pareto`` for days against cost on ``basis``; ``safe``: days and cost at the
+    slow end of each option's 80% interval, so that an option whose estimate rests on best-case
+    microbenchmarks does not take the frontier on its optimistic point alone."""
+    pts = [((o.slow_days if safe else o.days), o.cost_of(basis, safe))
+           if o.feasible and o.cost_of(basis) is not None else None for o in options]
     for o, f in zip(options, pareto_front(pts), strict=True):
         o.pareto = f
 
@@ -161,7 +176,9 @@ def evaluate_option(model, gpu_id: str, nodes: int, per: int, prices: Prices, kn
         return Option(gpu_id, g.short_name, nodes, per, False,
                       reason="; ".join(plan.reasons) or "no strategy fits", plan=plan,
                       days_at_peak=plan.days_at_peak)
-    return Option(gpu_id, g.short_name, nodes, per, True, days=plan.days, days_at_peak=plan.days_at_peak,
+    lo, hi = plan.interval_days or (None, None)
+    return Option(gpu_id, g.short_name, nodes, per, True, days=plan.days, days_low=lo, days_high=hi,
+                  days_at_peak=plan.days_at_peak,
                   strategy=plan.strategy_line(), strategy_dict=plan.strategy, mfu=plan.mfu,
                   cost=plan_cost(plan, prices), plan=plan)
 
@@ -207,8 +224,10 @@ def _checked_model(model, knobs: dict):
 
 
 def sweep(model, gpus: list[str] | None = None, counts=COUNTS, multi_node: bool = False,
-          prices: Prices | None = None, basis: str = "buy", progress: bool = False, **knobs) -> list[Option]:
-    """Evaluate every (GPU, count) option; Pareto-marked on ``basis``; fastest feasible first."""
+          prices: Prices | None = None, basis: str = "buy", progress: bool = False, safe: bool = False,
+          **knobs) -> list[Option]:
+    """Evaluate every (GPU, count) option; Pareto-marked on ``basis`` (``safe``: at the slow end of
+    the 80% interval); fastest feasible first."""
     if basis not in BASES:
         raise UsageError(f"--basis must be one of {', '.join(BASES)}, got {basis!r}")
     prices = prices or default_prices()
@@ -216,7 +235,7 @@ def sweep(model, gpus: list[str] | None = None, counts=COUNTS, multi_node: bool 
     cells = clusters(resolve_gpus(gpus), counts, multi_node)
     opts = sweep_cells(cells, lambda c: evaluate_option(model, c[0], c[1], c[2], prices, knobs),
                        description="comparing clusters", progress=progress)
-    mark_pareto(opts, basis)
+    mark_pareto(opts, basis, safe)
     return sorted(opts, key=lambda o: (not o.feasible, o.days if o.days is not None else math.inf,
                                        o.cost_of(basis) or math.inf))
 
@@ -252,8 +271,9 @@ def _pyplot():
     return plt
 
 
-def plot(options: list[Option], path, basis: str = "buy", title: str | None = None) -> None:
-    """Days against cost on log axes, coloured by GPU, sized by GPU count, frontier drawn."""
+def plot(options: list[Option], path, basis: str = "buy", title: str | None = None, safe: bool = False) -> None:
+    """Days against cost on log axes, coloured by GPU, sized by GPU count, the 80% interval as
+    error bars, frontier drawn (``safe``: through the slow ends)."""
     from pathlib import Path
 
     from .atomic import write_atomic
@@ -270,17 +290,24 @@ def plot(options: list[Option], path, basis: str = "buy", title: str | None = No
         sub = [o for o in pts if o.gpu == g]
         ax.scatter([o.cost_of(basis) for o in sub], [o.days for o in sub], s=[25 * o.n_gpus ** 0.8 + 10 for o in sub],
                    color=cmap(k % 20), alpha=0.8, edgecolors="k", linewidths=0.4, label=g)
-    front = sorted((o for o in pts if o.pareto), key=lambda o: o.cost_of(basis))
+        bars = [o for o in sub if o.days_low is not None]
+        if bars:
+            ax.errorbar([o.cost_of(basis) for o in bars], [o.days for o in bars],
+                        yerr=[[o.days - o.days_low for o in bars], [o.days_high - o.days for o in bars]],
+                        fmt="none", ecolor=cmap(k % 20), elinewidth=1, capsize=2, alpha=0.7)
+    front = sorted((o for o in pts if o.pareto), key=lambda o: o.cost_of(basis, safe))
     if front:
-        ax.plot([o.cost_of(basis) for o in front], [o.days for o in front], "k--", lw=1, label="Pareto frontier")
-        for o in front:
+        ys = [o.slow_days if safe else o.days for o in front]
+        ax.plot([o.cost_of(basis, safe) for o in front], ys, "k--", lw=1,
+                label="Pareto frontier" + (" (slow ends)" if safe else ""))
+        for o, y in zip(front, ys, strict=True):
             ax.annotate(f"{o.n_gpus}×{o.gpu_id}",
-                        (o.cost_of(basis), o.days), textcoords="offset points", xytext=(5, 4), fontsize=7)
+                        (o.cost_of(basis, safe), y), textcoords="offset points", xytext=(5, 4), fontsize=7)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel({"buy": "hardware price (USD)", "amortized": "amortized run cost (USD)",
                    "rent": "rental cost (USD)"}[basis])
-    ax.set_ylabel("days")
+    ax.set_ylabel("days (bars: 80% interval)")
     ax.grid(True, which="both", alpha=0.3)
     if title:
         ax.set_title(title, fontsize=10)
@@ -292,11 +319,12 @@ def plot(options: list[Option], path, basis: str = "buy", title: str | None = No
         plt.close(fig)
 
 
-def render(options: list[Option], console: Console, basis: str, title: str) -> None:
+def render(options: list[Option], console: Console, basis: str, title: str, safe: bool = False) -> None:
     from rich import box
 
     t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
-    for col in ("", "GPUs", "days", "floor", "GPU-h", "buy", "amort.", "rent", "power", "strategy / why not"):
+    for col in ("", "GPUs", "days", "80% range", "floor", "GPU-h", "buy", "amort.", "rent", "power",
+                "strategy / why not"):
         last = col == "strategy / why not"
         t.add_column(col, justify="left" if col in ("GPUs", "strategy / why not") else "right",
                      no_wrap=not last, min_width=24 if last else None)
@@ -304,15 +332,19 @@ def render(options: list[Option], console: Console, basis: str, title: str) -> N
         gpus = f"{o.n_gpus}×{o.gpu_id}" if o.nodes == 1 else f"{o.nodes}×{o.gpus_per_node}×{o.gpu_id}"
         if o.feasible:
             c = o.cost or {}
-            t.add_row("★" if o.pareto else "", gpus, _days(o.days), _days(o.days_at_peak),
+            rng = f"{_days(o.days_low)}–{_days(o.days_high)}" if o.days_low is not None else "none"
+            t.add_row("★" if o.pareto else "", gpus, _days(o.days), rng, _days(o.days_at_peak),
                       f"{c.get('gpu_hours', 0):,.0f}", usd(c.get("hardware_usd")), usd(c.get("amortized_usd")),
                       usd(c.get("rent_usd")), usd(c.get("energy_usd")), short_strategy(o.strategy_dict))
         else:
-            t.add_row("", f"[dim]{gpus}[/]", "—", _days(o.days_at_peak), "", "", "", "", "",
+            t.add_row("", f"[dim]{gpus}[/]", "—", "", _days(o.days_at_peak), "", "", "", "", "",
                       f"[red]infeasible:[/] {o.reason}")
     console.print(t)
-    console.print(f"★ = Pareto frontier of days against {basis} cost (nothing else is both faster and cheaper). "
-                  "floor = days at 100% of dense peak.")
+    console.print(f"★ = Pareto frontier of days against {basis} cost (nothing else is both faster and cheaper"
+                  + (", at the slow end of each 80% range" if safe else
+                     "; --safe compares the slow ends of the 80% ranges instead") + "). "
+                  "80% range: 8 in 10 comparable real runs fell within it; GPUs without published training "
+                  "runs have wider ranges. floor = days at 100% of dense peak.")
 
 
 def short_strategy(st: dict | None) -> str:
@@ -352,6 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--counts", type=_counts, default=COUNTS, help="GPU counts to try (default 1,2,4,8); a count beyond one node is split into equal nodes")
     p.add_argument("--multi-node", action="store_true", help="also 2 and 4 nodes of 8 GPUs")
     p.add_argument("--basis", choices=BASES, default="buy", help="cost for the Pareto frontier and plot (default buy)")
+    p.add_argument("--safe", action="store_true",
+                   help="Pareto frontier at the slow end of each option's 80%% interval (days and the cost "
+                        "that grows with them) instead of the estimate")
     add_recipe_args(p)
     add_cost_args(p)
     o = p.add_argument_group("output")
@@ -373,24 +408,25 @@ def main(argv: list[str]) -> int:
         _pyplot()
     t0 = time.perf_counter()
     opts = sweep(a.model, names or None, a.counts, a.multi_node, prices, a.basis,
-                 progress=not a.json, **recipe_knobs(a))
+                 progress=not a.json, safe=a.safe, **recipe_knobs(a))
     elapsed = time.perf_counter() - t0
     first = next((o.plan for o in opts if o.plan is not None), None)
     head = (f"{first.model['name']} · {first.recipe['description']}" if first else str(a.model))
     if a.csv:
         write_csv(opts, a.csv)
     if a.plot:
-        plot(opts, a.plot, a.basis, title=f"{head}: days against {a.basis} cost")
+        plot(opts, a.plot, a.basis, title=f"{head}: days against {a.basis} cost", safe=a.safe)
     if a.json:
         from .plan import _strict
 
-        print(json.dumps(_strict({"model": head, "basis": a.basis, "options": [o.row() for o in opts]}),
+        print(json.dumps(_strict({"model": head, "basis": a.basis, "safe": a.safe,
+                                  "options": [o.row() for o in opts]}),
                          indent=2, allow_nan=False))
     else:
         con = Console()
         if not con.is_terminal:  # files and pipes: wide enough for one line per option
             con = Console(width=max(con.width, 160))
-        render(opts, con, a.basis, f"{head} — {len(opts)} options in {elapsed:.1f} s")
+        render(opts, con, a.basis, f"{head} — {len(opts)} options in {elapsed:.1f} s", a.safe)
         for f, what in ((a.csv, "CSV"), (a.plot, "plot")):
             if f:
                 con.print(f"wrote {what}: {f}")

@@ -4,8 +4,11 @@ Definitions (all defaults in ``simulator/data/prices.yaml``, each with its sourc
 
 - **Purchase** (``hardware_usd``): GPUs x unit price + one base machine per node. Unit prices
   are the study's for RTX 3090 / A6000 / A100 / H100, else the catalog's ``price_usd``.
+- **Purchase units**: GPUs sold only in whole systems (SXM boards on 4- or 8-GPU HGX baseboards,
+  ``purchase_units`` in prices.yaml) have no purchase price in other node sizes.
 - **Amortized run share** (``amortized_usd``): purchase x days / (lifetime_years x 365), the
-  study's convention with a 5-year lifetime.
+  study's convention with a 5-year lifetime, at most the purchase itself (a run longer than the
+  lifetime uses the hardware up: ``outlives_hardware``).
 - **Rental** (``rent_usd``): GPU-hours x per-GPU-hour cloud price (catalog, with its source).
 - **Energy** (``energy_kwh``, ``energy_usd``): board power x GPUs x hours x utilization x PUE,
   priced per kWh. Utilization is the average fraction of board power drawn; by default the
@@ -33,6 +36,22 @@ from .hardware import Sourced
 DAYS_PER_YEAR = 365.0
 
 
+class PurchaseUnit(BaseModel):
+    """The node sizes a GPU is sold in (whole systems), with the source."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpus_per_node: list[int]
+    source: str
+
+    @field_validator("gpus_per_node")
+    @classmethod
+    def _sizes(cls, v: list[int]) -> list[int]:
+        if not v or any(n < 1 for n in v):
+            raise ValueError(f"gpus_per_node must list positive GPU counts, got {v}")
+        return sorted(set(v))
+
+
 class Prices(BaseModel):
     """Every price and assumption the cost model uses, each a value with its source."""
 
@@ -40,6 +59,7 @@ class Prices(BaseModel):
 
     gpu_purchase_usd: dict[str, Sourced] = {}  # catalog GPU id -> unit price
     base_machine_usd: dict[int, Sourced]  # GPUs per node -> machine price
+    purchase_units: dict[str, PurchaseUnit] = {}  # catalog GPU id -> node sizes it is sold in
     lifetime_years: Sourced
     electricity_usd_per_kwh: Sourced
     pue: Sourced
@@ -120,7 +140,7 @@ def _normalize(data: dict, origin: str) -> dict:
     for key in ("lifetime_years", "electricity_usd_per_kwh", "pue", "utilization"):
         if key in out and out[key] is not None:
             out[key] = _sourced(out[key], origin)
-    for key in ("gpu_purchase_usd", "gpu_rent_usd_per_hr", "base_machine_usd"):
+    for key in ("gpu_purchase_usd", "gpu_rent_usd_per_hr", "base_machine_usd", "purchase_units"):
         if key in out:
             if not isinstance(out[key], dict):
                 raise UsageError(f"{origin}: field {key} must be a mapping")
@@ -128,7 +148,7 @@ def _normalize(data: dict, origin: str) -> dict:
             for k, v in out[key].items():
                 if key != "base_machine_usd":
                     k = hardware.get_gpu(str(k)).id  # aliases; unknown -> did-you-mean
-                m[k] = _sourced(v, origin)
+                m[k] = v if key == "purchase_units" else _sourced(v, origin)
             out[key] = m
     return out
 
@@ -183,7 +203,8 @@ def load_prices(path: str | Path | None = None) -> Prices:
 
 def with_overrides(prices: Prices, *, price_per_gpu=None, rent_per_gpu_hour=None, kwh_price=None,
                    pue=None, lifetime_years=None, utilization=None) -> Prices:
-    """A copy of ``prices`` with command-line overrides (sourced as the flag)."""
+    """A copy of ``prices`` with the user's own values (sourced "set by you"); a value
+    equal to the one in force keeps its source (a form that always passes its fields)."""
     upd = {}
     for key, val, flag in (("price_per_gpu", price_per_gpu, "--price-per-gpu"),
                            ("rent_per_gpu_hour", rent_per_gpu_hour, "--rent-per-gpu-hour"),
@@ -198,15 +219,19 @@ def with_overrides(prices: Prices, *, price_per_gpu=None, rent_per_gpu_hour=None
             raise UsageError(f"{flag} is a fraction of board power in (0, 1], got {val!r}")
         if key == "pue" and not PUE_RANGE[0] <= val <= PUE_RANGE[1]:
             raise UsageError(f"{flag}: {pue_range_error(val)}")
-        upd[key] = Sourced(value=float(val), source=f"command line {flag}")
+        current = getattr(prices, key)
+        if current is not None and current.value == float(val):
+            continue
+        upd[key] = Sourced(value=float(val), source="set by you")
     return prices.model_copy(update=upd) if upd else prices
 
 
 # --- pure cost functions -------------------------------------------------------------------
 
 def amortized_share(price_usd: float, days: float, lifetime_years: float) -> float:
-    """The run's share of a purchase: price x days / (lifetime_years x 365)."""
-    return price_usd * days / (lifetime_years * DAYS_PER_YEAR)
+    """The run's share of a purchase: price x days / (lifetime_years x 365), at most the price (a
+    run longer than the lifetime uses the hardware up)."""
+    return price_usd * min(1.0, days / (lifetime_years * DAYS_PER_YEAR))
 
 
 def energy_kwh(board_power_w: float, n_gpus: int, hours: float, utilization: float, pue: float) -> float:
@@ -233,7 +258,7 @@ def gpu_unit_price(prices: Prices, gpu_id: str) -> Sourced | None:
     if gpu_id == "local":
         return None
     g = hardware.get_gpu(gpu_id)
-    return Sourced(value=g.price_usd.value, source=f"catalog: {g.price_usd.source}") if g.price_usd else None
+    return g.price_usd
 
 
 def rent_price(prices: Prices, gpu_id: str) -> Sourced | None:
@@ -245,8 +270,7 @@ def rent_price(prices: Prices, gpu_id: str) -> Sourced | None:
     if gpu_id == "local":
         return None
     g = hardware.get_gpu(gpu_id)
-    c = g.cloud_usd_per_gpu_hr
-    return Sourced(value=c.value, source=f"catalog: {c.source}") if c else None
+    return g.cloud_usd_per_gpu_hr
 
 
 def base_machine_price(prices: Prices, gpus_per_node: int) -> Sourced:
@@ -265,19 +289,31 @@ def base_machine_price(prices: Prices, gpus_per_node: int) -> Sourced:
     return Sourced(value=k * m.value, source=f"{k} x {m.source}")
 
 
+def purchase_note(prices: Prices, gpu_id: str, gpus_per_node: int) -> str | None:
+    """Why a node of ``gpus_per_node`` of this GPU cannot be bought (sold only in whole systems
+    of other sizes), or None."""
+    unit = prices.purchase_units.get(gpu_id)
+    if unit is None or gpus_per_node in unit.gpus_per_node:
+        return None
+    sizes = " or ".join(str(n) for n in unit.gpus_per_node)
+    return f"sold only in systems of {sizes} GPUs ({unit.source})"
+
+
 def hardware_price(prices: Prices, gpu_id: str, nodes: int, gpus_per_node: int) -> dict:
-    """Purchase price of a cluster: GPUs x unit + nodes x base machine (None when unknown).
+    """Purchase price of a cluster: GPUs x unit + nodes x base machine (None when unknown, or
+    when the GPU is not sold in nodes of this size: ``purchase_note``).
 
     A calibrated local device (``gpu_id == 'local'``) has no base machine price: only GPUs
     priced by --price-per-gpu are counted.
     """
     unit = gpu_unit_price(prices, gpu_id)
     base = None if gpu_id == "local" else base_machine_price(prices, gpus_per_node)
+    note = None if gpu_id == "local" else purchase_note(prices, gpu_id, gpus_per_node)
     n = nodes * gpus_per_node
     total = None
-    if unit is not None:
+    if unit is not None and note is None:
         total = n * unit.value + (nodes * base.value if base is not None else 0.0)
-    return {"hardware_usd": total, "gpu_unit_usd": unit.value if unit else None,
+    return {"hardware_usd": total, "purchase_note": note, "gpu_unit_usd": unit.value if unit else None,
             "gpu_unit_source": unit.source if unit else None,
             "base_machine_usd": (nodes * base.value) if base is not None else None,
             "base_machine_source": base.source if base is not None else None}
@@ -295,6 +331,7 @@ def cost(prices: Prices, *, gpu_id: str, nodes: int, gpus_per_node: int, days: f
     out["lifetime_years"] = life
     out["amortized_usd"] = (amortized_share(out["hardware_usd"], days, life)
                             if out["hardware_usd"] is not None else None)
+    out["outlives_hardware"] = days > life * DAYS_PER_YEAR
     r = rent_price(prices, gpu_id)
     out["rent_usd_per_gpu_hr"] = r.value if r else None
     out["rent_source"] = r.source if r else None
@@ -356,7 +393,11 @@ def format_line(c: dict) -> str:
     """`buy $NN,NNN (run share $N,NNN over 5 years) · rent $NN,NNN · power N,NNN kWh ($NNN)`."""
     if c.get("hardware_usd") is not None:
         buy = (f"buy {usd(c['hardware_usd'])} (run share {usd(c['amortized_usd'])} over "
-               f"{c['lifetime_years']:g} years)")
+               f"{c['lifetime_years']:g} years)" if not c.get("outlives_hardware") else
+               f"buy {usd(c['hardware_usd'])} (run share: all of it; the run outlasts the hardware's "
+               f"{c['lifetime_years']:g}-year lifetime)")
+    elif c.get("purchase_note"):
+        buy = f"buy: {c['purchase_note'].split(' (')[0]}"
     else:
         buy = "buy: no price (pass --price-per-gpu)"
     rent = f"rent {usd(c['rent_usd'])}" if c.get("rent_usd") is not None else "rent: no price (pass --rent-per-gpu-hour)"

@@ -108,7 +108,9 @@ def cell(model: str, gpu_id: str, n: int, prices: Prices, pub: dict) -> Cell:
 
 
 def grid(models=MODELS, gpus=GPUS, counts=COUNTS, prices: Prices | None = None, progress: bool = False) -> list[Cell]:
-    prices = prices or default_prices()
+    # the study priced any count of its GPUs with a base machine (1 or 2 SXM A100/H100 included),
+    # so its grid does not apply the purchase units of real systems (prices.yaml purchase_units)
+    prices = (prices or default_prices()).model_copy(update={"purchase_units": {}})
     pub = published()
     cells = [(m, g, n) for m in models for g in gpus for n in counts]
     return compare.sweep_cells(cells, lambda x: cell(x[0], x[1], x[2], prices, pub),

@@ -27,7 +27,7 @@ def test_study_prices_and_sources(prices):
     for s in [*prices.gpu_purchase_usd.values(), *prices.base_machine_usd.values(), prices.lifetime_years,
               prices.electricity_usd_per_kwh, prices.pue]:
         assert s.source.strip()
-    assert "assumption" in prices.pue.source and "assumption" in prices.electricity_usd_per_kwh.source
+    assert "assumed" in prices.pue.source and "Energy Information Administration" in prices.electricity_usd_per_kwh.source
 
 
 def test_hardware_price_4xa100(prices):
@@ -138,7 +138,7 @@ def test_cost_flag_errors(capsys):
 def test_api_simulate_cost():
     from simulator.api import simulate
 
-    p = simulate("pythia-160m", "1xh100", prices=costs.with_overrides(costs.default_prices(), kwh_price=1.0))
+    p = simulate("pythia-160m", "4xh100", prices=costs.with_overrides(costs.default_prices(), kwh_price=1.0))
     assert p.cost["electricity_usd_per_kwh"] == 1.0
-    assert p.cost["hardware_usd"] == 31000
+    assert p.cost["hardware_usd"] == 4 * 30000 + 7500
     assert isinstance(Sourced, type)

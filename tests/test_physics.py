@@ -187,7 +187,7 @@ def test_interval_brackets_estimate():
     plan = simulate("pythia-1b", "4xa100")
     lo, hi = plan.interval_days
     assert lo <= plan.days <= hi
-    assert "residuals" in plan.interval_source and "rebuild-defaults" in plan.interval_source
+    assert "residuals" in plan.interval_source and "published" in plan.interval_source
 
 
 def test_explicit_overhead_scales_days_not_step_time():

@@ -55,6 +55,9 @@ class Stack(BaseModel):
     async_tp_overlap_source: str = ASYNC_TP_OVERLAP_SOURCE
     states: Literal["mixed", "half", "master"] = "mixed"
     states_source: str = "torch.autocast over fp32 parameters (mixed precision): fp32 weights, gradients and moments"
+    moe_experts: Literal["grouped", "loop"] = "grouped"
+    moe_experts_source: str = ("Megatron-LM --moe-grouped-gemm with the all-to-all dispatcher; torchtitan's "
+                               "grouped_mm experts: one kernel per GEMM for all of a GPU's experts")
     aliases: tuple[str, ...] = ()
 
     @field_validator("shardings")

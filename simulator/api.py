@@ -513,14 +513,14 @@ def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
             raise UsageError(f"--{k} must be a positive integer, got {v!r}")
     stack = pb.stack
-    lacking = [k for k in ("tp", "pp", "cp") if k not in stack.parallelisms]
+    lacking = [k for k in ("tp", "pp", "cp", "ep") if k not in stack.parallelisms]
     for k in lacking:
         if lay.get(k, 1) != 1:
             raise UsageError(f"--{k} {lay[k]}: the {stack.display} stack has no "
-                             f"{dict(tp='tensor', pp='pipeline', cp='context')[k]} parallelism "
+                             f"{dict(tp='tensor', pp='pipeline', cp='context', ep='expert')[k]} parallelism "
                              f"({stack.parallelisms_source}); valid choice: 1")
         lay = {**lay, k: 1}
-    cp, seq = lay.get("cp"), pb.seq_len
+    cp, seq, ep = lay.get("cp"), pb.seq_len, lay.get("ep")
     if cp is not None and cp > 1:
         ok = [c for c in range(2, n + 1) if n % c == 0 and seq % (2 * c) == 0]
         if cp not in ok:

@@ -47,7 +47,7 @@ class Stack(BaseModel):
     shardings_source: str
     zero_params: Literal["half", "fp32"] = "half"
     zero_params_source: str = "DeepSpeed ZeRO (bf16/fp16 mode: half module weights, fp32 master copy in the optimizer)"
-    parallelisms: tuple[Literal["tp", "pp", "cp"], ...] = ("tp", "pp", "cp")
+    parallelisms: tuple[Literal["tp", "pp", "cp", "ep"], ...] = ("tp", "pp", "cp", "ep")
     parallelisms_source: str = "not limited: the Megatron-style layouts are searched"
     async_tp: Literal["no", "compiled", "yes"] = "no"
     async_tp_source: str = "not offered"

@@ -180,8 +180,9 @@ def test_cli_line_shows_the_expert_layout(capsys) -> None:
 
 @pytest.mark.parametrize("args,needle", [
     (["--model", "olmoe-1b-7b", "--ep", "3"], "valid choices: 1, 2, 4, 8"),
-    (["--model", "olmoe-1b-7b", "--ep", "16"], "--ep 16"),
-    (["--model", "olmoe-1b-7b", "--ep", "4", "--tp", "4"], "valid choices here: 1, 2"),
+    (["--model", "olmoe-1b-7b", "--ep", "16", "--stack", "megatron-lm"], "valid choices here: 1, 2, 4, 8"),
+    (["--model", "olmoe-1b-7b", "--ep", "4", "--tp", "4", "--stack", "megatron-lm"], "valid choices here: 1, 2"),
+    (["--model", "olmoe-1b-7b", "--ep", "8"], "Hugging Face Trainer stack has no expert parallelism"),
     (["--model", "pythia-1b", "--ep", "2"], "not a mixture of experts"),
     (["--model", "olmoe-1b-7b", "--ep", "0"], "--ep"),
 ])

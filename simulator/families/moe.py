@@ -52,10 +52,10 @@ _DISPLAY = {"mixtral": "Mixtral", "qwen2_moe": "Qwen2-MoE", "qwen3_moe": "Qwen3-
 
 #: Tokens the busiest expert-parallel rank's experts process over the mean, under dropless routing
 #: with the load-balancing loss (applied to the expert work of the busiest rank when ep > 1; with
-#: all experts on every GPU the total is the same on each). ASSUMPTION from published gaps between
-#: force-balanced and dropless routing of the same run: 8-20% on Qwen3-235B-A22B
-#: (NVIDIA Megatron-Bridge performance summary, balanced vs dropless rows; /work/shared/DESIGN.md,
-#: "Mixture-of-experts and FP8"); the low end, since dropless runs also overlap some of it.
+#: all experts on every GPU the total is the same on each). ASSUMPTION, not fitted: the project's
+#: design notes (DESIGN.md, "Mixture-of-experts and FP8") record published gaps of 8-20% between
+#: force-balanced and dropless routing of Qwen3-235B-A22B; 1.1 is near the low end. A run with a
+#: capacity factor (tokens dropped or padded to the mean) has none: its prediction is then slow.
 LOAD_IMBALANCE = 1.1
 #: Router softmax and top-k: fp32 passes over the tokens x experts scores (read the half logits,
 #: write fp32 probabilities, read them for top-k, write the k weights and indices), kernels.

@@ -313,7 +313,8 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
         iv = (lo, max(iv[1], lo))
     warning = uncertainty.mfu_warning(float(mfu), days, min_days)
     plan = Plan(
-        model={"name": model.display_name, "params": int(model.n_params()), "family": model.family},
+        model={"name": model.display_name, "params": int(model.n_params()), "family": model.family,
+               **({"active_params": int(model.n_active_params())} if hasattr(model, "n_active_params") else {})},
         recipe={"tokens": int(recipe.tokens), "steps": int(recipe.steps), "global_batch": recipe.global_batch,
                 "seq_len": recipe.seq_len, "optimizer": recipe.optimizer, "precision": recipe.precision,
                 "source": recipe.source, "description": recipe.describe()},
@@ -328,7 +329,8 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
                      "exposed_comm": float(tab.exposed_comm[i]), "optimizer": float(tab.optimizer[i]),
                      "offload": float(tab.offload_time[i]), "bubble": float(tab.bubble[i]),
                      "tp_comm": float(tab.tp_comm[i]), "tp_comm_hidden": float(tab.tp_comm_hidden[i]),
-                     "pp_comm": float(tab.pp_comm[i]), "cp_comm": float(tab.cp_comm[i])},
+                     "pp_comm": float(tab.pp_comm[i]), "cp_comm": float(tab.cp_comm[i]),
+                     **({"ep_comm": float(tab.ep_comm[i])} if hasattr(model, "n_experts") else {})},
         tokens_per_s=tps, mfu=float(mfu), mfu_6nd=float(mfu_6nd), hfu=float(hfu), memory_gib=mem, days=float(days),
         days_at_peak=float(days_at_peak), interval_days=iv,
         interval_source=_interval_source(residuals, family_text, iv, days, min_days) if iv else None,
@@ -453,7 +455,7 @@ class SearchResult:
 
 
 _PIN_KEYS = ("precision", "attention", "compile", "checkpointing", "sharding", "offload", "micro_batch")
-_LAYOUT_KEYS = ("tp", "pp", "vp", "sequence_parallel", "async_tp", "cp")
+_LAYOUT_KEYS = ("tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep")
 
 
 #: knobs that take True, False or None (searched; profile_any_gpu: None is False)
@@ -522,6 +524,16 @@ def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
     pb = s.problem
     n, g, model = pb.n_gpus, pb.fabric.gpus_per_node, pb.model
     heads, layers = getattr(model, "n_heads", None), getattr(model, "n_layers", None)
+    experts = getattr(model, "n_experts", 0)
+    ep = lay.get("ep")
+    if ep is not None and (not isinstance(ep, int) or isinstance(ep, bool) or ep <= 0):
+        raise UsageError(f"--ep must be a positive integer, got {ep!r}")
+    if ep is not None and ep > 1 and not experts:
+        raise UsageError(f"--ep {ep}: {model.display_name} is not a mixture of experts; valid choice: 1")
+    if ep is not None and experts and experts % ep:
+        ok = [d for d in range(1, min(experts, n) + 1) if experts % d == 0 and n % d == 0]
+        raise UsageError(f"--ep {ep}: expert parallelism splits the {experts} experts of each layer over ep GPUs; "
+                         f"valid choices: {', '.join(map(str, ok))}")
     if heads is None or layers is None:  # not a transformer: data parallelism only
         for k in ("tp", "pp", "vp", "cp"):
             if lay.get(k, 1) != 1:
@@ -535,14 +547,14 @@ def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
             raise UsageError(f"--{k} must be a positive integer, got {v!r}")
     stack = pb.stack
-    lacking = [k for k in ("tp", "pp", "cp") if k not in stack.parallelisms]
+    lacking = [k for k in ("tp", "pp", "cp", "ep") if k not in stack.parallelisms]
     for k in lacking:
         if lay.get(k, 1) != 1:
             raise UsageError(f"--{k} {lay[k]}: the {stack.display} stack has no "
-                             f"{dict(tp='tensor', pp='pipeline', cp='context')[k]} parallelism "
+                             f"{dict(tp='tensor', pp='pipeline', cp='context', ep='expert')[k]} parallelism "
                              f"({stack.parallelisms_source}); valid choice: 1")
         lay = {**lay, k: 1}
-    cp, seq = lay.get("cp"), pb.seq_len
+    cp, seq, ep = lay.get("cp"), pb.seq_len, lay.get("ep")
     if cp is not None and cp > 1:
         ok = [c for c in range(2, n + 1) if n % c == 0 and seq % (2 * c) == 0]
         if cp not in ok:
@@ -575,7 +587,13 @@ def layout_space(s: Setup, lay: dict, space: Space) -> list[Parallelism]:
                              "virtual stages (the layers of the smallest stage); valid here: "
                              f"1..{max(1, min_layers)}")
     sp = lay.get("sequence_parallel")
-    out = layouts(n, g, heads, layers, tp=tp, pp=pp, vp=vp, sp=sp, cp=cp, seq_len=seq)
+    out = layouts(n, g, heads, layers, tp=tp, pp=pp, vp=vp, sp=sp, cp=cp, seq_len=seq, n_experts=experts, ep=ep)
+    base = layouts(n, g, heads, layers, tp=tp, pp=pp, vp=vp, sp=sp, cp=cp, seq_len=seq) if ep and not out else []
+    if base:
+        ok = sorted({d for p in base for d in range(1, p.dp + 1) if p.dp % d == 0 and experts % d == 0})
+        raise UsageError(f"--ep {ep}: the expert-parallel ranks are data-parallel ranks, so ep must divide the "
+                         f"data-parallel degree (GPUs / (tp × pp × cp)) and the {experts} experts; valid choices here: "
+                         f"{', '.join(map(str, ok))}")
     if sp and not out:
         ok = sorted({p.tp for p in free if p.tp > 1 and (seq // (cp or 1)) % p.tp == 0 and "tp" not in lacking})
         raise UsageError(f"--sequence-parallel splits the tensor-parallel ranks' {seq // (cp or 1)} tokens over tp: "

@@ -148,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--no-async-tp", dest="async_tp", action="store_false")
     k.add_argument("--cp", type=_positive_int("--cp"),
                    help="context-parallel degree: each sequence split over cp GPUs (ring attention); searched from 8k tokens")
+    k.add_argument("--ep", type=_positive_int("--ep"),
+                   help="expert-parallel degree of a mixture of experts (divides the experts and the data-parallel ranks)")
     from .costs import add_cost_args
 
     add_cost_args(p)
@@ -160,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _knobs(a: argparse.Namespace) -> dict:
     keys = ("profile", "profile_any_gpu", "intra_node", "inter_node", "host_memory", "overhead", "tokens", "steps", "global_batch",
             "seq_len", "optimizer", "precision", "attention", "compile", "checkpointing", "sharding",
-            "offload", "micro_batch", "stack", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp")
+            "offload", "micro_batch", "stack", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep")
     out = {k: getattr(a, k) for k in keys if getattr(a, k) is not None}
     for k in ("precision", "attention", "checkpointing", "sharding", "offload", "optimizer", "stack"):
         if k in out:

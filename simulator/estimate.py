@@ -141,6 +141,8 @@ class Table:
     tp_comm_hidden: np.ndarray  # hidden behind the GEMMs by asynchronous TP
     pp_comm: np.ndarray
     cp_comm: np.ndarray  # ring attention's exposed K/V exchange
+    ep: np.ndarray  # expert-parallel degree (a mixture of experts)
+    ep_comm: np.ndarray  # expert-parallel all-to-all (exposed)
 
     def __len__(self) -> int:
         return int(self.step_time.size)
@@ -160,7 +162,7 @@ class Table:
     def parallelism(self, i: int) -> Parallelism:
         """The layout of strategy ``i``."""
         return Parallelism(int(self.dp[i]), int(self.tp[i]), int(self.pp[i]), int(self.vp[i]), bool(self.sp[i]),
-                           bool(self.async_tp[i]), int(self.cp[i]))
+                           bool(self.async_tp[i]), int(self.cp[i]), int(self.ep[i]))
 
     def strategy(self, i: int) -> Strategy:
         """Strategy ``i`` with its knob values and layout."""
@@ -303,7 +305,7 @@ def model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
             wb, gb, _ = memory.state_bytes_per_param(p, s, pb.optimizer, stack)
             gc[i, j], wc[i, j] = gb, wb
             for k, off in enumerate(space.offloads):
-                st = memory.model_states(P, PL, p, s, off, pb.optimizer, n, stack)
+                st = memory.layout_states(model, PL, p, s, off, pb.optimizer, n, stack)
                 w[i, j, k], g[i, j, k], o[i, j, k], host[i, j, k] = (
                     st["weights"], st["gradients"], st["optimizer"], st["host"])
     buffers = np.array([[memory.comm_buffers(P, p, sh, n, stack) + memory.autocast_weight_copies(P, p, sh, stack)
@@ -385,7 +387,7 @@ def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: Sta
     P, L = float(model.n_params()), model.n_layers
     K, Z, NO = len(packs), len(space.shardings), len(space.offloads)
     stage = np.array([SHARD_STAGE[s] for s in space.shardings])
-    local = np.where(stage >= 1, P / n, P)[None, :, None]  # params each rank updates
+    local = np.where(stage >= 1, memory.sharded_params(model, n), P)[None, :, None]  # params each rank updates
     share = local / P  # (1, Z, 1) fraction of the parameters each rank updates
     # a half copy of the updated weights, where ZeRO/FSDP keep fp32 masters (DDP's casts happen
     # per micro-batch, see assemble)
@@ -491,5 +493,6 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
         rank=rank, rank_key=rank_key,
         dp=const(pb.dp_ranks), tp=const(1), pp=const(1), vp=const(1), sp=const(False),
         async_tp=const(False), cp=const(1),
-        bubble=zeros, tp_comm=zeros, tp_comm_hidden=zeros, pp_comm=zeros, cp_comm=zeros,
+        bubble=zeros, tp_comm=zeros, tp_comm_hidden=zeros, pp_comm=zeros, cp_comm=zeros, ep=const(1),
+        ep_comm=zeros,
     )

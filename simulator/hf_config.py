@@ -30,9 +30,10 @@ dropout, initialisation, token ids, ``torch_dtype`` (precision is a recipe knob)
 (added in the score pass; no parameters), BLOOM ``apply_residual_connection_post_layernorm``,
 OPT ``do_layer_norm_before`` beyond the final norm it removes, Falcon's fused QKV layout.
 
-Recognised but not modelled (:data:`NOT_MODELLED`; exit 2 with one sentence): mixture-of-experts
-(``mixtral``, ``qwen2_moe``, ``olmoe``, ``deepseek_v2/v3`` ..., or any config with more than one
-expert), encoder-decoder (``t5``, ``bart`` ..., or ``is_encoder_decoder``), Gemma 3 image-text
+Mixtures of experts ``mixtral``, ``qwen2_moe``, ``qwen3_moe`` and ``olmoe`` are read by their family
+(``simulator/families/moe.py``, :data:`MOE_ROPE` for their attention half). Recognised but not
+modelled (:data:`NOT_MODELLED`; exit 2 with one sentence): other mixtures of experts
+(``deepseek_v2/v3``, ``dbrx`` ..., or any other config with more than one expert), encoder-decoder (``t5``, ``bart`` ..., or ``is_encoder_decoder``), Gemma 3 image-text
 (``gemma3``). Not supported: ``deberta-v2`` (disentangled relative attention has its own
 projections and FLOPs), OPT-350m's ``word_embed_proj_dim`` projections.
 
@@ -586,7 +587,16 @@ _BUILDERS: dict[str, Callable[[_Cfg, str], dict[str, Any]]] = {
 }
 
 
-_MOE = "mixture-of-experts is not modelled yet: expert routing, expert parallelism"
+#: The attention half of the mixture-of-experts decoders simulator/families/moe.py reads (it adds
+#: the routing): rotary, RMSNorm decoders as ``transformers`` builds them.
+MOE_ROPE: dict[str, Callable[[_Cfg, str], dict[str, Any]]] = {
+    "mixtral": _rope_decoder(_Rope("mixtral", 131072, windows="all", cap_seq_at_window=True)),
+    "qwen2_moe": _rope_decoder(_Rope("qwen2_moe", 32768, qkv_bias=True, windows="qwen")),
+    "qwen3_moe": _rope_decoder(_Rope("qwen3_moe", 32768, head_dim=128, qk_norm="shared", windows="qwen")),
+    "olmoe": _rope_decoder(_Rope("olmoe", 4096, qk_norm="full")),
+}
+_MOE = ("mixture-of-experts is not modelled yet for this architecture (its routing, shared experts or "
+        "attention differ from the modelled " + ", ".join(MOE_ROPE) + ")")
 _ENC_DEC = (
     "encoder-decoder models are not modelled yet: separate encoder and decoder stacks, "
     "cross-attention"
@@ -594,7 +604,7 @@ _ENC_DEC = (
 #: Architectures we recognise but do not model, with the reason (one sentence each).
 NOT_MODELLED: dict[str, str] = {
     **dict.fromkeys(
-        ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "dbrx",
+        ("deepseek_v2", "deepseek_v3", "dbrx",
          "jamba", "phimoe", "granitemoe", "granitemoeshared", "jetmoe", "gpt_oss", "llama4",
          "llama4_text", "minimax", "glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe", "dots1",
          "qwen3_next", "flex_olmo", "switch_transformers", "nllb_moe"),
@@ -618,6 +628,8 @@ def _not_modelled(model_type: str, data: Mapping[str, Any]) -> str | None:
     """Why this config describes an architecture we do not model (None if it is not one)."""
     if model_type in NOT_MODELLED:
         return NOT_MODELLED[model_type]
+    if model_type in MOE_ROPE:  # the mixtures of experts simulator/families/moe.py models
+        return None
     experts = [data.get(k) for k in _EXPERT_FIELDS]
     if any(isinstance(n, int) and not isinstance(n, bool) and n > 1 for n in experts):
         return _MOE

@@ -179,3 +179,31 @@ def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: 
     bytes per logit, :meth:`simulator.stacks.Stack.loss_bytes_per_logit`)."""
     g = graph(model, seq_len, mb, precision, family_of(model).attentions[-1], compiled, stack)
     return np.asarray(g.logits_bytes, float) + np.zeros_like(np.asarray(mb, dtype=float))
+
+
+def layout_states(model, layer_params: float, precision: str, sharding: str, offload: str, optimizer: str,
+                  n_gpus: int, stack=None) -> dict[str, float]:
+    """:func:`model_states` of a GPU's view of the model (``parallel.ShardView``) over ``n_gpus``
+    data-parallel ranks. Under expert parallelism (a mixture of experts, ``ep`` > 1) the GPU's
+    experts (``n_expert_params``) are replicated only over the n/ep ranks holding the same experts
+    (Megatron-Core's expert data-parallel group), so their sharded states are divided by n/ep,
+    the rest of the model's by n; otherwise exactly :func:`model_states`."""
+    P, ep = float(model.n_params()), getattr(model, "ep", 1)
+    if ep <= 1:
+        return model_states(P, layer_params, precision, sharding, offload, optimizer, n_gpus, stack)
+    X = float(model.n_expert_params())
+    dense = model_states(P - X, layer_params, precision, sharding, offload, optimizer, n_gpus, stack)
+    experts = model_states(X, X / max(model.n_layers, 1), precision, sharding, offload, optimizer,
+                           max(1, n_gpus // ep), stack)
+    return {k: dense[k] + experts[k] for k in dense}
+
+
+def sharded_params(model, n_gpus: int) -> float:
+    """Parameters whose optimizer states one of ``n_gpus`` data-parallel ranks holds when they
+    are sharded (ZeRO-1 and above): P / n, and a GPU's experts over the n/ep ranks that share them
+    under expert parallelism (:func:`layout_states`)."""
+    P, ep = float(model.n_params()), getattr(model, "ep", 1)
+    if ep <= 1:
+        return P / n_gpus
+    X = float(model.n_expert_params())
+    return (P - X) / n_gpus + X / max(1, n_gpus // ep)

@@ -60,7 +60,8 @@ def mfu(tokens_per_s: float, model, seq_len: int, n_gpus: int, peak_flops: float
 
 def palm_flops_per_token(model, seq_len: int) -> float:
     """6 N + 12 L h s per token (PaLM / llm-foundry MFU convention: N = all parameters, attention
-    counted dense and non-causal, h = heads x head_dim of each attention op). Reported as
+    counted dense and non-causal, h = heads x head_dim of each attention op; a mixture of experts:
+    N = its active parameters, 6 N_active per token). Reported as
     ``mfu_6nd`` for comparison with published MFUs. Families without attention: 6 N (Mamba);
     convolutional networks reuse weights across pixels, so 6 N means nothing there and their
     model FLOPs are used (ConvNeXt, ``Family.six_n`` False)."""
@@ -68,4 +69,5 @@ def palm_flops_per_token(model, seq_len: int) -> float:
         return model_flops_per_token(model, seq_len)
     attn = sum(reps * 12.0 * op.heads * op.head_dim * op.seq
                for op, reps in _one_sample(model, seq_len).all_ops() if op.kind == "attention")
-    return 6.0 * model.n_params() + attn
+    active = getattr(model, "n_active_params", model.n_params)  # a mixture of experts: the parameters a token uses
+    return 6.0 * active() + attn

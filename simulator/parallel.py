@@ -48,6 +48,10 @@ class Parallelism:
     sequence parallelism (only with tp > 1). ``async_tp``: the tensor-parallel collectives
     overlapped with the GEMMs (:func:`async_tp_time`; needs sequence parallelism). ``cp``: context
     parallelism (ring attention): each sequence split over cp ranks (:func:`cp_ring_time`).
+    ``ep``: expert parallelism (a mixture of experts): the experts of each MoE layer split over ep
+    of the data-parallel ranks, which exchange tokens by all-to-all (:func:`ep_comm_time`); ep
+    divides dp (Megatron-Core and torchtitan carve the expert-parallel group out of the
+    data-parallel ranks), the GPU count is still dp x tp x pp x cp.
     """
 
     dp: int  # data-parallel replicas (the context-parallel ranks of a replica share its samples)
@@ -57,14 +61,15 @@ class Parallelism:
     sp: bool = False
     async_tp: bool = False
     cp: int = 1
+    ep: int = 1
 
     @property
     def n_gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
 
     def describe(self) -> str:
-        """E.g. 'TP 8 + sequence parallel · CP 2 · PP 4 (interleaved × 2) · DP 2'; '' for plain DP."""
-        if self.tp == 1 and self.pp == 1 and self.cp == 1:
+        """E.g. 'TP 8 + sequence parallel · CP 2 · PP 4 (interleaved × 2) · EP 2 · DP 2'; '' for plain DP."""
+        if self.tp == 1 and self.pp == 1 and self.cp == 1 and self.ep == 1:
             return ""
         parts = []
         if self.tp > 1:
@@ -73,6 +78,8 @@ class Parallelism:
             parts.append(f"CP {self.cp} (ring attention)")
         if self.pp > 1:
             parts.append(f"PP {self.pp}" + (f" (interleaved × {self.vp})" if self.vp > 1 else " (1F1B)"))
+        if self.ep > 1:
+            parts.append(f"EP {self.ep}")
         parts.append(f"DP {self.dp}")
         return " · ".join(parts)
 
@@ -206,6 +213,43 @@ def cp_ring_time(block_bytes, attn_fwd, attn_bwd, attn_fwd_passes, layers: int, 
     return layers * (attn_fwd_passes * fwd + bwd)
 
 
+def ep_comm_bytes(tokens, hidden: int, top_k: int, e: int, ep: int) -> np.ndarray:
+    """Bytes each GPU sends to the other expert-parallel ranks per all-to-all (one dispatch, or
+    one combine) of one MoE layer: its ``tokens`` x ``top_k`` copies of a ``hidden``-wide
+    activation (``e`` bytes each), of which (ep-1)/ep go to experts on other ranks under uniform
+    routing (Megatron-Core MoE README, all-to-all token dispatcher; DESIGN.md)."""
+    return np.asarray(tokens, dtype=float) * top_k * hidden * e * (ep - 1) / ep
+
+
+def ep_link(fab: comm.Fabric, par: Parallelism) -> tuple[float, float, float]:
+    """(seconds per byte sent, latency in s, share of the bytes leaving the node) of the
+    expert-parallel all-to-all. The ep ranks are tp apart (taken from the data-parallel ranks):
+    inside one node while ep x tp GPUs fit in it, over its link; beyond, each GPU's peers on its own
+    node (g/tp of the ep ranks) still take their share over the node's link and the rest crosses
+    the node's network, which all g GPUs of the node use at once (each sends its own tokens)."""
+    g = fab.gpus_per_node
+    if par.ep * par.tp <= g or fab.nodes == 1:
+        return 1.0 / fab.intra_busbw, fab.intra_alpha, 0.0
+    peers = max(1, g // par.tp)  # ep ranks on each node
+    out = (par.ep - peers) / (par.ep - 1)  # of the bytes sent to other ranks
+    per_byte = (1.0 - out) / fab.intra_busbw + out * g / fab.inter_busbw
+    return per_byte, fab.intra_alpha + fab.inter_alpha, out
+
+
+def ep_comm_time(tokens, hidden: int, top_k: int, e, par: Parallelism, fab: comm.Fabric, passes) -> np.ndarray:
+    """Seconds of expert-parallel all-to-all per MoE layer and micro-batch: a dispatch and a
+    combine in each of ``passes`` forward-sized passes (2 = forward + backward, whose gradients
+    travel the same all-to-alls in reverse; more with recomputation), each
+    :func:`ep_comm_bytes` at :func:`ep_link`. Not overlapped with compute (Megatron-Core's
+    default; its batch-level overlap is opt-in). ``tokens``: the GPU's tokens per micro-batch (its
+    sequence shard under sequence parallelism)."""
+    if par.ep <= 1:
+        return np.zeros_like(np.asarray(tokens, dtype=float))
+    per_byte, alpha, _ = ep_link(fab, par)
+    one = alpha + ep_comm_bytes(tokens, hidden, top_k, e, par.ep) * per_byte
+    return np.asarray(passes, dtype=float) * 2.0 * one
+
+
 def dp_fabric(fab: comm.Fabric, par: Parallelism) -> comm.Fabric:
     """The links one gradient-reduction group sees: the dp x cp ranks holding the same weights.
     Its ranks are tp apart: k = min(dp cp, g/tp) of them share a node, and the node's network
@@ -250,11 +294,18 @@ class ShardView:
         self.head_dim = spec.head_dim
         self.ffn_hidden = math.ceil(spec.ffn_hidden / tp)
         self.vocab_size = math.ceil(spec.vocab_size / tp)
+        self.ep = par.ep
         b = spec.param_breakdown()
         kv_rows = 2 * self.n_kv_heads * self.head_dim * spec.hidden  # replicated KV heads count fully
         q_out = 2 * self.n_heads * self.head_dim * spec.hidden
         up = (2 if spec.gated_mlp else 1) + 1
-        layer = q_out + kv_rows + up * spec.hidden * self.ffn_hidden + b["norms_per_layer"]
+        mlp = up * spec.hidden * self.ffn_hidden
+        self._experts = 0
+        if hasattr(spec, "n_experts"):  # a mixture of experts: its ep share of the experts, tp of each
+            self._experts = self.n_layers * spec.n_experts // par.ep * mlp
+            mlp = (spec.n_experts // par.ep * mlp + spec.router_params_per_layer()
+                   + math.ceil(spec.shared_params_per_layer() / tp))
+        layer = q_out + kv_rows + mlp + b["norms_per_layer"]
         emb = spec.n_embedding_params()
         if par.pp > 1:  # first stage: embedding; last: head (tied weights keep a copy there)
             emb = max(b["embedding"] + b["position_embedding"], b["head"] or b["embedding"])
@@ -280,7 +331,7 @@ class ShardView:
 
     #: What one GPU's shard is made of (the spec's other attributes, read through, are the spec's).
     _SHARD = ("tp", "seq_shards", "n_layers", "n_window_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab_size",
-              "_emb", "_params")
+              "ep", "_emb", "_params", "_experts")
 
     def _key(self) -> tuple:
         return (self._spec, *(self.__dict__[k] for k in self._SHARD))
@@ -294,7 +345,7 @@ class ShardView:
         return hash(self._key())
 
     def __getattr__(self, name):
-        if name in ("_spec", "_emb", "_params"):  # not set yet (copying): never recurse into the spec
+        if name in ("_spec", "_emb", "_params", "_experts"):  # not set yet (copying): never recurse into the spec
             raise AttributeError(name)
         value = getattr(self._spec, name)
         self.__dict__[name] = value  # the spec is frozen: read through once
@@ -314,10 +365,14 @@ class ShardView:
     def n_embedding_params(self) -> int:
         return self._emb
 
+    def n_expert_params(self) -> int:
+        """The routed experts' parameters this GPU holds (0 for a dense model)."""
+        return self._experts
+
 
 def view(spec, par: Parallelism):
-    """The model as one GPU of ``par`` sees it (the spec itself without tp or pp)."""
-    return spec if par.tp == 1 and par.pp == 1 else ShardView(spec, par)
+    """The model as one GPU of ``par`` sees it (the spec itself without tp, pp or ep)."""
+    return spec if par.tp == 1 and par.pp == 1 and par.ep == 1 else ShardView(spec, par)
 
 
 #: Context parallelism is searched only from this sequence length on (tokens): below it the
@@ -331,8 +386,24 @@ CP_ATTENTIONS = ("sdpa",)
 CP_SEARCHED = (1, 2, 4, 8)
 
 
+def expert_degrees(n_experts: int, dp: int, tp: int, gpus_per_node: int, ep=None) -> list[int]:
+    """Expert-parallel degrees of a layout with ``dp`` data-parallel ranks: ep divides the
+    experts and dp. Megatron-Core (megatron/core/parallel_state.py, initialize_model_parallel)
+    builds the expert grid from the same GPUs: expert_tensor_parallel_size defaults to the tensor-
+    parallel size, the world size must be divisible by etp x ep x pp and the rest is the expert
+    data-parallel size; with etp = tp that is ep dividing dp x cp, of which ep dividing dp (no
+    context parallelism among the expert ranks) is modelled; torchtitan likewise borrows its EP
+    ranks from data parallelism. Searched inside a node (ep x tp GPUs at most the node's), where
+    the all-to-all runs over NVLink; ``ep`` pins one (across nodes allowed). No experts: [1]."""
+    if n_experts <= 1:
+        return [1]
+    if ep is not None:
+        return [ep] if n_experts % ep == 0 and dp % ep == 0 else []
+    return [d for d in range(1, dp + 1) if dp % d == 0 and n_experts % d == 0 and d * tp <= gpus_per_node]
+
+
 def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=None, pp=None,
-            vp=None, sp=None, cp=None, seq_len: int = 0) -> list[Parallelism]:
+            vp=None, sp=None, cp=None, seq_len: int = 0, n_experts: int = 0, ep=None) -> list[Parallelism]:
     """Every ``dp x tp x pp x cp = n_gpus`` layout: tp divides the node's GPUs and the heads (or,
     pinned, a multiple of the node's GPUs dividing the heads: TP across nodes, :func:`tp_link`); pp at
     most the layers (uneven stages allowed); vp in {1, 2} where every stage has 2+ layers per
@@ -340,7 +411,8 @@ def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=
     ``seq_len / cp`` tokens (Megatron-LM asserts it), unless pinned off (pinned on: only such
     layouts); cp in
     :data:`CP_SEARCHED` dividing the sequence into 2 cp chunks, searched from :data:`CP_MIN_SEQ`
-    tokens on (else 1). ``tp``, ``pp``, ``vp``, ``sp``, ``cp`` pin a knob (None = search)."""
+    tokens on (else 1); with ``n_experts`` (a mixture of experts) every ep of
+    :func:`expert_degrees`. ``tp``, ``pp``, ``vp``, ``sp``, ``cp``, ``ep`` pin a knob (None = search)."""
     out = []
     tps = [t for t in range(1, gpus_per_node + 1) if gpus_per_node % t == 0 and n_heads % t == 0
            and n_gpus % t == 0]
@@ -365,5 +437,6 @@ def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=
                 sps = [splits] if sp is None else [bool(sp)] if splits or not sp else []
                 for v in vps:
                     for s in sps:
-                        out.append(Parallelism(d, t, p, v, s, cp=c))
+                        for x in expert_degrees(n_experts, d, t, gpus_per_node, ep):
+                            out.append(Parallelism(d, t, p, v, s, cp=c, ep=x))
     return out

@@ -62,7 +62,7 @@ def states_floor(pb: Problem, space: Space, par: parallel.Parallelism, offloads:
         for s in shardings:
             for o in space.offloads if offloads is None else offloads:
                 if offload_allowed(s, o):
-                    st = memory.model_states(P, PL, p, s, o, pb.optimizer, par.dp * par.cp, pb.stack)
+                    st = memory.layout_states(v, PL, p, s, o, pb.optimizer, par.dp * par.cp, pb.stack)
                     best = min(best, st["weights"] + st["gradients"] + st["optimizer"])
     return best
 
@@ -165,7 +165,7 @@ def _node_sharing(pb: Problem, space: Space, model, par: parallel.Parallelism, f
     if offloaded.any():
         P = float(model.n_params())
         stage = np.array([SHARD_STAGE[x] for x in space.shardings])[a["sharding"]]
-        local = np.where(stage >= 1, P / (par.dp * par.cp), P)
+        local = np.where(stage >= 1, memory.sharded_params(model, par.dp * par.cp), P)
         rate = pb.device.profile.cpu_adam_gparams_per_s * 1e9 / fab.gpus_per_node  # as the sub-problem counted it
         extra = np.where(offloaded, (scale - 1) * local / rate, 0.0)
         a["offload_time"] = a["offload_time"] + extra
@@ -207,7 +207,12 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
     a["cp_comm"] = np.zeros(ga.size)
     if par.cp > 1:
         _ring_attention(pb, model, par, seq, packs, a, per_replica / ga, e)
-    t_mb = (a["forward"] + a["backward"] + a["recompute"] + a["cp_comm"]) / ga
+    # expert parallelism: all-to-all dispatch and combine per MoE layer and pass, not overlapped
+    ep_mb = model.n_layers * parallel.ep_comm_time(tokens / workload.seq_shards(model), h,
+                                                   getattr(pb.model, "top_k", 1), e, par, pb.fabric, passes)
+    a["ep_comm"] = ga * ep_mb
+    a["step_time"] = a["step_time"] + a["ep_comm"]
+    t_mb = (a["forward"] + a["backward"] + a["recompute"] + a["cp_comm"] + a["ep_comm"]) / ga
     act, log = a["mem_activations"], a["mem_logits"]
     F = 1 + pb.stack.fragmentation
     rest = a["mem_total"] - act * F - log
@@ -230,7 +235,7 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
         b["mem_total"] = rest + np.maximum(first * F, act * F + log)
         b["fits"] = b["mem_total"] <= pb.device.usable_memory
         b["feasible"] = a["valid"] & b["fits"] & a["host_ok"]
-        for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp), ("cp", p.cp)):
+        for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp), ("cp", p.cp), ("ep", p.ep)):
             b[k] = np.full(ga.size, val)
         b["async_tp"] = use_async
         simpler = np.log2(p.tp) + np.log2(p.pp) + np.log2(p.cp) + (vp - 1)
@@ -261,11 +266,11 @@ def _compute_floors(pb: Problem, space: Space, pars: list[parallel.Parallelism])
     L = np.array([float(parallel.stage_layers(pb.model.n_layers, p.pp)[0]) for p in pars])
     full, one = np.full(len(pars), np.inf), np.full(len(pars), np.inf)
     compiles = [True] if True in space.compiles else list(space.compiles)
-    for key in {(p.tp, p.sp, p.cp) for p in pars}:
-        tp, sp, cp = key
+    for key in {(p.tp, p.sp, p.cp, p.ep) for p in pars}:
+        tp, sp, cp, ep = key
         seq = pb.seq_len // cp
-        idx = np.array([i for i, p in enumerate(pars) if (p.tp, p.sp, p.cp) == key])
-        base = parallel.ShardView(pb.model, parallel.Parallelism(1, tp, 1, 1, sp))
+        idx = np.array([i for i, p in enumerate(pars) if (p.tp, p.sp, p.cp, p.ep) == key])
+        base = parallel.ShardView(pb.model, parallel.Parallelism(1, tp, 1, 1, sp, ep=ep))
         mb = np.unique(np.concatenate([[1.0], B[idx]]))
         at_b, at_1 = np.searchsorted(mb, B[idx]), np.searchsorted(mb, 1.0)
         memos: tuple[dict, dict] = ({}, {})
@@ -377,7 +382,7 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
         """The tight floor, computed for the key's whole tensor/context-parallel view at once when
         needed."""
         if key not in tight:
-            same = [k for k in keep if (k.tp, k.sp, k.cp) == (key.tp, key.sp, key.cp)]
+            same = [k for k in keep if (k.tp, k.sp, k.cp, k.ep) == (key.tp, key.sp, key.cp, key.ep)]
             tight.update(zip(same, step_floors(pb, space, [par_of[k] for k in same], async_tp), strict=True))
         return tight[key]
 
@@ -405,12 +410,12 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
         raise ValueError("no layout to evaluate: pipelining needs --sharding ddp or zero1")
     packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
     tab = Table.concat(parts, pb, packs, list(space.shardings), list(space.offloads))
-    return tab, len({tuple(int(getattr(p, k)[0]) for k in ("dp", "tp", "pp", "vp", "cp")) for p in parts})
+    return tab, len({tuple(int(getattr(p, k)[0]) for k in ("dp", "tp", "pp", "vp", "cp", "ep")) for p in parts})
 
 
 def _plain(par: parallel.Parallelism) -> bool:
-    """Pure data parallelism: no tensor, pipeline or context parallelism."""
-    return par.tp == 1 and par.pp == 1 and par.cp == 1
+    """Pure data parallelism: no tensor, pipeline, context or expert parallelism."""
+    return par.tp == 1 and par.pp == 1 and par.cp == 1 and par.ep == 1
 
 
 def _layout_text(tab: Table, i: int) -> str:
@@ -421,14 +426,14 @@ def _layout_text(tab: Table, i: int) -> str:
 def explain_layout(tab: Table, order: np.ndarray, n_layouts: int, n_evaluated: int, n_gpus: int) -> str:
     """One sentence on why the winning layout won: its bubble and tensor-parallel time, and how
     the best plan of the other kind (pure data parallelism, or tensor/pipeline) compares."""
-    dims = "dp × tp × pp" + (" × cp" if (tab.cp > 1).any() else "")
+    dims = "dp × tp × pp" + (" × cp" if (tab.cp > 1).any() else "") + (" (× ep within dp)" if (tab.ep > 1).any() else "")
     head = (f"considered {n_layouts} layouts {dims} = {n_gpus}, evaluated {n_evaluated} (the rest "
             "cannot fit their model states or cannot beat the winner even at peak speed)"
             if n_layouts > n_evaluated else f"evaluated all {n_layouts} layouts {dims} = {n_gpus}")
     if not order.size:
         return head + "; none fits"
     i = int(order[0])
-    plain = (tab.tp == 1) & (tab.pp == 1) & (tab.cp == 1)
+    plain = (tab.tp == 1) & (tab.pp == 1) & (tab.cp == 1) & (tab.ep == 1)
     win_plain = bool(plain[i])
     other = np.nonzero(np.isfinite(tab.rank_key) & (plain != win_plain))[0]
     text = f"{head}; {_layout_text(tab, i)} wins"
@@ -436,10 +441,12 @@ def explain_layout(tab: Table, order: np.ndarray, n_layouts: int, n_evaluated: i
         text += (f" (per step: pipeline bubble {tab.bubble[i]:.2f} s, tensor-parallel collectives "
                  f"{tab.tp_comm[i]:.2f} s, stage sends {tab.pp_comm[i]:.2f} s"
                  + (f", ring attention {tab.cp_comm[i]:.2f} s" if tab.cp[i] > 1 else "")
+                 + (f", expert all-to-all {tab.ep_comm[i]:.2f} s" if tab.ep[i] > 1 else "")
                  + f" of {tab.step_time[i]:.2f} s)")
     if other.size:
         j = other[np.argmin(tab.rank_key[other])]
-        text += (f"; the best {'tensor/pipeline/context' if win_plain else 'pure data-parallel'} plan "
+        kinds = "tensor/pipeline/context" + ("/expert" if (tab.ep > 1).any() else "")
+        text += (f"; the best {kinds if win_plain else 'pure data-parallel'} plan "
                  f"({_layout_text(tab, j)}) takes {tab.step_time[j] / tab.step_time[i]:.2f}× as long")
     elif not win_plain:
         text += "; no pure data-parallel plan fits"

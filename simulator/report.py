@@ -21,7 +21,8 @@ class Console(rich.console.Console):
 def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> None:
     """Print the summary of one-screen summary (README, *What you get*)."""
     m, r, hw = plan.model, plan.recipe, plan.hardware
-    console.print(f"[bold]{m['name']}[/] · {m['params'] / 1e9:.2f} B parameters · {r['description']}")
+    active = f" ({m['active_params'] / 1e9:.2f} B active)" if "active_params" in m else ""
+    console.print(f"[bold]{m['name']}[/] · {m['params'] / 1e9:.2f} B parameters{active} · {r['description']}")
     console.print(f"{hw['description']} · profile: {plan.profile['name']} ({plan.profile['method']}, {plan.profile['date']})"
                   f" · stack: {plan.stack}")
     console.print()
@@ -37,7 +38,8 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
                   f"optimizer {b['optimizer']:.3f} · offload {b['offload']:.2f}"
                   + "".join(f" · {label} {b[k]:.2f}" for k, label in (("bubble", "pipeline bubble"),
                             ("tp_comm", "TP comm"), ("tp_comm_hidden", "TP comm hidden by async TP"),
-                            ("pp_comm", "PP sends"), ("cp_comm", "ring attention sends")) if b.get(k)))
+                            ("pp_comm", "PP sends"), ("cp_comm", "ring attention sends"),
+                            ("ep_comm", "expert all-to-all")) if b.get(k)))
     console.print(f"  throughput  {plan.tokens_per_s:,.0f} tokens/s · MFU {plan.mfu:.0%} · HFU {plan.hfu:.0%}")
     mg = plan.memory_gib
     console.print(f"  memory/GPU  {mg['total']:.1f} of {mg['capacity']:.1f} GiB reserved ({mg['allocated']:.1f} allocated)   "

@@ -50,7 +50,7 @@ class Stack(BaseModel):
     shardings_source: str
     zero_params: Literal["half", "fp32"] = "half"
     zero_params_source: str = "DeepSpeed ZeRO (bf16/fp16 mode: half module weights, fp32 master copy in the optimizer)"
-    parallelisms: tuple[Literal["tp", "pp", "cp"], ...] = ("tp", "pp", "cp")
+    parallelisms: tuple[Literal["tp", "pp", "cp", "ep"], ...] = ("tp", "pp", "cp", "ep")
     parallelisms_source: str = "not limited: the Megatron-style layouts are searched"
     async_tp: Literal["no", "compiled", "yes"] = "no"
     async_tp_source: str = "not offered"
@@ -58,6 +58,9 @@ class Stack(BaseModel):
     async_tp_overlap_source: str = ASYNC_TP_OVERLAP_SOURCE
     states: Literal["mixed", "half", "master"] = "mixed"
     states_source: str = "torch.autocast over fp32 parameters (mixed precision): fp32 weights, gradients and moments"
+    moe_experts: Literal["grouped", "loop"] = "grouped"
+    moe_experts_source: str = ("Megatron-LM --moe-grouped-gemm with the all-to-all dispatcher; torchtitan's "
+                               "grouped_mm experts: one kernel per GEMM for all of a GPU's experts")
     aliases: tuple[str, ...] = ()
 
     @field_validator("shardings")

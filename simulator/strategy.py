@@ -44,7 +44,7 @@ SHARD_STAGE = {"ddp": 0, "zero1": 1, "zero2": 2, "fsdp-grad-op": 2, "zero3": 3, 
 
 
 #: The layout as flat keys (``Strategy`` input and output; JSON stays flat).
-LAYOUT_KEYS = ("dp", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp")
+LAYOUT_KEYS = ("dp", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep")
 
 
 class Strategy(BaseModel):
@@ -78,11 +78,11 @@ class Strategy(BaseModel):
             raise ValueError("give the layout as parallelism or as dp/tp/pp/vp/sequence_parallel, not both")
         flat = {k: data.get(k) for k in LAYOUT_KEYS}
         out = {k: v for k, v in data.items() if k not in LAYOUT_KEYS}
-        tp, pp, vp, cp = (int(flat[k]) if flat[k] is not None else 1 for k in ("tp", "pp", "vp", "cp"))
+        tp, pp, vp, cp, ep = (int(flat[k]) if flat[k] is not None else 1 for k in ("tp", "pp", "vp", "cp", "ep"))
         sp, async_tp = bool(flat["sequence_parallel"]), bool(flat["async_tp"])
         if flat["dp"] is not None:
-            out["parallelism"] = Parallelism(int(flat["dp"]), tp, pp, vp, sp, async_tp, cp)
-        elif (tp, pp, vp, sp, async_tp, cp) != (1, 1, 1, False, False, 1):
+            out["parallelism"] = Parallelism(int(flat["dp"]), tp, pp, vp, sp, async_tp, cp, ep)
+        elif (tp, pp, vp, sp, async_tp, cp, ep) != (1, 1, 1, False, False, 1, 1):
             raise ValueError("a tensor- or pipeline-parallel layout needs its data-parallel degree dp")
         return out
 
@@ -94,6 +94,8 @@ class Strategy(BaseModel):
         p = self.parallelism
         out.update(dp=p.dp if p else None, tp=self.tp, pp=self.pp, vp=self.vp, sequence_parallel=self.sequence_parallel,
                    async_tp=self.async_tp, cp=self.cp)
+        if self.ep > 1:  # only mixtures of experts have it
+            out["ep"] = self.ep
         return out
 
     @property
@@ -127,6 +129,11 @@ class Strategy(BaseModel):
         """Context-parallel degree: each sequence split over cp ranks (ring attention)."""
         return self.parallelism.cp if self.parallelism else 1
 
+    @property
+    def ep(self) -> int:
+        """Expert-parallel degree (a mixture of experts): its experts split over ep data-parallel ranks."""
+        return self.parallelism.ep if self.parallelism else 1
+
     @field_validator("checkpointing")
     @classmethod
     def _policy(cls, v: str) -> str:
@@ -146,7 +153,7 @@ class Strategy(BaseModel):
             parts.append({"optimizer": "optimizer offloaded to CPU", "all": "params + optimizer offloaded to CPU"}[self.offload])
         parts.append(f"micro-batch {self.micro_batch} × {self.grad_accum} "
                      + ("micro-batches" if self.pp > 1 else "accumulation"))
-        if self.tp > 1 or self.pp > 1 or self.cp > 1:
+        if self.tp > 1 or self.pp > 1 or self.cp > 1 or self.ep > 1:
             parts.insert(0, self.parallelism.describe())
         return " · ".join(parts)
 

@@ -248,6 +248,16 @@ def rotary_elements(rot: float, compiled: bool) -> tuple[float, int]:
     return 10.0 * rot + (2.0 if partial else 0.0), 5 + int(partial)
 
 
+def mlp_elementwise_elements(f: float, gated: bool, compiled: bool) -> float:
+    """Elements the MLP's activation (and, gated, the gate x up product) moves per token in
+    :func:`layer_elementwise`, for an MLP ``f`` wide: eager SiLU/GELU reads and writes f (2f) and
+    the product reads 2f and writes f (3f); compiled, one fused kernel reads 2f and writes f (3f),
+    or reads and writes f (2f) without a gate."""
+    if compiled:
+        return 3.0 * f if gated else 2.0 * f
+    return 5.0 * f if gated else 2.0 * f
+
+
 def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
                       fp32_norm: bool | None = None) -> tuple[MemOps, MemOps]:
     """Norms, residual adds, activation, rotary and layout copies of all layers (fwd, bwd).
@@ -274,11 +284,12 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     qk_norm = getattr(model, "qk_norm", "none") != "none"
     tokens = mb * float(seq_len)
     rope_el, rope_k = rotary_elements(rot, compiled) if rotary else (0.0, 0)
+    mlp = mlp_elementwise_elements(f, model.gated_mlp, compiled)
     if compiled:
-        per_tok = 2 * h + (q + kv) * rope_el + 4 * h + (3 * f if model.gated_mlp else 2 * f) + 3 * h
+        per_tok = 2 * h + (q + kv) * rope_el + 4 * h + mlp + 3 * h
         kernels = 4
     else:
-        per_tok = 2 * h + 2 * h + 6 * h + (5 * f if model.gated_mlp else 2 * f) + (q + kv) * rope_el + 2 * q
+        per_tok = 2 * h + 2 * h + 6 * h + mlp + (q + kv) * rope_el + 2 * q
         per_tok += 2 * h * extra_norms + (2 * (q + kv) if qk_norm else 0)
         kernels = 2 + 2 + (2 if model.gated_mlp else 1) + 2 * rope_k + 1 + extra_norms + (2 if qk_norm else 0)
     L = model.n_layers

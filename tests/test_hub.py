@@ -106,9 +106,9 @@ def test_offline_hint_names_a_preset_with_that_name() -> None:
 
 
 def test_not_modelled_from_cache(offline_cache: Path) -> None:
-    put(offline_cache, "mistralai/Mixtral-8x7B-v0.1", {"model_type": "mixtral", "num_local_experts": 8})
+    put(offline_cache, "deepseek-ai/DeepSeek-V3", {"model_type": "deepseek_v3", "n_routed_experts": 256})
     with pytest.raises(UsageError, match="mixture-of-experts is not modelled yet"):
-        resolve_model("mistralai/Mixtral-8x7B-v0.1")
+        resolve_model("deepseek-ai/DeepSeek-V3")
 
 
 def test_cli_offline_and_cached(offline_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -252,6 +252,9 @@ FIXTURE_TO_PRESET = {
     "opt-1.3b": "opt-1.3b",
     "bloom-560m": "bloom-560m",
     "bloom-1b1": "bloom-1b1",
+    "Mixtral-8x7B-v0.1": "mixtral-8x7b",
+    "OLMoE-1B-7B-0924": "olmoe-1b-7b",
+    "Qwen3-30B-A3B-Base": "qwen3-30b-a3b",
 }
 
 

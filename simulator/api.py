@@ -299,6 +299,7 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
     mem["total"] = _gib(tab.mem_total[i])
     mem["capacity"] = _gib(pb.device.usable_memory)
     mem["host_offload_per_node"] = _gib(tab.host_need[i])
+    mem["host_capacity_per_node"] = _gib(pb.host_memory)  # host RAM per node (offload's limit)
     reasons = _reasons(s, tab, i)
     prof = s.profile
     iv, family_text = family_validation.interval(days, prof.validation, model.family, prof.device.gpu_id)

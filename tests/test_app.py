@@ -53,18 +53,24 @@ def _metric(at: AppTest, label: str) -> str:
     raise AssertionError(f"no metric {label!r}; have {[m.label for m in at.metric]}")
 
 
+def _number(text: str) -> float:
+    """The leading number of a shown value ('1,234.5 days (3.4 years)' -> 1234.5)."""
+    return float(re.match(r"[\d,.]+", text).group(0).replace(",", ""))
+
+
 def _days(at: AppTest) -> float:
-    return float(_metric(at, "Days, estimate").replace(",", ""))
+    return _number(_metric(at, "Days, estimate"))
 
 
 def _errors(at: AppTest) -> str:
-    return " | ".join(e.value for e in at.error)
+    """Error messages, the verdict against the budget and deadline left out (red when it misses)."""
+    return " | ".join(e.value for e in at.error if not e.value.startswith("**Misses"))
 
 
 def test_default_page_shows_headline_numbers():
     at = _app()
     _clean(at)
-    assert not at.error, _errors(at)
+    assert not _errors(at), _errors(at)
     assert _days(at) > 0
     assert "days" in _metric(at, "Floor at 100% of peak")
     assert _metric(at, "Buy").startswith("$")
@@ -92,7 +98,7 @@ def test_more_gpus_fewer_days():
     one_node = _days(at)
     at.number_input(key="nodes").set_value(2).run()
     _clean(at)
-    assert not at.error, _errors(at)
+    assert not _errors(at), _errors(at)
     assert _days(at) < one_node
     assert at.session_state["last_plan"]["hardware"]["n_gpus"] == 16
 
@@ -113,7 +119,7 @@ def test_custom_dimensions_more_layers_more_days():
     base = _days(at)
     at.number_input(key="custom_layers").set_value(32).run()
     _clean(at)
-    assert not at.error, _errors(at)
+    assert not _errors(at), _errors(at)
     assert _days(at) > base
     # an invalid combination is a message, not a traceback
     at.number_input(key="custom_heads").set_value(7).run()
@@ -198,7 +204,7 @@ def test_good_model_upload_runs():
     data = (FIXTURES / "gpt2.json").read_bytes()
     at.file_uploader(key="model_upload").set_value(("config.json", data, "application/json")).run()
     _clean(at)
-    assert not at.error, _errors(at)
+    assert not _errors(at), _errors(at)
     assert _days(at) > 0
     assert at.session_state["last_plan"]["model"]["params"] > 100e6
 
@@ -227,9 +233,9 @@ def test_prices_move_dollars():
 def test_catalog_sweep_pareto_and_budget():
     at = _app(sweep=True)
     _clean(at)
-    assert not at.error, _errors(at)
+    assert not _errors(at), _errors(at)
     cap = " ".join(c.value for c in at.caption)
-    assert "Pareto frontier" in cap and "Current choice: red ring" in cap
+    assert "Pareto frontier" in cap and "Current choice: black ring" in cap
     md = at.download_button(key="dl_md")
     assert not md.proto.disabled
     # warm rerender after a widget change (sweep cached): report the median
@@ -256,7 +262,7 @@ def test_profile_upload_used_and_checked_against_gpu():
     at.file_uploader(key="profile_upload").set_value(
         ("my-3090.json", json.dumps(data).encode(), "application/json")).run()
     _clean(at)
-    assert not at.error, _errors(at)
+    assert not _errors(at), _errors(at)
     plan = at.session_state["last_plan"]
     assert plan["profile"]["name"] == "my-3090"
     assert plan["days"] > builtin  # half the GEMM efficiency: slower
@@ -277,7 +283,7 @@ def test_interval_is_as_prominent_as_the_estimate_and_explained():
     at = _app()
     labels = [m.label for m in at.metric]
     assert labels[:2] == ["Days, likely range", "Days, estimate"]  # the range first, same size
-    lo, hi = (float(x.replace(",", "")) for x in _metric(at, "Days, likely range").split("–"))
+    lo, hi = (_number(x) for x in _metric(at, "Days, likely range").split("–"))
     assert lo <= _days(at) < hi
     info = " ".join(i.value for i in at.info)
     assert "real training runs" in info and "slower" in info
@@ -319,7 +325,7 @@ def test_upload_prompt_is_not_an_error_and_the_upload_survives_switching():
     at = _app()
     at.radio(key="model_source").set_value("Upload config.json").run()
     _clean(at)
-    assert not at.error and "Upload" in " ".join(i.value for i in at.info)
+    assert not _errors(at) and "Upload" in " ".join(i.value for i in at.info)
     data = (FIXTURES / "gpt2.json").read_bytes()
     at.file_uploader(key="model_upload").set_value(("config.json", data, "application/json")).run()
     params = at.session_state["last_plan"]["model"]["params"]
@@ -327,7 +333,7 @@ def test_upload_prompt_is_not_an_error_and_the_upload_survives_switching():
     assert at.session_state["last_plan"]["model"]["params"] != params
     at.radio(key="model_source").set_value("Upload config.json").run()
     _clean(at)
-    assert not at.error, _errors(at)
+    assert not _errors(at), _errors(at)
     assert at.session_state["last_plan"]["model"]["params"] == params
 
 
@@ -370,8 +376,9 @@ def test_chart_has_a_colour_and_marker_per_gpu_and_fitted_axes():
 
     app = _app_module()
 
-    df = pd.DataFrame([{"gpus": f"1x{g.id}", "gpu": g.short_name, "n_gpus": 1, "days": 10.0 * (i + 1),
-                        "cost_usd": 1000.0 * (i + 1), "mfu": 0.5, "strategy": "s", "pareto": False}
+    df = pd.DataFrame([{"cluster": f"1x{g.id}", "gpus": f"1 × {g.short_name}", "gpu": g.short_name, "n_gpus": 1,
+                        "days": 10.0 * (i + 1), "days_high": 12.0 * (i + 1), "cost_usd": 1000.0 * (i + 1),
+                        "mfu": 0.5, "strategy": "s", "pareto": False}
                        for i, g in enumerate(simulator_gpus())])
     spec = app.pareto_chart(df, "1xrtx3090", "x")
     enc = spec["layer"][0]["encoding"]

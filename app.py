@@ -840,7 +840,7 @@ def recipe_words(plan) -> str:
     parameter. Recipe: generic default (not a published recipe): ...'."""
     r, m = plan.recipe, plan.model
     per_param = f", {r['tokens'] / m['params']:,.0f} tokens per parameter" if m.get("params") else ""
-    src = plain_source(r.get("source")) or "no source recorded"
+    src = re.sub(r"^\((.*?)\)", r"\1", plain_source(r.get("source"))) or "no source recorded"
     return (f"Training length: {r['description']}{per_param}. Recipe: {src}. "
             "Set “Tokens” or “Optimizer steps” under Training length to match the run you plan.")
 

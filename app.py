@@ -229,9 +229,13 @@ def _cluster_words(m: re.Match) -> str:
 _PATHY = re.compile(r"\s*(?:[^\s()]*/[^\s()]*|@?\b[0-9a-f]{7,40}\b|\b[\w.-]+\.(?:csv|py|yaml|json|md)\b|\bcommit\b)")
 
 
+_REPO = re.compile(r"\b[\w-]+/([\w-]+(?:\.(?!(?:csv|py|yaml|yml|json|md)\b)\w+)?)\b(?![./\w])")  # owner/repo, not a file
+
+
 def plain_source(text: str | None) -> str:
     """A source in a reader's words: file paths, file names and commit hashes dropped."""
-    t = _PATHY.sub("", str(text or ""))
+    t = _REPO.sub(r"\1", str(text or ""))  # 'mosaicml/llm-foundry' -> 'llm-foundry'
+    t = _PATHY.sub("", t)
     t = re.sub(r"\(\s*(?:[;,]|via|from)?\s*\)", "", t)
     t = re.sub(r"\(\s*[;,]\s*", "(", t)
     t = re.sub(r"\s*[;,]\s*\)", ")", t)
@@ -363,13 +367,14 @@ def constraint_rows(plan) -> list[dict]:
     for r in rows:
         r["over"] = r["need"] > r["have"]
         r["label"] = f"needs {r['need']:,.1f} GiB of {r['have']:,.1f}"
+        r["end"] = max(r["need"], r["have"])  # where the words go: past the bar and the tick
     return rows
 
 
 def constraint_chart(rows: list[dict]) -> dict:
     """One bar per resource (need, red where it is over), a tick at what there is."""
     hi = max(max(r["need"], r["have"]) for r in rows) * 1.25
-    y = {"field": "resource", "type": "nominal", "title": None, "sort": None}
+    y = {"field": "resource", "type": "nominal", "title": None, "sort": None, "axis": {"labelLimit": 320}}
     return {
         "height": 60 * len(rows) + 40, "data": {"values": rows},
         "layer": [
@@ -383,7 +388,7 @@ def constraint_chart(rows: list[dict]) -> dict:
             {"mark": {"type": "tick", "color": LIMIT, "thickness": 3, "size": 34},
              "encoding": {"y": y, "x": {"field": "have", "type": "quantitative"}}},
             {"mark": {"type": "text", "align": "left", "dx": 6},
-             "encoding": {"y": y, "x": {"field": "need", "type": "quantitative"}, "text": {"field": "label"}}},
+             "encoding": {"y": y, "x": {"field": "end", "type": "quantitative"}, "text": {"field": "label"}}},
         ],
     }
 
@@ -465,9 +470,10 @@ def pareto_chart(df: pd.DataFrame, current: str, x_title: str, limits: dict | No
     tip = [{"field": "gpus", "title": "hardware"}, {"field": "days", "format": ",.1f"},
            {"field": "days_high", "format": ",.1f", "title": "days, slow end"},
            {"field": "cost_usd", "format": "$,.0f", "title": "dollars"}, {"field": "strategy"}]
-    colour = {"field": "gpu", "type": "nominal", "title": "GPU",
+    legend = {"orient": "bottom", "columns": 5, "symbolStrokeColor": LIMIT}  # every GPU in view, below
+    colour = {"field": "gpu", "type": "nominal", "title": "GPU", "legend": legend,
               "scale": {"domain": gpus, "range": [GPU_COLOURS[i % len(GPU_COLOURS)] for i in range(len(gpus))]}}
-    shape = {"field": "gpu", "type": "nominal", "title": "GPU",
+    shape = {"field": "gpu", "type": "nominal", "title": "GPU", "legend": legend,
              "scale": {"domain": gpus, "range": [GPU_SHAPES[i % len(GPU_SHAPES)] for i in range(len(gpus))]}}
     layers: list[dict] = []
     if budget_usd and deadline:
@@ -502,7 +508,7 @@ def pareto_chart(df: pd.DataFrame, current: str, x_title: str, limits: dict | No
                   "strokeWidth": 3},
          "encoding": {"x": enc_x, "y": enc_y, "tooltip": tip}},
     ]
-    return {"height": 420, "layer": layers}
+    return {"height": 600, "layer": layers}  # the legend below shares it
 
 
 def left_out(options: list, mode: str) -> pd.DataFrame:
@@ -762,11 +768,10 @@ def sidebar_prices() -> dict:
 
 def sidebar_limits() -> dict:
     st.header("Budget and deadline")
-    c1, c2 = st.columns(2)
-    budget_usd = c1.number_input("Budget, $", 1.0, 1e9, 60_000.0, step=5_000.0, key="budget_usd",
+    budget_usd = st.number_input("Budget, $", 1.0, 1e9, 60_000.0, step=5_000.0, key="budget_usd", format="%.0f",
                                  help="buying: purchase price plus the run's electricity; renting: the "
                                       "rental bill (Prices below)")
-    deadline = c2.number_input("Deadline, days", 1.0, 36_500.0, 60.0, step=5.0, key="deadline_days")
+    deadline = st.number_input("Deadline, days", 1.0, 36_500.0, 60.0, step=5.0, key="deadline_days", format="%.1f")
     st.checkbox("Sweep the whole catalog (days against cost)", True, key="show_sweep",
                 help="about 80 searches the first time a model or recipe is shown; cached after")
     return {"budget_usd": float(budget_usd), "deadline_days": float(deadline)}

@@ -626,6 +626,8 @@ def test_no_developer_words_or_timings():
     msg = app.app_words("--gpus '8xlocal' simulates a calibrated device: pass --profile FILE (written by "
                         "`calibrate`); more GPUs: 2x8xrtx4090 fits")
     assert "FILE" not in msg and "`" not in msg and "8xlocal" not in msg and "2 nodes × 8 × RTX 4090" in msg
+    src = app.plain_source("residuals of 16 runs (mosaicml/llm-foundry (8), karpathy/llm.c (8)); data/runs.csv")
+    assert src == "residuals of 16 runs (llm-foundry (8), llm.c (8))", src  # projects kept, files dropped
     at.selectbox(key="gpu").set_value("local").run()
     err = _errors(at)
     assert "profile" in err and not re.search(r"FILE|`|\dxlocal|--", err), err

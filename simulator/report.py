@@ -43,7 +43,8 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
     console.print(f"  memory/GPU  {mg['total']:.1f} of {mg['capacity']:.1f} GiB   weights {mg['weights']:.1f} · "
                   f"grads {mg['gradients']:.1f} · optimizer {mg['optimizer']:.1f} · activations "
                   f"{mg['activations']:.1f} · logits {mg['logits']:.1f} · other {mg['other']:.1f}"
-                  + (f" · host {mg['host_offload_per_node']:.0f} GiB/node" if mg.get("host_offload_per_node") else ""))
+                  + (f" · host {mg['host_offload_per_node']:.0f} of {mg.get('host_capacity_per_node', 0):.0f} GiB/node"
+                     if mg.get("host_offload_per_node") else ""))
     if plan.memory_warning():
         console.print(f"  [yellow]warning:[/] {plan.memory_warning()}")
     if plan.feasible:  # a plan that does not fit does not run: no days, no interval
@@ -61,11 +62,9 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
         console.print(f"  [yellow]would fit:[/] {s}")
     for n in plan.notes:
         console.print(f"  [dim]note: {n}[/]")
-    if not plan.feasible:
-        pass
-    elif plan.interval_source:
+    if plan.feasible and plan.interval_source:
         console.print(f"  [dim]{plan.interval_source}[/]")
-    elif not plan.interval_days:
+    elif plan.feasible and not plan.interval_days:
         console.print("  [yellow]no 80% interval:[/] the profile holds no validation residuals (3 or more); "
                       "treat the estimate as optimistic, or measure real steps with `validate --profile FILE "
                       "--suite SUITE --update-profile`")

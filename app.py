@@ -13,7 +13,6 @@ import inspect
 import json
 import math
 import re
-import time
 from typing import Any
 
 import pandas as pd
@@ -21,7 +20,7 @@ import streamlit as st
 
 from simulator import api, budget, compare, costs, hardware
 from simulator.errors import UsageError
-from simulator.hf_config import model_from_hf_config
+from simulator.hf_config import SUPPORTED_MODEL_TYPES, model_from_hf_config
 from simulator.models import ModelSpec, get_model, list_models, model_from_dict
 from simulator.plan import NO_FIX, format_days
 from simulator.profile import Profile, parse_profile
@@ -60,12 +59,22 @@ def _read_upload(data: bytes, what: str) -> dict:
     return obj
 
 
+def upload_name(file_name: str, cfg: dict) -> str:
+    """What to call an uploaded model: the config's ``_name_or_path`` ('meta-llama/Llama-2-7b-hf'),
+    else the file's name ('my-model.json' -> 'my-model'; a bare 'config.json' stays 'config.json'),
+    never its ``model_type``."""
+    ref = cfg.get("_name_or_path")
+    if isinstance(ref, str) and ref.strip().strip("/"):
+        return ref.strip().strip("/")
+    base = file_name.rsplit("/", 1)[-1]
+    stem = base.removesuffix(".json")
+    return stem if stem and stem.lower() != "config" else f"uploaded {base or 'config.json'}"
+
+
 def model_from_upload(name: str, data: bytes) -> ModelSpec:
     """An uploaded Hugging Face ``config.json`` -> ModelSpec (raises UsageError)."""
     cfg = _read_upload(data, f"model config {name!r}")
-    stem = name.rsplit("/", 1)[-1].removesuffix(".json")
-    default = cfg.get("_name_or_path") if isinstance(cfg.get("_name_or_path"), str) else None
-    return model_from_hf_config(cfg, name=default or (stem if stem != "config" else None))
+    return model_from_hf_config(cfg, name=upload_name(name, cfg))
 
 
 def profile_from_upload(name: str, data: bytes) -> Profile:
@@ -111,17 +120,24 @@ def cached_sweep(model_key: str, recipe_json: str) -> list:
 
 @st.cache_resource(max_entries=64, show_spinner=False)
 def priced_sweep(model_key: str, recipe_json: str, prices_json: str) -> tuple[pd.DataFrame, list]:
-    """The sweep priced with the sidebar's prices: (frame for the chart, compare.Options)."""
+    """The sweep priced with the sidebar's prices: (frame for the chart, compare.Options). Each
+    point's dollars are what the budget is held against (``budget.entries``: purchase plus the
+    run's electricity when buying, the rental bill when renting), so the chart, the verdict and the
+    budget report agree."""
     mode = json.loads(prices_json)["mode"]
     prices = cached_prices(prices_json)
     options = [dataclasses.replace(o, cost=costs.plan_cost(o.plan, prices)) if o.feasible else o
                for o in cached_sweep(model_key, recipe_json)]
-    compare.mark_pareto(options, mode)
-    rows = [{"gpus": o.cluster, "gpu": o.gpu, "n_gpus": o.n_gpus, "days": o.days,
-             "cost_usd": o.cost_of(mode), "mfu": o.mfu, "strategy": o.strategy, "pareto": o.pareto}
-            for o in options if o.feasible]
-    df = pd.DataFrame(rows, columns=["gpus", "gpu", "n_gpus", "days", "cost_usd", "mfu", "strategy", "pareto"])
-    return df.dropna(subset=["days", "cost_usd"]).reset_index(drop=True), options
+    es = [e for e in budget.entries(options, mode) if math.isfinite(e.cost_usd) and math.isfinite(e.days)]
+    front = compare.pareto_front([(e.days, e.cost_usd) for e in es])
+    rows = [{"cluster": e.option.cluster, "gpus": cluster_words(e.option.nodes, e.option.gpus_per_node, e.option.gpu),
+             "gpu": e.option.gpu, "n_gpus": e.option.n_gpus, "days": e.days, "days_high": e.days_high,
+             "cost_usd": e.cost_usd, "mfu": e.option.mfu, "strategy": e.option.strategy, "pareto": f}
+            for e, f in zip(es, front, strict=True)]
+    return pd.DataFrame(rows, columns=SWEEP_COLUMNS), options
+
+
+SWEEP_COLUMNS = ["cluster", "gpus", "gpu", "n_gpus", "days", "days_high", "cost_usd", "mfu", "strategy", "pareto"]
 
 
 # --------------------------------------------------------------------------- costs
@@ -172,7 +188,8 @@ APP_CONTROLS = {
     "--gpus": "the hardware",
     "--model": "the model",
 }
-_FLAG = re.compile(r"(?:(?:pass|set|use) )?(--[a-z][a-z-]*)")
+_FLAG = re.compile(r"(?:(?:pass|set|use) )?(--[a-z][a-z-]*)(?: [A-Z][A-Z_]+\b)?")  # a flag and its FILE-like value
+_COMMAND = re.compile(r"`([a-z][\w-]*)[^`]*`")  # `calibrate`, `validate --profile FILE ...`
 
 
 def app_words(text: str) -> str:
@@ -183,27 +200,42 @@ def app_words(text: str) -> str:
         if name is None:
             return m.group(0)
         return ("set " if m.group(0) != flag else "") + name
-    return _CLUSTER.sub(_cluster_words, _FLAG.sub(sub, str(text)))
+    text = _COMMAND.sub(lambda m: f"the {m.group(1)} command", _FLAG.sub(sub, str(text)))
+    return _CLUSTER.sub(_cluster_words, text)
 
 
-_CLUSTER = re.compile(r"\b(\d+)x(?:(\d+)x)?([a-z][a-z0-9-]*)\b")
+_CLUSTER = re.compile(r"'?\b(\d+)x(?:(\d+)x)?([a-z][a-z0-9-]*)\b'?")
+
+
+def cluster_words(nodes: int, per_node: int, gpu: str) -> str:
+    """'8 × RTX 3090 24 GB' on one node, '2 nodes × 8 × RTX 4090 24 GB' on several (as the
+    package's hardware description starts)."""
+    return f"{per_node} × {gpu}" if nodes == 1 else f"{nodes} nodes × {per_node} × {gpu}"
 
 
 def _cluster_words(m: re.Match) -> str:
-    """'2x8xh100-sxm' -> '2 nodes × 8 × H100 80 GB SXM' (left as is if not a catalog GPU)."""
+    """'2x8xh100-sxm' -> '2 nodes × 8 × H100 80 GB SXM'; '8xlocal' -> '8 × calibrated device'
+    (left as is if not a catalog GPU)."""
+    nodes, per = (int(m.group(1)), int(m.group(2))) if m.group(2) else (1, int(m.group(1)))
+    if m.group(3) == "local":
+        return cluster_words(nodes, per, "calibrated device")
     try:
         name = hardware.get_gpu(m.group(3)).short_name
     except UsageError:
         return m.group(0)
-    return (f"{m.group(1)} nodes × {m.group(2)} × {name}" if m.group(2) else f"{m.group(1)} × {name}")
+    return cluster_words(nodes, per, name)
 
 
 _PATHY = re.compile(r"\s*(?:[^\s()]*/[^\s()]*|@?\b[0-9a-f]{7,40}\b|\b[\w.-]+\.(?:csv|py|yaml|json|md)\b|\bcommit\b)")
 
 
+_REPO = re.compile(r"\b[\w-]+/([\w-]+(?:\.(?!(?:csv|py|yaml|yml|json|md)\b)\w+)?)\b(?![./\w])")  # owner/repo, not a file
+
+
 def plain_source(text: str | None) -> str:
     """A source in a reader's words: file paths, file names and commit hashes dropped."""
-    t = _PATHY.sub("", str(text or ""))
+    t = _REPO.sub(r"\1", str(text or ""))  # 'mosaicml/llm-foundry' -> 'llm-foundry'
+    t = _PATHY.sub("", t)
     t = re.sub(r"\(\s*(?:[;,]|via|from)?\s*\)", "", t)
     t = re.sub(r"\(\s*[;,]\s*", "(", t)
     t = re.sub(r"\s*[;,]\s*\)", ")", t)
@@ -249,13 +281,55 @@ def fmt_money(x: float | None) -> str:
     return "—" if x is None or not math.isfinite(x) else f"${x:,.0f}"
 
 
+def _years(d: float) -> str:
+    return f"{d / costs.DAYS_PER_YEAR:,.1f}"
+
+
+def days_text(d: float) -> str:
+    """'46.7 days'; from a year on with years beside: '584 days (1.6 years)'."""
+    text = f"{format_days(d)} days"
+    return text + (f" ({_years(d)} years)" if math.isfinite(d) and d >= costs.DAYS_PER_YEAR else "")
+
+
+def range_text(lo: float, hi: float) -> str:
+    """'36.9–65.3 days'; with years beside once the slow end passes a year."""
+    text = f"{format_days(lo)}–{format_days(hi)} days"
+    return text + (f" ({_years(lo)}–{_years(hi)} years)" if math.isfinite(hi) and hi >= costs.DAYS_PER_YEAR else "")
+
+
+#: Top strategies: the answer first (days at the estimate and at the slow end), the long strategy
+#: text last, so the columns a planner needs are in view without scrolling sideways.
+TOP_COLUMNS = ["#", "days", "days, slow end", "MFU %", "memory GiB", "step s", "tokens/s", "strategy"]
+
+
 def top_table(plans: list) -> pd.DataFrame:
+    """Raw numbers (the CSV download); :func:`top_columns` formats them on screen."""
     return pd.DataFrame([{
-        "#": i, "strategy": strategy_words(p), "step s": round(p.step_time_s, 3),
-        "tokens/s": round(p.tokens_per_s), "MFU %": round(100 * p.mfu, 1),
-        "memory GiB": round(p.memory_gib["total"], 2), "days": round(p.days, 2),
-        "days, slow end": round(p.interval_days[1], 2) if p.interval_days else None,
-    } for i, p in enumerate(plans, 1)])
+        "#": i, "days": p.days, "days, slow end": p.interval_days[1] if p.interval_days else None,
+        "MFU %": 100 * p.mfu, "memory GiB": p.memory_gib["total"], "step s": p.step_time_s,
+        "tokens/s": p.tokens_per_s, "strategy": strategy_words(p),
+    } for i, p in enumerate(plans, 1)], columns=TOP_COLUMNS)
+
+
+def top_columns() -> dict:
+    """How the Top strategies table shows each column: thousands separators, one number of
+    decimals per column, units in the header."""
+    num = st.column_config.NumberColumn
+    return {"#": num(format="%d", width="small"),
+            "days": num(format="%,.1f", help="estimated days"),
+            "days, slow end": num(format="%,.1f", help="the slow end of the likely range (days)"),
+            "MFU %": num(format="%.1f"), "memory GiB": num(format="%,.1f", help="per GPU"),
+            "step s": num(format="%,.2f", help="seconds per optimizer step"),
+            "tokens/s": num(format="%,d"), "strategy": st.column_config.TextColumn(width="large")}
+
+
+#: One meaning for red in every chart and message: does not fit, or misses a limit. Limits the
+#: plan is held against (usable memory, budget, deadline) are drawn in LIMIT; other colours never
+#: come near red.
+RED = "#d62728"
+LIMIT = "#333333"
+FITS_SHADE = "#2ca02c"  # the region within both budget and deadline, drawn faint
+PART_COLOURS = ["#4c78a8", "#72b7b2", "#b279a2", "#f58518", "#eeca3b", "#9d755d"]  # memory / step-time parts
 
 
 def memory_chart(plan) -> dict:
@@ -269,15 +343,52 @@ def memory_chart(plan) -> dict:
             {"data": {"values": data}, "mark": {"type": "bar"},
              "encoding": {"y": {"field": "row", "type": "nominal", "title": None},
                           "x": {"field": "GiB", "type": "quantitative", "stack": "zero",
-                                "title": f"GiB per GPU (usable {cap:.1f})",
+                                "title": f"GiB per GPU (usable {cap:.1f}: the dashed line)",
                                 "scale": {"domain": [0, max(cap, m["total"]) * 1.05]}},
-                          "color": {"field": "part", "type": "nominal", "sort": parts,
-                                    "title": None},
+                          "color": {"field": "part", "type": "nominal", "sort": parts, "title": None,
+                                    "scale": {"domain": parts, "range": PART_COLOURS}},
                           "order": {"field": "order"},
-                          "tooltip": [{"field": "part"}, {"field": "GiB", "format": ".2f"}]}},
-            {"data": {"values": [{"cap": cap}]}, "mark": {"type": "rule", "color": "red",
-                                                          "strokeWidth": 3},
+                          "tooltip": [{"field": "part"}, {"field": "GiB", "format": ",.2f"}]}},
+            {"data": {"values": [{"cap": cap}]},
+             "mark": {"type": "rule", "color": LIMIT, "strokeWidth": 3, "strokeDash": [6, 3]},
              "encoding": {"x": {"field": "cap", "type": "quantitative"}}},
+        ],
+    }
+
+
+def constraint_rows(plan) -> list[dict]:
+    """What the closest strategy needs against what there is: GPU memory per GPU and, when it
+    offloads, host RAM per node (GiB); ``over`` marks the binding constraint(s)."""
+    m = plan.memory_gib
+    rows = [{"resource": "GPU memory per GPU", "need": m["total"], "have": m["capacity"]}]
+    if m.get("host_offload_per_node") and m.get("host_capacity_per_node"):
+        rows.append({"resource": "host RAM per node (offloaded states)", "need": m["host_offload_per_node"],
+                     "have": m["host_capacity_per_node"]})
+    for r in rows:
+        r["over"] = r["need"] > r["have"]
+        r["label"] = f"needs {r['need']:,.1f} GiB of {r['have']:,.1f}"
+        r["end"] = max(r["need"], r["have"])  # where the words go: past the bar and the tick
+    return rows
+
+
+def constraint_chart(rows: list[dict]) -> dict:
+    """One bar per resource (need, red where it is over), a tick at what there is."""
+    hi = max(max(r["need"], r["have"]) for r in rows) * 1.25
+    y = {"field": "resource", "type": "nominal", "title": None, "sort": None, "axis": {"labelLimit": 320}}
+    return {
+        "height": 60 * len(rows) + 40, "data": {"values": rows},
+        "layer": [
+            {"mark": {"type": "bar", "height": 22},
+             "encoding": {"y": y, "x": {"field": "need", "type": "quantitative", "title": "GiB",
+                                        "scale": {"domain": [0, hi]}},
+                          "color": {"field": "over", "type": "nominal", "legend": None,
+                                    "scale": {"domain": [True, False], "range": [RED, PART_COLOURS[0]]}},
+                          "tooltip": [{"field": "resource"}, {"field": "need", "format": ",.1f"},
+                                      {"field": "have", "format": ",.1f"}]}},
+            {"mark": {"type": "tick", "color": LIMIT, "thickness": 3, "size": 34},
+             "encoding": {"y": y, "x": {"field": "have", "type": "quantitative"}}},
+            {"mark": {"type": "text", "align": "left", "dx": 6},
+             "encoding": {"y": y, "x": {"field": "end", "type": "quantitative"}, "text": {"field": "label"}}},
         ],
     }
 
@@ -292,73 +403,152 @@ def breakdown_rows(plan) -> list[dict]:
 
 
 def breakdown_chart(rows: list[dict]) -> dict:
+    parts = [r["part"] for r in rows]
     return {"height": 200, "data": {"values": rows}, "mark": {"type": "bar"},
             "encoding": {"y": {"field": "part", "type": "nominal", "sort": None, "title": None},
                          "x": {"field": "seconds", "type": "quantitative", "title": "seconds per optimizer step"},
-                         "color": {"field": "part", "type": "nominal", "legend": None},
-                         "tooltip": [{"field": "part"}, {"field": "seconds", "format": ".3f"}]}}
+                         "color": {"field": "part", "type": "nominal", "legend": None,
+                                   "scale": {"domain": parts, "range": PART_COLOURS[:len(parts)]}},
+                         "tooltip": [{"field": "part"}, {"field": "seconds", "format": ",.3f"}]}}
 
 
-#: One colour per catalog GPU (Tableau 20: up to 20 distinct hues) and a marker shape cycling
-#: through Vega-Lite's shapes, so no two GPUs share both.
-GPU_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-               "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
-               "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5"]
+#: One colour per catalog GPU, each at least 3:1 against the white page (WCAG's contrast for
+#: graphics) and none near red, with a marker shape cycling through Vega-Lite's shapes, so no two
+#: GPUs share both; markers get a dark outline.
+GPU_COLOURS = ["#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#c2185b", "#5f6b00", "#00838f", "#e65100",
+               "#3949ab", "#6d4c41", "#7b1fa2", "#2e7d32", "#0277bd", "#616161", "#ad1457", "#827717",
+               "#4e342e", "#00695c", "#283593", "#6a1b9a"]
 GPU_SHAPES = ["circle", "square", "diamond", "triangle-up", "triangle-down", "cross", "triangle-right",
               "triangle-left"]
 
 
 @st.cache_data(max_entries=128, show_spinner=False)
 def cached_pareto_chart(model_key: str, recipe_json: str, prices_json: str, current: str,
-                        x_title: str) -> dict:
-    return pareto_chart(priced_sweep(model_key, recipe_json, prices_json)[0], current, x_title)
+                        x_title: str, limits_json: str) -> dict:
+    return pareto_chart(priced_sweep(model_key, recipe_json, prices_json)[0], current, x_title,
+                        json.loads(limits_json))
 
 
-def _log_domain(values: pd.Series) -> list[float]:
-    lo, hi = float(values.min()), float(values.max())
+#: A limit (budget, deadline) within this factor of the plotted range widens the axis to show it.
+LIMIT_REACH = 10.0
+
+
+def _log_domain(values: list[float], limit: float | None = None) -> list[float]:
+    lo, hi = min(values), max(values)
+    if limit is not None and lo / LIMIT_REACH <= limit <= hi * LIMIT_REACH:
+        lo, hi = min(lo, limit), max(hi, limit)
     return [lo / 1.25, hi * 1.25]
 
 
-def pareto_chart(df: pd.DataFrame, current: str, x_title: str) -> dict:
-    values = df.assign(current=df["gpus"] == current).to_dict("records")
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """Tick values for a log axis over [lo, hi]: the powers of ten (1, 10, 100, 1000, ...), and
+    2 and 5 times them where the range holds fewer than three powers of ten."""
+    k0, k1 = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    ticks = [10.0**k for k in range(k0, k1 + 1) if lo <= 10.0**k <= hi]
+    if len(ticks) < 3:
+        ticks = sorted(ticks + [m * 10.0**k for k in range(k0, k1 + 1) for m in (2, 5) if lo <= m * 10.0**k <= hi])
+    return ticks
+
+
+def pareto_chart(df: pd.DataFrame, current: str, x_title: str, limits: dict | None = None) -> dict:
+    """Days against dollars on log axes, one colour and marker per GPU; the Pareto frontier dashed;
+    the configuration on screen ringed, with a whisker to the slow end of its range; the budget
+    and deadline as lines, the region within both shaded."""
+    limits = limits or {}
+    budget_usd, deadline = limits.get("budget_usd"), limits.get("deadline_days")
+    values = df.assign(current=df["cluster"] == current).to_dict("records")
     gpus = [g.short_name for g in hardware.list_gpus()]
     gpus += sorted(set(df["gpu"]) - set(gpus))
+    x_dom = _log_domain(df["cost_usd"].tolist(), budget_usd)
+    y_dom = _log_domain(df["days"].tolist() + df["days_high"].tolist(), deadline)
     enc_x = {"field": "cost_usd", "type": "quantitative", "title": x_title,
-             "scale": {"type": "log", "domain": _log_domain(df["cost_usd"]), "nice": False}}
+             "scale": {"type": "log", "domain": x_dom, "nice": False},
+             "axis": {"values": log_ticks(*x_dom), "format": "$~s"}}
     enc_y = {"field": "days", "type": "quantitative", "title": "days",
-             "scale": {"type": "log", "domain": _log_domain(df["days"]), "nice": False}}
+             "scale": {"type": "log", "domain": y_dom, "nice": False},
+             "axis": {"values": log_ticks(*y_dom), "format": ",~g"}}
     tip = [{"field": "gpus", "title": "hardware"}, {"field": "days", "format": ",.1f"},
-           {"field": "cost_usd", "format": ",.0f", "title": "dollars"}, {"field": "strategy"}]
-    colour = {"field": "gpu", "type": "nominal", "title": "GPU",
+           {"field": "days_high", "format": ",.1f", "title": "days, slow end"},
+           {"field": "cost_usd", "format": "$,.0f", "title": "dollars"}, {"field": "strategy"}]
+    legend = {"orient": "bottom", "columns": 5, "symbolStrokeColor": LIMIT}  # every GPU in view, below
+    colour = {"field": "gpu", "type": "nominal", "title": "GPU", "legend": legend,
               "scale": {"domain": gpus, "range": [GPU_COLOURS[i % len(GPU_COLOURS)] for i in range(len(gpus))]}}
-    shape = {"field": "gpu", "type": "nominal", "title": "GPU",
+    shape = {"field": "gpu", "type": "nominal", "title": "GPU", "legend": legend,
              "scale": {"domain": gpus, "range": [GPU_SHAPES[i % len(GPU_SHAPES)] for i in range(len(gpus))]}}
-    return {
-        "height": 400, "data": {"values": values},
-        "layer": [
-            {"mark": {"type": "point", "filled": True, "size": 90, "opacity": 0.85},
-             "encoding": {"x": enc_x, "y": enc_y, "color": colour, "shape": shape, "tooltip": tip}},
-            {"transform": [{"filter": "datum.pareto"}], "mark": {"type": "line", "point": False, "color": "black",
-                                                                 "strokeDash": [4, 3]},
-             "encoding": {"x": {**enc_x, "sort": None}, "y": enc_y, "order": {"field": "cost_usd"}}},
-            {"transform": [{"filter": "datum.current"}],
-             "mark": {"type": "point", "shape": "circle", "size": 500, "filled": False, "color": "red",
-                      "strokeWidth": 3},
-             "encoding": {"x": enc_x, "y": enc_y, "tooltip": tip}},
-        ],
-    }
+    layers: list[dict] = []
+    if budget_usd and deadline:
+        fits = {"x": max(x_dom[0], min(budget_usd, x_dom[1])), "y": max(y_dom[0], min(deadline, y_dom[1]))}
+        layers.append({"data": {"values": [{**fits, "x0": x_dom[0], "y0": y_dom[0]}]},
+                       "mark": {"type": "rect", "color": FITS_SHADE, "opacity": 0.08},
+                       "encoding": {"x": {**enc_x, "field": "x0"}, "x2": {"field": "x"},
+                                    "y": {**enc_y, "field": "y0"}, "y2": {"field": "y"}}})
+    for value, enc, key, words in ((budget_usd, enc_x, "x", f"budget {fmt_money(budget_usd)}"),
+                                   (deadline, enc_y, "y", f"deadline {format_days(deadline or 0)} days")):
+        if value and enc["scale"]["domain"][0] <= value <= enc["scale"]["domain"][1]:
+            layers.append({"data": {"values": [{"v": value, "words": words}]},
+                           "mark": {"type": "rule", "color": LIMIT, "strokeDash": [6, 3], "strokeWidth": 1.5},
+                           "encoding": {key: {**enc, "field": "v"}}})
+            layers.append({"data": {"values": [{"v": value, "words": words}]},
+                           "mark": {"type": "text", "color": LIMIT, "align": "left", "baseline": "bottom",
+                                    "dx": 4, "dy": -4, **({"angle": 270} if key == "x" else {})},
+                           "encoding": {key: {**enc, "field": "v"}, "text": {"field": "words"},
+                                        **({"y": {"value": 0}} if key == "x" else {"x": {"value": 0}})}})
+    layers += [
+        {"data": {"values": values}, "mark": {"type": "point", "filled": True, "size": 110, "opacity": 0.95,
+                                              "stroke": LIMIT, "strokeWidth": 0.8},
+         "encoding": {"x": enc_x, "y": enc_y, "color": colour, "shape": shape, "tooltip": tip}},
+        {"data": {"values": values}, "transform": [{"filter": "datum.pareto"}],
+         "mark": {"type": "line", "point": False, "color": LIMIT, "strokeDash": [4, 3]},
+         "encoding": {"x": {**enc_x, "sort": None}, "y": enc_y, "order": {"field": "cost_usd"}}},
+        {"data": {"values": values}, "transform": [{"filter": "datum.current"}],
+         "mark": {"type": "rule", "color": "black", "strokeWidth": 2},
+         "encoding": {"x": enc_x, "y": enc_y, "y2": {"field": "days_high"}}},
+        {"data": {"values": values}, "transform": [{"filter": "datum.current"}],
+         "mark": {"type": "point", "shape": "circle", "size": 500, "filled": False, "color": "black",
+                  "strokeWidth": 3},
+         "encoding": {"x": enc_x, "y": enc_y, "tooltip": tip}},
+    ]
+    return {"height": 600, "layer": layers}  # the legend below shares it
 
 
 def left_out(options: list, mode: str) -> pd.DataFrame:
     """Swept configurations not on the chart, and why (nothing fits, or no price in this mode)."""
     rows = []
     for o in options:
+        hw = cluster_words(o.nodes, o.gpus_per_node, o.gpu)
         if not o.feasible:
-            rows.append({"hardware": o.label, "why": app_words(o.reason or "nothing fits")})
+            rows.append({"hardware": hw, "why": app_words(o.reason or "nothing fits")})
         elif o.cost_of(mode) is None:
-            rows.append({"hardware": o.label, "why": f"no {'purchase' if mode == 'buy' else 'rental'} price "
+            rows.append({"hardware": hw, "why": f"no {'purchase' if mode == 'buy' else 'rental'} price "
                          f"known for {o.gpu} (set {APP_CONTROLS['--price-per-gpu' if mode == 'buy' else '--rent-per-gpu-hour']})"})
     return pd.DataFrame(rows, columns=["hardware", "why"])
+
+
+def current_entry(plan, prices_json: str) -> budget.Entry | None:
+    """The plan on screen as the budget module's entry (bought or rented, as the sidebar says),
+    so its verdict is the budget report's; None when it does not fit or has no price in this mode."""
+    c = plan_cost(plan, prices_json)
+    if c is None:
+        return None
+    hw = plan.hardware
+    opt = compare.Option(hw["gpu_id"], hw["gpu"], hw["nodes"], hw["gpus_per_node"], True, days=plan.days,
+                         days_at_peak=plan.days_at_peak, strategy=strategy_words(plan), mfu=plan.mfu, cost=c,
+                         plan=plan)
+    es = budget.entries([opt], json.loads(prices_json)["mode"])
+    return es[0] if es else None
+
+
+def budget_check(plan, prices_json: str, limits: dict) -> dict | None:
+    """The plan against the budget and deadline (``budget.verdict``): verdict, why, and the days
+    and dollars at the estimate and at the slow end of the 80% range; None without a price."""
+    e = current_entry(plan, prices_json)
+    if e is None:
+        return None
+    word, why = budget.verdict(e, limits["budget_usd"], limits["deadline_days"])
+    d_hi, c_hi = e.pessimistic()
+    return {"budget_usd": limits["budget_usd"], "deadline_days": limits["deadline_days"], "mode": e.mode,
+            "verdict": word, "why": why, "days": e.days, "cost_usd": e.cost_usd, "days_slow_end": d_hi,
+            "cost_usd_slow_end": c_hi}
 
 
 def current_for_budget(plan, prices_json: str) -> dict | None:
@@ -455,8 +645,8 @@ def sidebar_model() -> tuple[str | None, str | None, str | None]:
             return None, str(exc), None
         return "spec:" + spec.model_dump_json(), None, base.name
     got = _kept_upload("model_upload", "kept_model_upload", f"Hugging Face config.json (up to {MAX_UPLOAD_MB} MB)",
-                       "the config.json of a model on the Hugging Face Hub (GPT-NeoX, GPT-2, Llama, Mistral, "
-                       "BERT, RoBERTa, ViT, MPT)")
+                       "the config.json of a model on the Hugging Face Hub; the model_type values read: "
+                       + ", ".join(SUPPORTED_MODEL_TYPES))
     if got is None:
         return None, "upload", None
     try:
@@ -577,12 +767,13 @@ def sidebar_prices() -> dict:
 
 
 def sidebar_limits() -> dict:
-    st.header("Budget report")
+    st.header("Budget and deadline")
+    budget_usd = st.number_input("Budget, $", 1.0, 1e9, 60_000.0, step=5_000.0, key="budget_usd", format="%.0f",
+                                 help="buying: purchase price plus the run's electricity; renting: the "
+                                      "rental bill (Prices below)")
+    deadline = st.number_input("Deadline, days", 1.0, 36_500.0, 60.0, step=5.0, key="deadline_days", format="%.1f")
     st.checkbox("Sweep the whole catalog (days against cost)", True, key="show_sweep",
                 help="about 80 searches the first time a model or recipe is shown; cached after")
-    c1, c2 = st.columns(2)
-    budget_usd = c1.number_input("Budget, $", 1.0, 1e9, 60_000.0, step=5_000.0, key="budget_usd")
-    deadline = c2.number_input("Deadline, days", 1.0, 36_500.0, 60.0, step=5.0, key="deadline_days")
     return {"budget_usd": float(budget_usd), "deadline_days": float(deadline)}
 
 
@@ -627,40 +818,82 @@ def check_profile_gpu(profile_json: str | None, gpus: str, any_gpu: bool) -> str
 
 # --------------------------------------------------------------------------- main area
 HOW_TO_READ = """
+- **Verdict**: the plan against your budget and deadline (sidebar), at the estimate and at the slow
+  end of the likely range: *fits*, *misses at the slow end* (plan for the slow end), or *misses*.
 - **Days** is the estimated wall-clock time to pre-train with the fastest settings the search found
   for your hardware. The **likely range** next to it comes from comparing this simulator with real
   training runs: they were usually *slower* than estimated, so plan with the upper end too.
 - **Floor** is the time at 100% of the GPUs' peak speed: no real run can be faster.
 - **Dollars**: buying (GPUs plus machines), the share of that purchase this run uses up, renting in a
   cloud, and electricity. Change prices in the sidebar.
-- **Memory per GPU** shows what fills each GPU; the red line is what the card can hold.
+- **Memory per GPU** shows what fills each GPU; the dashed line is what the card can hold.
 - **Step time** shows where each training step's seconds go.
 - **Top strategies** lists other settings that nearly match, simplest first when they tie.
 - **Days against cost** places every catalog GPU and count on one chart; the dashed line joins the
-  options nothing else beats on both time and money.
+  options nothing else beats on both time and money; the shaded corner is within your budget and
+  deadline.
+- **Red** always means the same thing: it does not fit, or it misses the budget or the deadline.
 """
 
+#: the verdict's words on screen, by ``budget.VERDICTS``
+VERDICT_HEAD = {"fits": "Fits the budget and the deadline", "misses at the slow end": "Misses at the slow end",
+                "misses": "Misses"}
 
-def show_plan(plan, top: list, table: pd.DataFrame, prices_json: str) -> None:
-    m, r, hw = plan.model, plan.recipe, plan.hardware
-    st.markdown(f"**{m['name']}** · {m['params'] / 1e9:.2f} B parameters · {r['description']}  \n"
+
+def recipe_words(plan) -> str:
+    """The training length and where it comes from, e.g. '1.38 T tokens (...), 20 tokens per
+    parameter. Recipe: generic default (not a published recipe): ...'."""
+    r, m = plan.recipe, plan.model
+    per_param = f", {r['tokens'] / m['params']:,.0f} tokens per parameter" if m.get("params") else ""
+    src = re.sub(r"^\((.*?)\)", r"\1", plain_source(r.get("source"))) or "no source recorded"
+    return (f"Training length: {r['description']}{per_param}. Recipe: {src}. "
+            "Set “Tokens” or “Optimizer steps” under Training length to match the run you plan.")
+
+
+def show_verdict(plan, prices_json: str, limits: dict) -> None:
+    """The plan against the budget and deadline: green fits, amber misses at the slow end, red misses."""
+    chk = budget_check(plan, prices_json, limits)
+    mode = json.loads(prices_json)["mode"]
+    if chk is None:
+        st.warning(f"No verdict against the budget: no {'purchase' if mode == 'buy' else 'rental'} price is "
+                   f"known for this hardware (set {APP_CONTROLS['--price-per-gpu' if mode == 'buy' else '--rent-per-gpu-hour']}).")
+        return
+    what = "buy, with electricity" if mode == "buy" else "rent"
+    est = f"{days_text(chk['days'])} and {fmt_money(chk['cost_usd'])} ({what}) at the estimate"
+    slow = f"{days_text(chk['days_slow_end'])} and {fmt_money(chk['cost_usd_slow_end'])} at the slow end of the likely range"
+    limits_line = (f"budget {fmt_money(chk['budget_usd'])}, deadline {format_days(chk['deadline_days'])} days")
+    head = VERDICT_HEAD[chk["verdict"]]
+    text = f"**{head}** ({limits_line}): {est}; {slow}."
+    if chk["why"]:
+        why = "; ".join(chk["why"])
+        text += f" {why[0].upper()}{why[1:]}."
+    {"fits": st.success, "misses at the slow end": st.warning, "misses": st.error}[chk["verdict"]](text)
+
+
+def show_plan(plan, top: list, table: pd.DataFrame, prices_json: str, limits: dict) -> None:
+    m, hw = plan.model, plan.hardware
+    st.markdown(f"**{m['name']}** · {m['params'] / 1e9:.2f} B parameters  \n"
                 f"{hw['description']} · efficiency profile: {plan.profile['name']} ({plan.profile['method']}, "
                 f"{plan.profile['date']})")
+    st.caption(recipe_words(plan))
     if not plan.feasible:
         show_infeasible(plan)
         return
-    st.success(f"Fastest feasible of {plan.n_strategies:,} strategies"
-               + (f" (searched in {plan.search_ms:.0f} ms)" if plan.search_ms else ""))
+    st.success(f"Fastest feasible of {plan.n_strategies:,} strategies")
+    show_verdict(plan, prices_json, limits)
+    warning = plan.memory_warning()
+    if warning:
+        st.warning(app_words(warning[0].upper() + warning[1:]) + ".")
     c_ = plan_cost(plan, prices_json)
     iv = plan.interval_days
     c = st.columns(4)
-    c[0].metric("Days, likely range", f"{format_days(iv[0])}–{format_days(iv[1])}" if iv else "no range",
+    c[0].metric("Days, likely range", range_text(*iv) if iv else "no range",
                 help="8 in 10 comparable real runs fell in this range (see below)")
-    c[1].metric("Days, estimate", format_days(plan.days),
+    c[1].metric("Days, estimate", days_text(plan.days),
                 help="optimizer steps × estimated step time; real runs were usually slower")
-    c[2].metric("Floor at 100% of peak", f"{format_days(plan.days_at_peak)} days",
+    c[2].metric("Floor at 100% of peak", days_text(plan.days_at_peak),
                 help="the same tokens at the GPUs' full dense speed: no real run is faster")
-    c[3].metric("Step time", f"{plan.step_time_s:.2f} s", help="seconds per optimizer step")
+    c[3].metric("Step time", f"{plan.step_time_s:,.2f} s", help="seconds per optimizer step")
     st.info(interval_words(plan))
     c = st.columns(4)
     c[0].metric("Buy", fmt_money(c_["hardware_usd"]),
@@ -680,8 +913,8 @@ def show_plan(plan, top: list, table: pd.DataFrame, prices_json: str) -> None:
             "executed, recomputation included (HFU)")
     c[0].metric("MFU", f"{plan.mfu:.0%}", help=conv)
     c[1].metric("HFU", f"{plan.hfu:.0%}", help=conv)
-    c[2].metric("Tokens/s", f"{plan.tokens_per_s:,.0f}")
-    c[3].metric("GPU-hours", f"{plan.days * 24 * plan.hardware['n_gpus']:,.0f}")
+    c[2].metric("Throughput", f"{plan.tokens_per_s:,.0f} tokens/s")
+    c[3].metric("GPU time", f"{plan.days * 24 * plan.hardware['n_gpus']:,.0f} GPU-hours")
     st.caption("cost: " + app_words(costs.format_line(c_)))
 
     st.subheader("Strategy")
@@ -692,13 +925,14 @@ def show_plan(plan, top: list, table: pd.DataFrame, prices_json: str) -> None:
     st.subheader(f"Top {len(top)} strategies" if top else "Top strategies")
     if top:
         st.caption("one row per strategy (its best micro-batch); near-ties listed simplest first")
-        st.dataframe(table, hide_index=True, width="stretch")
+        st.dataframe(table, hide_index=True, width="stretch", column_config=top_columns())
     else:
         st.caption("no feasible strategy")
 
 
 def show_infeasible(plan) -> None:
-    """Nothing fits: why, what would, and the closest strategy — no headline numbers."""
+    """Nothing fits: why, what would, and what binds the closest strategy (GPU memory, or the host
+    RAM its offloaded states need), charted — no days, interval or dollars: it does not run."""
     st.error(f"Nothing fits among {plan.n_strategies:,} strategies. Why: "
              + "; ".join(app_words(x) for x in plan.reasons or ["no strategy is feasible"]))
     if plan.suggestions:
@@ -706,11 +940,17 @@ def show_infeasible(plan) -> None:
                    + "\n".join(f"- {app_words(s)}" for s in plan.suggestions))
     else:
         st.warning(app_words(NO_FIX[0].upper() + NO_FIX[1:]) + ".")
-    st.caption(f"Closest strategy (least memory): {plan.strategy_line()}. Its memory is shown below; it "
-               "does not run, so no days or dollars are given.")
-    mg = plan.memory_gib
-    st.vega_lite_chart(memory_chart(plan), width="stretch")
-    st.caption(f"needs {mg['total']:.1f} GiB per GPU; {mg['capacity']:.1f} GiB usable")
+    rows = constraint_rows(plan)
+    binding = [r for r in rows if r["over"]]
+    st.subheader("What does not fit")
+    st.vega_lite_chart(constraint_chart(rows), width="stretch")
+    st.caption("Binding: " + ("; ".join(f"{r['resource']}, {r['label']} GiB" for r in binding)
+                              if binding else "the strategy's limits (see Why above)")
+               + f". Closest strategy (least memory): {plan.strategy_line()}. It does not run, so no days, "
+               "range or dollars are given.")
+    if rows[0]["over"]:
+        st.vega_lite_chart(memory_chart(plan), width="stretch")
+        st.caption("what fills each GPU in the closest strategy; the dashed line is what the card holds")
 
 
 def show_memory_and_time(plan) -> None:
@@ -719,35 +959,35 @@ def show_memory_and_time(plan) -> None:
         mg = plan.memory_gib
         st.subheader("Memory per GPU")
         st.vega_lite_chart(memory_chart(plan), width="stretch")
-        st.caption(f"{mg['total']:.1f} of {mg['capacity']:.1f} GiB usable"
-                   + (f" · host {mg['host_offload_per_node']:.0f} GiB/node offloaded"
+        st.caption(f"{mg['total']:,.1f} of {mg['capacity']:,.1f} GiB usable"
+                   + (f" · host RAM {mg['host_offload_per_node']:,.0f} of "
+                      f"{mg.get('host_capacity_per_node', 0):,.0f} GiB per node holds offloaded states"
                       if mg.get("host_offload_per_node") else ""))
     with right:
         st.subheader("Step time")
         st.vega_lite_chart(breakdown_chart(breakdown_rows(plan)), width="stretch")
-        st.caption(f"{plan.step_time_s:.2f} s per step: compute {plan.breakdown_s['compute']:.2f} s over "
+        st.caption(f"{plan.step_time_s:,.2f} s per step: compute {plan.breakdown_s['compute']:,.2f} s over "
                    f"{microbatch_words(plan)}")
 
 
-def show_sweep(model_key: str, recipe_json: str, prices_json: str, gpus: str) -> None:
+def show_sweep(model_key: str, recipe_json: str, prices_json: str, gpus: str, limits: dict) -> None:
     st.subheader("Days against cost, whole catalog")
     if not st.session_state.get("show_sweep", True):
         st.caption("catalog sweep off (sidebar)")
         return
-    t0 = time.perf_counter()
     mode = json.loads(prices_json)["mode"]
     df, options = priced_sweep(model_key, recipe_json, prices_json)
     out = left_out(options, mode)
     if df.empty:
         st.caption("nothing in the catalog fits this model and recipe, or no prices are known")
     else:
-        x_title = "purchase price, $ (buy)" if mode == "buy" else "rental bill, $ (rent)"
+        x_title = "purchase price + electricity, $ (buy)" if mode == "buy" else "rental bill, $ (rent)"
         cur = _canonical(gpus)
-        st.vega_lite_chart(cached_pareto_chart(model_key, recipe_json, prices_json, cur, x_title),
-                           width="stretch")
+        st.vega_lite_chart(cached_pareto_chart(model_key, recipe_json, prices_json, cur, x_title,
+                                               json.dumps(limits, sort_keys=True)), width="stretch")
         front = df[df["pareto"]].sort_values("cost_usd")
-        if cur in set(df["gpus"]):
-            where = "Current choice: red ring."
+        if cur in set(df["cluster"]):
+            where = "Current choice: black ring, its line reaching the slow end of its range."
         elif cur in {o.cluster for o in options}:
             where = "The current choice is left out of the chart (see below)."
         else:
@@ -755,7 +995,8 @@ def show_sweep(model_key: str, recipe_json: str, prices_json: str, gpus: str) ->
                      "and 2 or 4 nodes of the most a node holds.")
         st.caption(f"{len(df)} catalog configurations, each with its fastest strategy (built-in profiles, "
                    f"prices above, this recipe, no pins). Pareto frontier ({mode}): "
-                   f"{', '.join(front['gpus'])}. {where} ({1e3 * (time.perf_counter() - t0):.0f} ms)")
+                   f"{', '.join(front['gpus'])}. {where} Dashed lines: your budget and deadline; the "
+                   "shaded corner meets both at the estimate.")
     if len(out):
         with st.expander(f"Left out of the chart: {len(out)} configurations"):
             st.dataframe(out, hide_index=True, width="stretch")
@@ -770,14 +1011,21 @@ def _canonical(gpus: str) -> str:
     return cl.text
 
 
+def plan_json(plan, prices_json: str, limits: dict) -> str:
+    """The plan download: the plan, its cost, and its verdict against the budget and deadline."""
+    d = plan.to_dict()
+    d["cost"] = plan_cost(plan, prices_json)
+    d["budget_check"] = budget_check(plan, prices_json, limits)
+    return json.dumps(d, indent=2, default=str, allow_nan=False)
+
+
 def show_downloads(plan, table: pd.DataFrame, model_key: str, recipe_json: str, prices_json: str,
                    limits: dict) -> None:
     st.subheader("Downloads")
-    d = plan.to_dict()
-    d["cost"] = plan_cost(plan, prices_json)
     c = st.columns(3)
-    c[0].download_button("Plan (JSON)", json.dumps(d, indent=2, default=str, allow_nan=False),
-                         file_name="plan.json", mime="application/json", key="dl_json")
+    c[0].download_button("Plan (JSON)", plan_json(plan, prices_json, limits),
+                         file_name="plan.json", mime="application/json", key="dl_json",
+                         help="the plan, its cost and its verdict against your budget and deadline")
     c[1].download_button("Top strategies (CSV)", table.to_csv(index=False),
                          file_name="strategies.csv", mime="text/csv", key="dl_csv")
     md = None
@@ -787,8 +1035,8 @@ def show_downloads(plan, table: pd.DataFrame, model_key: str, recipe_json: str, 
                              json.dumps(current_for_budget(plan, prices_json)))
     if md is None:
         c[2].download_button("Budget (Markdown)", "", file_name="budget.md", disabled=True, key="dl_md",
-                             help="needs the catalog sweep (Budget report in the sidebar) and at least "
-                                  "one configuration in the catalog that fits")
+                             help="needs the catalog sweep (Budget and deadline in the sidebar) and at "
+                                  "least one configuration in the catalog that fits")
     else:
         c[2].download_button("Budget (Markdown)", md, file_name="budget.md", mime="text/markdown",
                              key="dl_md", help=f"budget ${limits['budget_usd']:,.0f}, deadline "
@@ -807,14 +1055,13 @@ def main() -> None:
 
 
 def render() -> None:
-    t0 = time.perf_counter()
     with st.sidebar:
         model_key, model_msg, base_preset = sidebar_model()
         recipe = sidebar_recipe(base_preset)
         gpus, hw_knobs = sidebar_hardware()
+        limits = sidebar_limits()
         pins = sidebar_strategy()
         prices = sidebar_prices()
-        limits = sidebar_limits()
         profile_json, profile_err, any_gpu = sidebar_profile()
     st.title("Pre-training what-if explorer")
     with st.expander("How to read this"):
@@ -826,6 +1073,10 @@ def render() -> None:
         st.error(app_words(model_msg or profile_err))
         return
     assert model_key is not None
+    if gpus.endswith("local") and profile_json is None:
+        st.error("A calibrated device needs its efficiency profile: measure it with the calibrate command, "
+                 "then upload the file it writes under Efficiency profile (sidebar).")
+        return
     mismatch = check_profile_gpu(profile_json, gpus, any_gpu)
     if mismatch:
         st.error(mismatch)
@@ -841,7 +1092,7 @@ def render() -> None:
     prices_json = json.dumps(prices, sort_keys=True)
     st.session_state["last_plan"] = plan.to_dict()
     try:
-        show_plan(plan, top, table, prices_json)
+        show_plan(plan, top, table, prices_json, limits)
     except UsageError as exc:
         st.error(app_words(str(exc)))
         return
@@ -850,11 +1101,10 @@ def render() -> None:
     # the headline above is already on screen; the catalog sweep (the slow part when cold) follows
     recipe_json = json.dumps(recipe, sort_keys=True)
     try:
-        show_sweep(model_key, recipe_json, prices_json, gpus)
+        show_sweep(model_key, recipe_json, prices_json, gpus, limits)
         show_downloads(plan, table, model_key, recipe_json, prices_json, limits)
     except UsageError as exc:
         st.error(f"catalog sweep: {app_words(str(exc))}")
-    st.caption(f"rendered in {1e3 * (time.perf_counter() - t0):.0f} ms")
 
 
 if __name__ == "__main__":

@@ -303,6 +303,7 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
     mem["allocated"] = _gib(tab.mem_total[i] - pb.stack.fragmentation * tab.mem_activations[i])
     mem["capacity"] = _gib(pb.device.usable_memory)
     mem["host_offload_per_node"] = _gib(tab.host_need[i])
+    mem["host_capacity_per_node"] = _gib(pb.host_memory)  # host RAM per node (offload's limit)
     reasons = _reasons(s, tab, i)
     prof = s.profile
     residuals = uncertainty.for_profile(prof, pb.stack, s.hardware["gpu"])

@@ -218,6 +218,28 @@ def pessimistic_line(e: Entry, budget: float, deadline: float) -> str:
             f"estimated) it takes **{_d(d)} days** and costs **{usd(c)}** — {verdict}.")
 
 
+#: The verdicts of :func:`verdict`, best first.
+VERDICTS = ("fits", "misses at the slow end", "misses")
+
+
+def limits_missed(dc: tuple[float, float], budget: float, deadline: float) -> list[str]:
+    """Which limits ``(days, cost)`` misses, in words (empty when it meets both)."""
+    d, c = dc
+    out = [f"{_d(d)} days is past the {_d(deadline)}-day deadline"] if d > deadline else []
+    return out + ([f"{usd(c)} is over the {usd(budget)} budget"] if c > budget else [])
+
+
+def verdict(e: Entry, budget: float, deadline: float) -> tuple[str, list[str]]:
+    """An option against the limits: ``("fits", [])`` when it meets both at the estimate and at the
+    slow end of its 80% interval; ``("misses at the slow end", why)`` when it meets them at the
+    estimate only; ``("misses", why)`` when it misses at the estimate (``why``: :func:`limits_missed`)."""
+    at_estimate = limits_missed((e.days, e.cost_usd), budget, deadline)
+    if at_estimate:
+        return VERDICTS[2], at_estimate
+    at_slow_end = limits_missed(e.pessimistic(), budget, deadline)
+    return (VERDICTS[1], at_slow_end) if at_slow_end else (VERDICTS[0], [])
+
+
 def to_markdown(*, model_line: str, es: list[Entry], budget: float, deadline: float, mode: str,
                 prices: Prices, top: int = 10, generator: str = "`simulate budget`",
                 csv_file: bool = True, current: dict | None = None, safe: bool = True,

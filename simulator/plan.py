@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 
 GIB = 1024**3
 SECONDS_PER_DAY = 86400.0
+#: A feasible plan using more than this fraction of the GPU's usable memory is flagged: the
+#: allocator's fragmentation varies from run to run (the stack's modelled share is an average)
+#: and can push such a plan over. Assumption: a 3% margin, about 2.4 GiB of an 80 GB card.
+MEMORY_MARGIN = 0.03
 
 
 def format_days(d: float) -> str:
@@ -103,6 +107,18 @@ class Plan:
             raise PhysicsError(f"the plan for {self.model['name']} on {self.hardware['description']} "
                                f"({self.strategy_line()}) breaks physics: {'; '.join(broken)}; please "
                                "report this bug")
+
+    def memory_warning(self) -> str | None:
+        """A warning when a feasible plan uses more than ``1 - MEMORY_MARGIN`` of the usable
+        GPU memory (GiB per GPU), else None."""
+        m = self.memory_gib
+        cap = m.get("capacity") or 0.0
+        if not self.feasible or cap <= 0.0 or m["total"] < cap * (1.0 - MEMORY_MARGIN):
+            return None
+        return (f"at the memory limit: {m['total']:.1f} of {cap:.1f} GiB usable per GPU "
+                f"({m['total'] / cap:.1%}), within {MEMORY_MARGIN:.0%} of it; memory fragmentation can "
+                "push such a run out of memory, so leave room (a smaller micro-batch or more "
+                "activation checkpointing)")
 
     def strategy_line(self) -> str:
         from .strategy import Strategy

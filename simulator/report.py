@@ -46,10 +46,15 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
                   f"weights {mg['weights']:.1f} · "
                   f"grads {mg['gradients']:.1f} · optimizer {mg['optimizer']:.1f} · activations "
                   f"{mg['activations']:.1f} · logits {mg['logits']:.1f} · other {mg['other']:.1f}"
-                  + (f" · host {mg['host_offload_per_node']:.0f} GiB/node" if mg.get("host_offload_per_node") else ""))
-    iv = f"  (80% interval {format_days(plan.interval_days[0])}–{format_days(plan.interval_days[1])})" if plan.interval_days else ""
-    console.print(f"  days        [bold]{format_days(plan.days)}[/]{iv}        floor at 100% of peak: "
-                  f"{format_days(plan.days_at_peak)} days")
+                  + (f" · host {mg['host_offload_per_node']:.0f} of {mg.get('host_capacity_per_node', 0):.0f} GiB/node"
+                     if mg.get("host_offload_per_node") else ""))
+    if plan.memory_warning():
+        console.print(f"  [yellow]warning:[/] {plan.memory_warning()}")
+    if plan.feasible:  # a plan that does not fit does not run: no days, no interval
+        iv = (f"  (80% interval {format_days(plan.interval_days[0])}–{format_days(plan.interval_days[1])})"
+              if plan.interval_days else "")
+        console.print(f"  days        [bold]{format_days(plan.days)}[/]{iv}        floor at 100% of peak: "
+                      f"{format_days(plan.days_at_peak)} days")
     if plan.cost:
         from .costs import format_line
 
@@ -62,9 +67,9 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
         console.print(f"  [yellow]would fit:[/] {NO_FIX}")
     for n in plan.notes:
         console.print(f"  [dim]note: {n}[/]")
-    if plan.interval_source:
+    if plan.feasible and plan.interval_source:
         console.print(f"  [dim]{plan.interval_source}[/]")
-    elif not plan.interval_days:
+    elif plan.feasible and not plan.interval_days:
         console.print("  [yellow]no 80% interval:[/] the profile holds no validation residuals (3 or more); "
                       "treat the estimate as optimistic, or measure real steps with `validate --profile FILE "
                       "--suite SUITE --update-profile`")

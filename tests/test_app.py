@@ -53,18 +53,24 @@ def _metric(at: AppTest, label: str) -> str:
     raise AssertionError(f"no metric {label!r}; have {[m.label for m in at.metric]}")
 
 
+def _number(text: str) -> float:
+    """The leading number of a shown value ('1,234.5 days (3.4 years)' -> 1234.5)."""
+    return float(re.match(r"[\d,.]+", text).group(0).replace(",", ""))
+
+
 def _days(at: AppTest) -> float:
-    return float(_metric(at, "Days, estimate").replace(",", ""))
+    return _number(_metric(at, "Days, estimate"))
 
 
 def _errors(at: AppTest) -> str:
-    return " | ".join(e.value for e in at.error)
+    """Error messages, the verdict against the budget and deadline left out (red when it misses)."""
+    return " | ".join(e.value for e in at.error if not e.value.startswith("**Misses"))
 
 
 def test_default_page_shows_headline_numbers():
     at = _app()
     _clean(at)
-    assert not at.error, _errors(at)
+    assert not _errors(at), _errors(at)
     assert _days(at) > 0
     assert "days" in _metric(at, "Floor at 100% of peak")
     assert _metric(at, "Buy").startswith("$")
@@ -92,7 +98,7 @@ def test_more_gpus_fewer_days():
     one_node = _days(at)
     at.number_input(key="nodes").set_value(2).run()
     _clean(at)
-    assert not at.error, _errors(at)
+    assert not _errors(at), _errors(at)
     assert _days(at) < one_node
     assert at.session_state["last_plan"]["hardware"]["n_gpus"] == 16
 
@@ -113,7 +119,7 @@ def test_custom_dimensions_more_layers_more_days():
     base = _days(at)
     at.number_input(key="custom_layers").set_value(32).run()
     _clean(at)
-    assert not at.error, _errors(at)
+    assert not _errors(at), _errors(at)
     assert _days(at) > base
     # an invalid combination is a message, not a traceback
     at.number_input(key="custom_heads").set_value(7).run()
@@ -198,7 +204,7 @@ def test_good_model_upload_runs():
     data = (FIXTURES / "gpt2.json").read_bytes()
     at.file_uploader(key="model_upload").set_value(("config.json", data, "application/json")).run()
     _clean(at)
-    assert not at.error, _errors(at)
+    assert not _errors(at), _errors(at)
     assert _days(at) > 0
     assert at.session_state["last_plan"]["model"]["params"] > 100e6
 
@@ -227,9 +233,9 @@ def test_prices_move_dollars():
 def test_catalog_sweep_pareto_and_budget():
     at = _app(sweep=True)
     _clean(at)
-    assert not at.error, _errors(at)
+    assert not _errors(at), _errors(at)
     cap = " ".join(c.value for c in at.caption)
-    assert "Pareto frontier" in cap and "Current choice: red ring" in cap
+    assert "Pareto frontier" in cap and "Current choice: black ring" in cap
     md = at.download_button(key="dl_md")
     assert not md.proto.disabled
     # warm rerender after a widget change (sweep cached): report the median
@@ -256,7 +262,7 @@ def test_profile_upload_used_and_checked_against_gpu():
     at.file_uploader(key="profile_upload").set_value(
         ("my-3090.json", json.dumps(data).encode(), "application/json")).run()
     _clean(at)
-    assert not at.error, _errors(at)
+    assert not _errors(at), _errors(at)
     plan = at.session_state["last_plan"]
     assert plan["profile"]["name"] == "my-3090"
     assert plan["days"] > builtin  # half the GEMM efficiency: slower
@@ -277,7 +283,7 @@ def test_interval_is_as_prominent_as_the_estimate_and_explained():
     at = _app()
     labels = [m.label for m in at.metric]
     assert labels[:2] == ["Days, likely range", "Days, estimate"]  # the range first, same size
-    lo, hi = (float(x.replace(",", "")) for x in _metric(at, "Days, likely range").split("–"))
+    lo, hi = (_number(x) for x in _metric(at, "Days, likely range").split("–"))
     assert lo <= _days(at) < hi
     info = " ".join(i.value for i in at.info)
     assert "real training runs" in info and "slower" in info
@@ -319,7 +325,7 @@ def test_upload_prompt_is_not_an_error_and_the_upload_survives_switching():
     at = _app()
     at.radio(key="model_source").set_value("Upload config.json").run()
     _clean(at)
-    assert not at.error and "Upload" in " ".join(i.value for i in at.info)
+    assert not _errors(at) and "Upload" in " ".join(i.value for i in at.info)
     data = (FIXTURES / "gpt2.json").read_bytes()
     at.file_uploader(key="model_upload").set_value(("config.json", data, "application/json")).run()
     params = at.session_state["last_plan"]["model"]["params"]
@@ -327,7 +333,7 @@ def test_upload_prompt_is_not_an_error_and_the_upload_survives_switching():
     assert at.session_state["last_plan"]["model"]["params"] != params
     at.radio(key="model_source").set_value("Upload config.json").run()
     _clean(at)
-    assert not at.error, _errors(at)
+    assert not _errors(at), _errors(at)
     assert at.session_state["last_plan"]["model"]["params"] == params
 
 
@@ -370,8 +376,9 @@ def test_chart_has_a_colour_and_marker_per_gpu_and_fitted_axes():
 
     app = _app_module()
 
-    df = pd.DataFrame([{"gpus": f"1x{g.id}", "gpu": g.short_name, "n_gpus": 1, "days": 10.0 * (i + 1),
-                        "cost_usd": 1000.0 * (i + 1), "mfu": 0.5, "strategy": "s", "pareto": False}
+    df = pd.DataFrame([{"cluster": f"1x{g.id}", "gpus": f"1 × {g.short_name}", "gpu": g.short_name, "n_gpus": 1,
+                        "days": 10.0 * (i + 1), "days_high": 12.0 * (i + 1), "cost_usd": 1000.0 * (i + 1),
+                        "mfu": 0.5, "strategy": "s", "pareto": False}
                        for i, g in enumerate(simulator_gpus())])
     spec = app.pareto_chart(df, "1xrtx3090", "x")
     enc = spec["layer"][0]["encoding"]
@@ -423,3 +430,274 @@ def _budget_text(at: AppTest) -> str:
                                json.dumps({"budget_usd": 60000.0, "deadline_days": 60.0}, sort_keys=True),
                                f"{plan_d['model']['name']}, {plan_d['recipe']['description']}",
                                json.dumps(app.current_for_budget(plan, pj)))
+
+
+# ------------------------------------------------------------------ issue 39: a planner can sign it
+def _verdict(at: AppTest) -> tuple[str, str]:
+    """(kind, text) of the verdict against the budget and deadline on screen."""
+    for kind, els in (("fits", at.success), ("misses at the slow end", at.warning), ("misses", at.error)):
+        for e in els:
+            if e.value.startswith(("**Fits", "**Misses")):
+                return kind, e.value
+    raise AssertionError("no verdict on screen")
+
+
+def test_verdict_against_budget_and_deadline_on_screen():
+    at = _app()
+    plan = at.session_state["last_plan"]
+    days, hi = plan["days"], plan["interval_days"][1]
+    assert days < hi
+    at.number_input(key="budget_usd").set_value(1e9)
+    at.number_input(key="deadline_days").set_value(round(hi * 1.2, 1)).run()
+    _clean(at)
+    kind, text = _verdict(at)
+    assert kind == "fits" and text.startswith("**Fits the budget and the deadline**"), text
+    at.number_input(key="deadline_days").set_value(round((days + hi) / 2, 1)).run()
+    kind, text = _verdict(at)
+    assert kind == "misses at the slow end" and "deadline" in text, text
+    at.number_input(key="deadline_days").set_value(round(days * 0.8, 1)).run()
+    kind, text = _verdict(at)
+    assert kind == "misses" and "past the" in text, text
+    at.number_input(key="budget_usd").set_value(100.0)
+    at.number_input(key="deadline_days").set_value(36_000.0).run()
+    kind, text = _verdict(at)
+    assert kind == "misses" and "over the $100 budget" in text, text
+
+
+def _layers(spec: dict) -> list[dict]:
+    return spec.get("layer", [spec])
+
+
+def _sweep_frame():
+    app = _app_module()
+    return app.priced_sweep("preset:pythia-1b", json.dumps({}), json.dumps(
+        {"mode": "buy", "kwh_price": None, "price_per_gpu": None, "rent_per_gpu_hour": None, "pue": 1.3,
+         "lifetime_years": 5.0}, sort_keys=True))[0]
+
+
+def test_chart_draws_budget_and_deadline_and_the_region_within_both():
+    app = _app_module()
+    df = _sweep_frame()
+    budget, deadline = float(df["cost_usd"].median()), float(df["days"].median())
+    spec = app.pareto_chart(df, "8xrtx3090", "x", {"budget_usd": budget, "deadline_days": deadline})
+    rules = {(next(k for k in ("x", "y") if k in ly["encoding"]), ly["data"]["values"][0]["v"])
+             for ly in _layers(spec) if ly["mark"]["type"] == "rule" and "data" in ly and "v" in ly["data"]["values"][0]}
+    assert ("x", budget) in rules and ("y", deadline) in rules
+    shade = [ly for ly in _layers(spec) if ly["mark"]["type"] == "rect"]
+    assert len(shade) == 1 and shade[0]["data"]["values"][0]["x"] == budget
+    assert shade[0]["data"]["values"][0]["y"] == deadline
+    # each point's dollars are what the budget is held against: purchase + electricity when buying
+    assert (df["cost_usd"] > 0).all() and "days_high" in df and (df["days_high"] >= df["days"]).all()
+
+
+def test_plan_download_carries_the_verdict_shown():
+    app = _app_module()
+    from simulator import api, budget
+
+    plan = api.simulate("pythia-1b", "8x3090")
+    pj = json.dumps({"mode": "rent", "kwh_price": None, "price_per_gpu": None, "rent_per_gpu_hour": None,
+                     "pue": 1.3, "lifetime_years": 5.0}, sort_keys=True)
+    limits = {"budget_usd": 1e9, "deadline_days": plan.days * 0.5}
+    d = json.loads(app.plan_json(plan, pj, limits))
+    chk = d["budget_check"]
+    assert chk["verdict"] == "misses" and chk["mode"] == "rent" and chk["deadline_days"] == limits["deadline_days"]
+    assert chk["days_slow_end"] == pytest.approx(plan.interval_days[1])
+    assert chk["verdict"] in budget.VERDICTS and chk["why"]
+
+
+def test_nothing_fits_charts_the_binding_constraint_and_no_days():
+    app = _app_module()
+    at = _app()
+    at.selectbox(key="model").set_value("llama-2-13b")
+    at.number_input(key="gpus_per_node").set_value(1).run()  # offload needs more host RAM than assumed
+    _clean(at)
+    plan = at.session_state["last_plan"]
+    assert plan["feasible"] is False
+    cap = " ".join(c.value for c in at.caption)
+    assert "Binding: host RAM per node" in cap, cap
+    rows = {r["resource"]: r for r in app.constraint_rows(_plan_obj(plan))}
+    host = rows["host RAM per node (offloaded states)"]
+    assert host["over"] and host["need"] == pytest.approx(plan["memory_gib"]["host_offload_per_node"])
+    assert host["have"] == pytest.approx(plan["memory_gib"]["host_capacity_per_node"])
+    assert not rows["GPU memory per GPU"]["over"]
+    shown = _texts(at)
+    for w in at.warning:  # the fixes that fit may name their days
+        shown = shown.replace(w.value, "")
+    shown = "\n".join(t for t in shown.split("\n") if t.strip() not in app.HOW_TO_READ)
+    assert not at.metric and "likely range" not in shown.lower() and not re.search(r"\d days", shown), shown
+    # GPU memory binding: pinned plain data parallel on one card
+    at.selectbox(key="model").set_value("pythia-6.9b")
+    at.radio(key="strategy_mode").set_value("Pin knobs").run()
+    at.selectbox(key="pin_sharding").set_value("ddp").run()
+    assert "Binding: GPU memory per GPU" in " ".join(c.value for c in at.caption)
+
+
+def _plan_obj(d: dict):
+    """A Plan back from its dict (the app's session keeps the dict)."""
+    from simulator.plan import Plan
+
+    d = dict(d)
+    d["interval_days"] = tuple(d["interval_days"]) if d["interval_days"] else None
+    return Plan(**d)
+
+
+def test_cli_prints_no_days_for_a_plan_that_does_not_fit():
+    from simulator import api
+    from simulator.report import Console, render_plan
+
+    con = Console(record=True, width=200)
+    render_plan(api.simulate("llama-2-13b", "1x3090"), con)
+    out = con.export_text()
+    assert "Nothing fits" in out and "80% interval" not in out and "floor at 100%" not in out
+
+
+def test_top_strategies_slow_end_in_view_and_formatted():
+    at = _app()
+    df = at.dataframe[0]
+    cols = list(df.value.columns)
+    assert cols[:3] == ["#", "days", "days, slow end"] and cols[-1] == "strategy"
+    conf = json.loads(df.proto.columns)
+    fmt = {k: v["type_config"].get("format") for k, v in conf.items() if "type_config" in v}
+    assert fmt["days"] == fmt["days, slow end"] == "%,.1f" and fmt["tokens/s"] == "%,d"
+
+
+UNITS = re.compile(r"(days|\bs\b|%|\$|tokens/s|GPU-hours|no range)")
+
+
+def test_every_metric_has_a_unit_and_years_beside_long_runs():
+    at = _app()
+    for m in at.metric:
+        assert UNITS.search(m.value), (m.label, m.value)
+    assert "years" not in _metric(at, "Days, estimate")
+    at.number_input(key="gpus_per_node").set_value(1).run()
+    _clean(at)
+    days = at.session_state["last_plan"]["days"]
+    assert days >= 365
+    assert f"({days / 365:,.1f} years)" in _metric(at, "Days, estimate")
+    assert "years)" in _metric(at, "Days, likely range")
+
+
+def _near_limit_micro_batch() -> int:
+    """A pinned micro-batch that puts Pythia-1B on 8 RTX 3090s within 3% of usable memory."""
+    from simulator import api
+
+    for mb in range(24, 48):
+        p = api.simulate("pythia-1b", "8x3090", micro_batch=mb)
+        if not p.feasible:
+            break
+        if p.memory_gib["total"] >= 0.97 * p.memory_gib["capacity"]:
+            return mb
+    raise AssertionError("no micro-batch brings the plan within 3% of its memory")
+
+
+def test_plan_at_the_memory_limit_is_warned_in_app_and_cli():
+    from simulator import api
+    from simulator.report import Console, render_plan
+
+    mb = _near_limit_micro_batch()
+    at = _app()
+    assert "memory limit" not in " ".join(w.value for w in at.warning).lower()  # 97.0% is below
+    at.radio(key="strategy_mode").set_value("Pin knobs").run()
+    at.number_input(key="pin_micro_batch").set_value(mb).run()
+    _clean(at)
+    warn = " ".join(w.value for w in at.warning)
+    assert "memory limit" in warn.lower() and "fragmentation" in warn, warn
+    con = Console(record=True, width=200)
+    render_plan(api.simulate("pythia-1b", "8x3090", micro_batch=mb), con)
+    assert "at the memory limit" in con.export_text()
+
+
+def test_default_recipe_is_explained():
+    at = _app()
+    at.selectbox(key="model").set_value("llama-2-70b")
+    at.number_input(key="gpus_per_node").set_value(1).run()
+    cap = " ".join(c.value for c in at.caption)
+    assert "20 tokens per parameter" in cap and "not a published recipe" in cap and "Chinchilla" in cap, cap
+    assert "1.38 T tokens" in cap
+
+
+def test_no_developer_words_or_timings():
+    app = _app_module()
+    at = _app(sweep=True)
+    _clean(at)
+    text = _texts(at)
+    assert not re.search(r"\b\d+ ms\b|rendered in", text), text
+    assert not re.search(r"\b\d+x(\d+x)?[a-z]", text), text  # '8xrtx3090', '2x8xrtx4090'
+    msg = app.app_words("--gpus '8xlocal' simulates a calibrated device: pass --profile FILE (written by "
+                        "`calibrate`); more GPUs: 2x8xrtx4090 fits")
+    assert "FILE" not in msg and "`" not in msg and "8xlocal" not in msg and "2 nodes × 8 × RTX 4090" in msg
+    src = app.plain_source("residuals of 16 runs (mosaicml/llm-foundry (8), karpathy/llm.c (8)); data/runs.csv")
+    assert src == "residuals of 16 runs (llm-foundry (8), llm.c (8))", src  # projects kept, files dropped
+    at.selectbox(key="gpu").set_value("local").run()
+    err = _errors(at)
+    assert "profile" in err and not re.search(r"FILE|`|\dxlocal|--", err), err
+
+
+def test_uploaded_model_is_called_by_its_name():
+    data = json.loads((FIXTURES / "llama-2-7b.json").read_text())
+    data.pop("_name_or_path", None)
+    at = _app()
+    at.radio(key="model_source").set_value("Upload config.json").run()
+    up = at.file_uploader(key="model_upload")
+    for t in _app_module().SUPPORTED_MODEL_TYPES:  # every family the package reads, listed
+        assert t in up.help, t
+    for fname, expect in (("config.json", "uploaded config.json"), ("my-llama.json", "my-llama")):
+        at.file_uploader(key="model_upload").set_value((fname, json.dumps(data).encode(), "application/json")).run()
+        _clean(at)
+        assert at.session_state["last_plan"]["model"]["name"] == expect
+    data["_name_or_path"] = "someone/My-Llama-7B"
+    at.file_uploader(key="model_upload").set_value(("config.json", json.dumps(data).encode(), "application/json")).run()
+    assert at.session_state["last_plan"]["model"]["name"] == "someone/My-Llama-7B"
+
+
+def test_log_axes_tick_at_powers_of_ten():
+    app = _app_module()
+    assert app.log_ticks(0.8, 1500) == [1, 10, 100, 1000]
+    assert app.log_ticks(20, 90) == [20, 50]  # less than a decade: 2 and 5 times
+    spec = app.pareto_chart(_sweep_frame(), "8xrtx3090", "x")
+    enc = spec["layer"][0]["encoding"]
+    lo, hi = enc["y"]["scale"]["domain"]
+    assert [t for t in enc["y"]["axis"]["values"] if t in (1, 10, 100, 1000)] == [
+        t for t in (1, 10, 100, 1000) if lo <= t <= hi]
+
+
+def _rgb(c: str) -> tuple[float, float, float]:
+    c = {"red": "#ff0000", "black": "#000000"}.get(c, c)
+    return tuple(int(c[i:i + 2], 16) / 255 for i in (1, 3, 5))
+
+
+def _is_red(c: str) -> bool:
+    import colorsys
+
+    h, light, sat = colorsys.rgb_to_hls(*_rgb(c))
+    return (h < 15 / 360 or h > 345 / 360) and sat > 0.4 and 0.2 < light < 0.8
+
+
+def _contrast_on_white(c: str) -> float:
+    lum = sum(w * (v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4)
+              for w, v in zip((0.2126, 0.7152, 0.0722), _rgb(c), strict=True))
+    return 1.05 / (lum + 0.05)
+
+
+def _colours(x) -> list[str]:
+    if isinstance(x, dict):
+        return [c for v in x.values() for c in _colours(v)]
+    if isinstance(x, list):
+        return [c for v in x for c in _colours(v)]
+    return [x] if isinstance(x, str) and (re.fullmatch(r"#[0-9a-fA-F]{6}", x) or x in ("red", "black")) else []
+
+
+def test_markers_visible_and_red_means_does_not_fit():
+    app = _app_module()
+    from simulator import api
+
+    gpus = simulator_gpus()
+    for g, c in zip(gpus, app.GPU_COLOURS, strict=False):
+        assert _contrast_on_white(c) >= 3.0, (g.short_name, c)
+    plan = api.simulate("pythia-1b", "8x3090")
+    specs = [app.memory_chart(plan), app.breakdown_chart(app.breakdown_rows(plan)),
+             app.pareto_chart(_sweep_frame(), "8xrtx3090", "x", {"budget_usd": 5e4, "deadline_days": 60.0})]
+    reds = [c for s in specs for c in _colours(s) if _is_red(c)]
+    assert not reds, reds  # a plan that fits: nothing red
+    bad = api.simulate("llama-2-13b", "1x3090")
+    assert any(_is_red(c) for c in _colours(app.constraint_chart(app.constraint_rows(bad))))

@@ -6,11 +6,12 @@ budget report downloaded) must work, with a screenshot of each step.
 Skips cleanly when selenium, /usr/bin/chromium or /usr/bin/chromedriver is missing
 (Debian: `apt-get install -y chromium chromium-driver`). Set APP_SCREENSHOT=path to also copy
 the headline screenshot there (docs/app.png is made that way) and APP_SCREENSHOTS=folder for the
-walk's screenshots (docs/app-*.png).
+walks' screenshots (docs/app-*.png, docs/app_planner_*.png).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -159,9 +160,15 @@ def _radio(d, option: str) -> None:
     raise AssertionError(f"no radio option {option!r}")
 
 
-def _shot(d, tmp_path: Path, name: str) -> Path:
+def _shot(d, tmp_path: Path, name: str, at: str | None = None) -> Path:
+    """Save a screenshot, scrolled to the top or to the element with data-testid ``at``."""
     time.sleep(1.5)  # let the charts finish drawing
-    d.execute_script("window.scrollTo(0, 0);")
+    if at is None:
+        d.execute_script("window.scrollTo(0, 0);")
+    else:
+        el = d.find_elements(By.CSS_SELECTOR, f'[data-testid="{at}"]')[-1]
+        d.execute_script("arguments[0].scrollIntoView({block: 'center'});", el)
+        time.sleep(0.5)
     shot = tmp_path / name
     assert d.save_screenshot(str(shot))
     assert shot.stat().st_size > 10_000
@@ -242,3 +249,61 @@ def test_walk_through_the_explorer(server, browser, tmp_path):
         lambda x: any(p.suffix == ".md" for p in d.downloads.iterdir()))
     report = next(p for p in d.downloads.iterdir() if p.suffix == ".md").read_text()
     assert report.startswith("# Compute budget justification") and "configuration on screen" in report
+
+
+def _verdict_text(d) -> str:
+    for kind in ("stAlertContentSuccess", "stAlertContentWarning", "stAlertContentError"):
+        for el in d.find_elements(By.CSS_SELECTOR, f'[data-testid="{kind}"]'):
+            if el.text.startswith(("Fits", "Misses")):
+                return el.text
+    return ""
+
+
+def _download(d, label: str, suffix: str) -> Path:
+    button = _widget(d, "stDownloadButton", label).find_element(By.TAG_NAME, "button")
+    WebDriverWait(d, RESULT_TIMEOUT_S).until(lambda x: button.is_enabled())
+    button.click()
+    WebDriverWait(d, 30, poll_frequency=0.5).until(
+        lambda x: any(p.suffix == suffix for p in d.downloads.iterdir()))
+    return next(p for p in d.downloads.iterdir() if p.suffix == suffix)
+
+
+def test_planner_path(server, browser, tmp_path):
+    """What a grant planner does: a model, the hardware, a budget and a deadline; the verdict on
+    screen and on the chart; the plan and the budget report downloaded, saying the same."""
+    d = browser
+    d.get(server)
+    _wait_for(d, lambda x: "Days, likely range" in _body(x) and "Pareto frontier" in _body(x))
+    _choose(d, "Preset", "pythia-410m")
+    _wait_for(d, lambda x: "Pythia-410M" in _body(x) and "Pareto frontier" in _body(x))
+    assert "Recipe:" in _body(d)
+    _shot(d, tmp_path, "app_planner_1_model.png")
+
+    _choose(d, "GPU", "A100 80GB SXM")
+    _wait_for(d, lambda x: "A100" in _body(x).split("Fastest feasible")[0])
+    _number(d, "GPUs per node", 4)
+    _wait_for(d, lambda x: "4 × A100" in _body(x) and "Pareto frontier" in _body(x))
+    _shot(d, tmp_path, "app_planner_2_hardware.png")
+
+    _number(d, "Budget, $", 100000)
+    _wait_for(d, lambda x: "budget $100,000" in _verdict_text(x))
+    _number(d, "Deadline, days", 5)
+    _wait_for(d, lambda x: "deadline 5.0 days" in _verdict_text(x))
+    verdict = _verdict_text(d)
+    assert verdict.startswith("Misses") and "past the 5.0-day deadline" in verdict, verdict
+    _shot(d, tmp_path, "app_planner_3_misses.png")
+
+    _number(d, "Deadline, days", 60)
+    _wait_for(d, lambda x: "deadline 60.0 days" in _verdict_text(x))
+    verdict = _verdict_text(d)
+    assert verdict.startswith("Fits the budget and the deadline"), verdict
+    _shot(d, tmp_path, "app_planner_4_fits.png")
+    _wait_for(d, lambda x: "Dashed lines: your budget and deadline" in _body(x))
+    _shot(d, tmp_path, "app_planner_5_chart.png", at="stVegaLiteChart")
+
+    plan = json.loads(_download(d, "Plan (JSON)", ".json").read_text())
+    assert plan["budget_check"]["verdict"] == "fits" and plan["budget_check"]["deadline_days"] == 60
+    report = _download(d, "Budget (Markdown)", ".md").read_text()
+    assert report.startswith("# Compute budget justification") and "configuration on screen" in report
+    assert "deadline 60.0 days" in report and "$100,000" in report
+    assert "Traceback" not in _body(d)

@@ -13,10 +13,14 @@ import sys
 
 from .errors import UsageParser, run_cli
 
-SUBCOMMANDS = {"validate-published": "simulator.published:main",
-               "validate-parallel": "simulator.parallel_validation:main", "compare": "simulator.compare:main",
-               "budget": "simulator.budget:main", "study-grid": "simulator.study:main"}
+SUBCOMMANDS = {"compare": "simulator.compare:main", "budget": "simulator.budget:main",
+               "study-grid": "simulator.study:main", "validate-published": "simulator.published:main",
+               "validate-parallel": "simulator.parallel_validation:main"}
 
+
+#: The usage line names the subcommands beside the main form, so ``simulate --help`` shows them first.
+USAGE = ("simulate --model MODEL --gpus GPUS [options]\n"
+         f"       simulate {{{','.join(SUBCOMMANDS)}}} [options]")
 
 _NEGATIVE = re.compile(r"^-(\d|\.\d|inf|nan)", re.IGNORECASE)
 
@@ -108,8 +112,9 @@ def recipe_knobs(a: argparse.Namespace) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="simulate", description="How long and how much to pre-train a model on given GPUs. "
-                f"Subcommands: {', '.join(SUBCOMMANDS)} (run `simulate SUBCOMMAND --help`).")
+    p = _Parser(prog="simulate", usage=USAGE, description="How long and how much to pre-train a model on given "
+                "GPUs: the fastest feasible settings, days with an 80% interval, and dollars. Each subcommand "
+                "has its own `simulate SUBCOMMAND --help`.")
     p.add_argument("--model", required=True, help="preset (e.g. pythia-1b; see --list-models) or path to a Hugging "
                    "Face config.json")
     p.add_argument("--list-models", action=_ListModels, help="print the model presets and exit")

@@ -261,3 +261,27 @@ def test_search_time_excludes_loading(monkeypatch):
 
     monkeypatch.setattr(api, "setup", slow_setup)
     assert api.answer("pythia-160m", "8x3090").plan.search_ms < 400
+
+
+def test_help_usage_line_names_every_subcommand(capsys):
+    # the first lines a newcomer reads list the subcommands, not only the main form's flags
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert usage.startswith("usage: simulate --model MODEL --gpus GPUS")
+    from simulator.cli import SUBCOMMANDS
+    assert all(sub in usage for sub in SUBCOMMANDS)
+
+
+def test_readme_grant_writers_commands_run_as_written(tmp_path, monkeypatch):
+    # the README's "For grant writers" block, each command as printed there, in a fresh folder
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = text.split("## For grant writers", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    cmds = [line.split(">")[0].split() for line in block.strip().splitlines()]
+    assert [c[0] for c in cmds] == ["simulate"] * 3
+    monkeypatch.chdir(tmp_path)
+    for cmd in cmds:
+        r = subprocess.run([sys.executable, "-m", "simulator.cli", *cmd[1:]], capture_output=True, text=True)
+        assert r.returncode == 0, (cmd, r.stderr[-500:])
+    assert (tmp_path / "budget" / "budget-pythia-1b.md").is_file() and (tmp_path / "options.csv").is_file()

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import hashlib
 import io
 import json
 import math
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +61,18 @@ CASES: dict[str, list[str]] = {
                                 "--attention", "eager", "--compile"],
     "pythia-14m-1xlocal-cpu": ["--model", "pythia-14m", "--gpus", "1xlocal", "--profile", CPU_PROFILE,
                                "--steps", "100"],
+    "olmoe-1b-7b-8xh100": ["--model", "olmoe-1b-7b", "--gpus", "8xh100"],
+    "mixtral-8x7b-ep8": ["--model", "mixtral-8x7b", "--gpus", "4x8xh100", "--ep", "8", "--stack", "megatron-lm"],
+}
+
+#: Subcommands whose whole output is pinned too (validation figures, a catalog sweep, a budget): the
+#: command line, and the file its rows are read from (``None``: its ``--json`` on stdout).
+REPORTS: dict[str, tuple[list[str], str | None]] = {
+    "validate-published": (["validate-published", "--json"], None),
+    "validate-parallel": (["validate-parallel", "--csv", "{out}/rows.csv"], "rows.csv"),
+    "compare-pythia-1b": (["compare", "--model", "pythia-1b", "--gpu", "3090,a100-80gb-sxm,h100-sxm", "--json"], None),
+    "budget-pythia-1b": (["budget", "--model", "pythia-1b", "--budget", "60000", "--deadline", "60d",
+                          "--gpu", "3090,h100-sxm", "--out", "{out}"], "budget-pythia-1b.csv"),
 }
 
 
@@ -78,6 +92,29 @@ def plan_json(argv: list[str]) -> dict:
     for p in (d, *d.get("top", [])):
         p.pop("search_ms", None)
     return d
+
+
+def report_output(name: str) -> object:
+    """The output of :data:`REPORTS` ``name``: its JSON, or its CSV file as a list of rows (cells
+    that read as numbers become floats)."""
+    from simulator.cli import main
+
+    argv, file = REPORTS[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main([x.format(out=tmp) for x in argv])
+        if file is None:
+            return json.loads(out.getvalue())
+        with open(Path(tmp) / file, newline="", encoding="utf-8") as f:
+            return [[_number(c) for c in row] for row in csv.reader(f)]
+
+
+def _number(cell: str) -> object:
+    try:
+        return float(cell)
+    except ValueError:
+        return cell
 
 
 def _canonical_order(tab) -> np.ndarray:
@@ -116,8 +153,11 @@ def table_print(argv: list[str]) -> dict:
 
 
 def record() -> dict:
-    """Every case's plan JSON and table fingerprint."""
-    return {name: {"argv": argv, "plan": plan_json(argv), "table": table_print(argv)} for name, argv in CASES.items()}
+    """Every case's plan JSON and table fingerprint, and every report's output."""
+    out: dict = {name: {"argv": argv, "plan": plan_json(argv), "table": table_print(argv)}
+                 for name, argv in CASES.items()}
+    out["reports"] = {name: {"argv": REPORTS[name][0], "output": report_output(name)} for name in REPORTS}
+    return out
 
 
 def differences(old, new, path: str = "") -> list[str]:
@@ -148,10 +188,10 @@ def main() -> int:
     if a.write:
         text = json.dumps(new, indent=1, sort_keys=True) + "\n"
         write_atomic(GOLDEN, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-        print(f"wrote {len(new)} cases to {GOLDEN.relative_to(ROOT)}")
+        print(f"wrote {len(CASES)} cases and {len(REPORTS)} reports to {GOLDEN.relative_to(ROOT)}")
         return 0
     diffs = differences(json.loads(GOLDEN.read_text(encoding="utf-8")), new)
-    print("\n".join(diffs[:50]) or f"all {len(new)} cases unchanged")
+    print("\n".join(diffs[:50]) or f"all {len(CASES)} cases and {len(REPORTS)} reports unchanged")
     return 1 if diffs else 0
 
 

@@ -311,7 +311,8 @@ def plot(options: list[Option], path, basis: str = "buy", title: str | None = No
     ax.grid(True, which="both", alpha=0.3)
     if title:
         ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, loc="best", markerscale=0.6)
+    if ax.get_legend_handles_labels()[0]:  # no feasible option: nothing to label
+        ax.legend(fontsize=7, loc="best", markerscale=0.6)
     fig.tight_layout()
     try:
         write_atomic(path, lambda tmp: fig.savefig(tmp, format=fmt, dpi=130))

@@ -22,6 +22,7 @@ from . import communication as comm
 from . import fresh_memory, memory, optimizer_time, workload
 from .compute import micro_batch_time
 from .device import Device
+from .memo import cached, frozen, store
 from .parallel import Parallelism
 from .stacks import Stack, default_stack
 from .strategy import (
@@ -202,10 +203,22 @@ class MicroBatches:
 def micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray) -> MicroBatches:
     """The pinned micro-batch sizes, or every size from 1 whose activations could fit at all next
     to the least model states any precision allows (ZeRO-3, everything offloaded): activation and
-    logit memory are linear in the micro-batch, so one sample decides the bound. Units: samples."""
+    logit memory are linear in the micro-batch, so one sample decides the bound. Units: samples.
+    Kept per process, keyed by every input it reads."""
+    pinned = None if space.micro_batches is None else np.asarray(space.micro_batches, dtype=int)
+    key = (pb.model, pb.seq_len, pb.stack, pb.optimizer, pb.dp_ranks, pb.per_gpu_batch, pb.device.usable_memory,
+           tuple(packs), supported.tobytes(), tuple(space.precisions), None if pinned is None else pinned.tobytes())
+    return cached(_MICRO_BATCHES, key, lambda: _micro_batch_candidates(pb, space, packs, supported, pinned))
+
+
+_MICRO_BATCHES = store()
+
+
+def _micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray,
+                            pinned: np.ndarray | None) -> MicroBatches:
     model, dev, n = pb.model, pb.device, pb.dp_ranks
-    if space.micro_batches is not None:
-        mbs = np.asarray(space.micro_batches, dtype=int)
+    if pinned is not None:
+        mbs = pinned
     else:
         one = np.array([1.0])
         per_sample = min(float((memory.activations(model, pb.seq_len, one, p, att, ck, c, pb.stack)
@@ -221,7 +234,9 @@ def micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], suppor
     ga = np.ceil(pb.per_gpu_batch / mbs).astype(int)
     last = pb.per_gpu_batch - (ga - 1) * mbs  # size of the last (possibly smaller) micro-batch
     mb_eval = np.unique(np.concatenate([mbs, last])).astype(float)
-    return MicroBatches(mbs, ga, mb_eval, np.searchsorted(mb_eval, mbs), np.searchsorted(mb_eval, last))
+    out = MicroBatches(mbs, ga, mb_eval, np.searchsorted(mb_eval, mbs), np.searchsorted(mb_eval, last))
+    frozen(*(getattr(out, f.name) for f in fields(out)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -245,7 +260,16 @@ class PackCompute:
 
 def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, sizes: np.ndarray) -> PackCompute:
     """Compute time and activation memory of one micro-batch of each of ``sizes`` samples, for
-    every pack (:class:`PackCompute`)."""
+    every pack (:class:`PackCompute`); kept per process, keyed by the model (or view), sequence
+    length, sizes, packs, stack and device."""
+    key = (pb.model, pb.seq_len, sizes.tobytes(), tuple(packs), supported.tobytes(), pb.stack, pb.device.name)
+    return cached(_PACK_COMPUTE, key, lambda: _compute_per_pack(pb, packs, supported, sizes), pb.device)
+
+
+_PACK_COMPUTE = store()
+
+
+def _compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, sizes: np.ndarray) -> PackCompute:
     model, dev, seq = pb.model, pb.device, pb.seq_len
     P = float(model.n_params())
     K, E = len(packs), sizes.size
@@ -266,6 +290,7 @@ def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, siz
         cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / rate
         rerun = checkpointed_layers(ck, model.n_layers) * _layer_params(model)  # forward casts again
         rec_cast[i] = 0.5 * float(workload.autocast_cast_bytes(rerun, p, half_params=False).nbytes) / rate
+    frozen(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out)
     return PackCompute(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out)
 
 
@@ -289,7 +314,17 @@ class States:
 def model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
     """Weights, gradients, optimizer states and buffers of every pack, sharding and offload
     (:class:`States`). They depend on the precision only (not attention, compile or
-    checkpointing): one row per distinct precision, gathered to packs."""
+    checkpointing): one row per distinct precision, gathered to packs. Kept per process, keyed by
+    the model (or view), ranks, stack, optimizer, shardings, offloads and precisions."""
+    key = (pb.model, pb.dp_ranks, pb.stack, pb.optimizer, tuple(space.shardings), tuple(space.offloads),
+           tuple(pk[0] for pk in packs))
+    return cached(_STATES, key, lambda: _model_states(pb, space, packs))
+
+
+_STATES = store()
+
+
+def _model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
     model, n, stack = pb.model, pb.dp_ranks, pb.stack
     P, PL = float(model.n_params()), _layer_params(model)
     prec = [pk[0] for pk in packs]
@@ -310,7 +345,9 @@ def model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
                     st["weights"], st["gradients"], st["optimizer"], st["host"])
     buffers = np.array([[memory.comm_buffers(P, p, sh, n, stack) + memory.autocast_weight_copies(P, p, sh, stack)
                          for sh in space.shardings] for p in precs])
-    return States(w[pi], g[pi], o[pi], host[pi], wc[pi], gc[pi], fp32p[pi], buffers[pi])
+    out = States(w[pi], g[pi], o[pi], host[pi], wc[pi], gc[pi], fp32p[pi], buffers[pi])
+    frozen(*(getattr(out, f.name) for f in fields(out)))
+    return out
 
 
 def sharding_schedule(pb: Problem, shardings: list[str], st: States, pc: PackCompute,

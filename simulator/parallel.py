@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import communication as comm
+from .memo import cached, store
 from .models import ModelSpec
 
 
@@ -371,8 +372,14 @@ class ShardView:
 
 
 def view(spec, par: Parallelism):
-    """The model as one GPU of ``par`` sees it (the spec itself without tp, pp or ep)."""
-    return spec if par.tp == 1 and par.pp == 1 and par.ep == 1 else ShardView(spec, par)
+    """The model as one GPU of ``par`` sees it (the spec itself without tp, pp or ep); one
+    :class:`ShardView` per spec and (tp, sp, pp, ep), the fields it reads of ``par``, per process."""
+    if par.tp == 1 and par.pp == 1 and par.ep == 1:
+        return spec
+    return cached(_VIEWS, (spec, par.tp, par.sp, par.pp, par.ep), lambda: ShardView(spec, par))
+
+
+_VIEWS = store()
 
 
 #: Context parallelism is searched only from this sequence length on (tokens): below it the

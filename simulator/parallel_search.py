@@ -18,6 +18,7 @@ import numpy as np
 from . import compute, memory, parallel, workload
 from .compute import attention_core, micro_batch_time
 from .estimate import Problem, Space, Table, evaluate
+from .memo import cached, frozen, store
 from .opcost import model_flops_per_token
 from .strategy import SHARD_STAGE, checkpointed_layers, offload_allowed
 
@@ -39,20 +40,41 @@ def stored_activations(model, seq_len: int, packs: list[tuple], pack: np.ndarray
                        act: np.ndarray) -> np.ndarray:
     """Bytes of one micro-batch's activations that stay stored while later micro-batches run
     (the per-layer part, x the stage's layers): ``layers x (act(L) - act(L-1))``; the rest of
-    ``act`` (one layer's recomputed working set, the embedding output) exists once per stage."""
+    ``act`` (one layer's recomputed working set, the embedding output) exists once per stage.
+    ``act(L-1)`` is computed once per pack and distinct micro-batch size (elementwise in the size:
+    the same numbers as per row) and kept per process."""
+    sizes, at = np.unique(mb, return_inverse=True)
+    key = (model, seq_len, tuple(packs), sizes.tobytes())
+    fewer = cached(_FEWER, key, lambda: _fewer_layer_activations(model, seq_len, packs, sizes))
+    return np.minimum(model.n_layers * (act - fewer[pack, at]), act)
+
+
+_FEWER = store()
+
+
+def _fewer_layer_activations(model, seq_len: int, packs: list[tuple], sizes: np.ndarray) -> np.ndarray:
+    """(packs, sizes) activation bytes of the view with one layer fewer (as
+    :func:`stored_activations` counts them: its graph without compilation, the default stack)."""
     fewer = model.with_layers(model.n_layers - 1)
-    out = np.empty_like(act)
-    for k, (p, att, _c, ck) in enumerate(packs):
-        sel = pack == k
-        if sel.any():
-            out[sel] = model.n_layers * (act[sel] - memory.activations(fewer, seq_len, mb[sel], p, att, ck))
-    return np.minimum(out, act)
+    out = np.array([memory.activations(fewer, seq_len, sizes, p, att, ck) for p, att, _c, ck in packs])
+    frozen(out)
+    return out
 
 
 def states_floor(pb: Problem, space: Space, par: parallel.Parallelism, offloads: list[str] | None = None) -> float:
     """The least bytes of weights, gradients and optimizer states any allowed strategy keeps on
     one GPU of ``par`` (the bound used to prune layouts that cannot fit); ``offloads``: only
-    strategies with these offload choices (default: the space's)."""
+    strategies with these offload choices (default: the space's). Kept per process, keyed by the
+    view's fields of ``par`` (tp, sp, pp, ep), its dp x cp ranks and the knobs it reads."""
+    key = (pb.model, par.tp, par.sp, par.pp, par.ep, par.dp * par.cp, pb.optimizer, pb.stack,
+           tuple(space.precisions), tuple(space.shardings), tuple(space.offloads if offloads is None else offloads))
+    return cached(_STATES_FLOOR, key, lambda: _states_floor(pb, space, par, offloads))
+
+
+_STATES_FLOOR = store()
+
+
+def _states_floor(pb: Problem, space: Space, par: parallel.Parallelism, offloads: list[str] | None) -> float:
     v = parallel.view(pb.model, par)
     P = float(v.n_params())
     PL = max(1.0, (P - v.n_embedding_params()) / v.n_layers)

@@ -216,3 +216,21 @@ def test_published_moe_runs(row: dict) -> None:
           f"measured {measured:.2f} s, tokens/s error {error:+.1%}")
     assert plan.feasible and plan.strategy["ep"] == int(row["ep"]) and plan.strategy["tp"] == int(row["tp"])
     assert abs(error) < 0.5
+
+
+def test_warm_searches_equal_cold_ones() -> None:
+    """The per-process caches (simulator.memo) key every input: each search, run after the others
+    filled them, gives the numbers it gives after they are emptied (expert-parallel degrees and a
+    pinned micro-batch differ only in the knobs)."""
+    from simulator import memo
+    from simulator.api import run_search
+    from simulator.estimate import _COLUMNS
+
+    cases = [dict(ep=1), dict(ep=2), dict(ep=4, micro_batch=2), dict(ep=4)]
+    warm = [run_search("olmoe-1b-7b", "8xh100", stack="megatron-lm", **k).table for k in cases]
+    for k, w in zip(cases, warm, strict=True):
+        memo.clear()
+        cold = run_search("olmoe-1b-7b", "8xh100", stack="megatron-lm", **k).table
+        assert len(cold) == len(w)
+        for c in _COLUMNS:
+            assert np.array_equal(getattr(cold, c), getattr(w, c), equal_nan=True), (k, c)

@@ -160,6 +160,31 @@ class Table:
         return cls(problem=problem, packs=packs, shardings=shardings, offloads=offloads,
                    **{k: np.concatenate([getattr(p, k) for p in parts]) for k in _COLUMNS})
 
+    @classmethod
+    def of_grids(cls, grids: list[Grid], problem: Problem, packs: list, shardings: list[str],
+                 offloads: list[str]) -> Table:
+        """One table of the strategies of ``grids`` in order, each flattened in C order over its
+        axes (indices referring to ``packs``, ``shardings``, ``offloads``), for ``problem``: each
+        column is written once (as :meth:`concat` of the grids' flattened tables). A single
+        grid's 0-d column stays a read-only view of its one value."""
+        sizes = [math.prod(g.shape) for g in grids]
+        ends = np.cumsum([0] + sizes)
+        cols = {}
+        for k in _COLUMNS:
+            parts = [g.cols[k] for g in grids]
+            if len(grids) == 1 and parts[0].ndim == 0:
+                cols[k] = np.broadcast_to(parts[0], (int(ends[-1]),))
+                continue
+            dtype = np.result_type(*(x.dtype for x in parts))
+            if all(x.size == 1 for x in parts):  # one value per grid (a layout's degrees)
+                cols[k] = np.repeat(np.array([x.flat[0] for x in parts], dtype=dtype), sizes)
+                continue
+            out = np.empty(int(ends[-1]), dtype=dtype)
+            for g, x, lo, hi in zip(grids, parts, ends[:-1], ends[1:], strict=True):
+                out[lo:hi].reshape(g.shape)[...] = x
+            cols[k] = out
+        return cls(problem=problem, packs=packs, shardings=shardings, offloads=offloads, **cols)
+
     def parallelism(self, i: int) -> Parallelism:
         """The layout of strategy ``i``."""
         return Parallelism(int(self.dp[i]), int(self.tp[i]), int(self.pp[i]), int(self.vp[i]), bool(self.sp[i]),
@@ -177,6 +202,26 @@ class Table:
 
 #: The per-strategy columns: every field of Table after the problem and the knob values.
 _COLUMNS = tuple(f.name for f in fields(Table))[4:]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The strategies of one evaluation before flattening into a :class:`Table`: laid out on the
+    axes (packs K, micro-batches M, shardings Z, offloads NO), every column of :data:`_COLUMNS`
+    an array broadcastable to ``shape`` that spans only the axes it varies along (0-d for a
+    constant). Elementwise arithmetic on these gives each strategy the same numbers as on the
+    flat rows, on far fewer elements. Units as in :class:`Table`."""
+
+    problem: Problem
+    packs: list[tuple[str, str, bool, str]]
+    shardings: list[str]
+    offloads: list[str]
+    shape: tuple[int, int, int, int]
+    cols: dict[str, np.ndarray]
+
+    def table(self) -> Table:
+        """The flat :class:`Table` of these strategies."""
+        return Table.of_grids([self], self.problem, self.packs, self.shardings, self.offloads)
 
 
 def _layer_params(model) -> float:
@@ -376,23 +421,27 @@ def sharding_schedule(pb: Problem, shardings: list[str], st: States, pc: PackCom
     gc = st.grad_bpp
     grad_bytes = (P * gc)[:, None, :]
     w_bytes = (P * st.weight_bpp)[:, None, :]
-    buckets = np.maximum(1.0, np.ceil(grad_bytes / (25.0 * memory.MIB)))
-    zbuckets = max(1.0, math.ceil(P / memory.ZERO_BUCKET_ELEMENTS))
     exposed = partial(comm.exposed, overlap=fab.overlap)
-    ar = comm.all_reduce(fab, grad_bytes, buckets)
-    rs_z = comm.gather_or_scatter(fab, grad_bytes, zbuckets)
-    ag_z = comm.gather_or_scatter(fab, w_bytes, zbuckets)
-    rs_l = comm.gather_or_scatter(fab, grad_bytes, L + 1)
-    ag_l = comm.gather_or_scatter(fab, w_bytes, L + 1)
-    # the last bucket to fill cannot overlap: at worst a full bucket (monotone in model size)
-    ar_bucket = comm.all_reduce(fab, np.minimum(grad_bytes, 25.0 * memory.MIB))
-    rs_bucket = comm.gather_or_scatter(fab, np.minimum(grad_bytes, memory.ZERO_BUCKET_ELEMENTS * gc[:, None, :]))
-    # ZeRO-3 / FSDP gather and reduce unit by unit: L layers and the root unit (embeddings,
-    # head); the root is gathered first and reduced last, so its collective (or one layer's,
-    # if larger) can never hide behind compute
-    unit = max(P - L * PL, PL) / P
-    ag_unit = comm.gather_or_scatter(fab, w_bytes * unit)
-    rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
+    # each family's collectives, where a sharding of it is searched; the last bucket to fill
+    # cannot overlap: at worst a full bucket (monotone in model size)
+    if "ddp" in shardings:
+        buckets = np.maximum(1.0, np.ceil(grad_bytes / (25.0 * memory.MIB)))
+        ar = comm.all_reduce(fab, grad_bytes, buckets)
+        ar_bucket = comm.all_reduce(fab, np.minimum(grad_bytes, 25.0 * memory.MIB))
+    if "zero1" in shardings or "zero2" in shardings:
+        zbuckets = max(1.0, math.ceil(P / memory.ZERO_BUCKET_ELEMENTS))
+        rs_z = comm.gather_or_scatter(fab, grad_bytes, zbuckets)
+        ag_z = comm.gather_or_scatter(fab, w_bytes, zbuckets)
+        rs_bucket = comm.gather_or_scatter(fab, np.minimum(grad_bytes, memory.ZERO_BUCKET_ELEMENTS * gc[:, None, :]))
+    if any(s not in ("ddp", "zero1", "zero2") for s in shardings):
+        rs_l = comm.gather_or_scatter(fab, grad_bytes, L + 1)
+        ag_l = comm.gather_or_scatter(fab, w_bytes, L + 1)
+        # ZeRO-3 / FSDP gather and reduce unit by unit: L layers and the root unit (embeddings,
+        # head); the root is gathered first and reduced last, so its collective (or one layer's,
+        # if larger) can never hide behind compute
+        unit = max(P - L * PL, PL) / P
+        ag_unit = comm.gather_or_scatter(fab, w_bytes * unit)
+        rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
 
     def per_mb(c, win_mb, win_last, floor):  # every micro-batch communicates
         return (gaz - 1) * exposed(c, win_mb, floor) + exposed(c, win_last, floor)
@@ -447,22 +496,38 @@ def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: Sta
     return optimizer_t, offload_t
 
 
-def rank_strategies(packs: list[tuple], shardings: list[str], pack: np.ndarray, sharding: np.ndarray,
-                    offload: np.ndarray, micro_batch: np.ndarray, largest_micro_batch: int, step_time: np.ndarray,
-                    feasible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Simplicity rank (ties are broken towards no offload, no checkpointing, plain DDP, a larger
-    micro-batch) and the sort key: the step time (s) nudged by the rank, inf when infeasible."""
+def simplicity_rank(packs: list[tuple], shardings: list[str], pack: np.ndarray, sharding: np.ndarray,
+                    offload: np.ndarray, micro_batch: np.ndarray, largest_micro_batch: int) -> np.ndarray:
+    """Simplicity rank: ties are broken towards no offload, no checkpointing, plain DDP, a larger
+    micro-batch (float; the arrays broadcast together)."""
     ck_rank = np.array([checkpointing_rank(pk[3]) for pk in packs])
     stage = np.array([SHARD_STAGE[s] for s in shardings])
-    rank = (offload * 100 + ck_rank[pack] * 10 + stage[sharding]
-            + 1.0 - micro_batch / (largest_micro_batch + 1.0)).astype(float)
-    return rank, np.where(feasible, step_time * (1 + 1e-9 * rank), np.inf)
+    return offload * 100 + ck_rank[pack] * 10 + stage[sharding] + 1.0 - micro_batch / (largest_micro_batch + 1.0)
+
+
+def ranked(cols: dict[str, np.ndarray], usable_memory: float, simpler: float = 0.0) -> dict[str, np.ndarray]:
+    """``cols`` (of a :class:`Grid`) with feasibility and the sort key added: ``fits`` (the total
+    within ``usable_memory`` bytes), ``feasible`` (valid, fits and host_ok) and ``rank_key``, the
+    step time (s) nudged by the simplicity rank plus 1000 x ``simpler`` (a layout's complexity),
+    inf when infeasible."""
+    fits = cols["mem_total"] <= usable_memory
+    feasible = cols["valid"] & fits & cols["host_ok"]
+    rank = cols["rank"] + 1000 * simpler if simpler else cols["rank"]  # + 0.0 would change no rank (> 0)
+    return {**cols, "fits": fits, "feasible": feasible,
+            "rank_key": np.where(feasible, cols["step_time"] * (1 + 1e-9 * rank), np.inf)}
 
 
 def evaluate(pb: Problem, space: Space) -> Table:
     """Evaluate every strategy of ``space`` on ``pb``: micro-batch candidates, compute per pack,
     model states, the sharding schedule's communication, optimizer and offload, then assembly,
     feasibility and ranking. Returns a :class:`Table`, plain data parallelism over all GPUs."""
+    grid = evaluate_grid(pb, space)
+    return replace(grid, cols=ranked(grid.cols, pb.device.usable_memory)).table()
+
+
+def evaluate_grid(pb: Problem, space: Space) -> Grid:
+    """:func:`evaluate`'s strategies as a :class:`Grid` (not yet flattened) without the columns
+    :func:`ranked` adds (a layout changes what they derive from)."""
     dev = pb.device
     packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
     supported = np.array([dev.gemm_peak(pk[0]) is not None for pk in packs])
@@ -477,10 +542,11 @@ def evaluate(pb: Problem, space: Space) -> Table:
 
 def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray, mb: MicroBatches,
              pc: PackCompute, st: States, grad_fresh: float, exposed_comm: np.ndarray,
-             optimizer_t: np.ndarray, offload_t: np.ndarray) -> Table:
+             optimizer_t: np.ndarray, offload_t: np.ndarray) -> Grid:
     """The step (s) = compute (micro-batches, gradient first touches, autocast casts) + exposed
     communication + optimizer + offload; memory per GPU (bytes) = states + activations + logits +
-    buffers and fragmentation; feasibility; all flattened over (K, M, Z, NO) into a :class:`Table`."""
+    buffers and fragmentation; whether valid and the host RAM holds the offloaded states; the
+    simplicity rank; all on the (K, M, Z, NO) axes of a :class:`Grid` (not yet :func:`ranked`)."""
     K, M, Z, NO = len(packs), mb.sizes.size, len(space.shardings), len(space.offloads)
     shape = (K, M, Z, NO)
     mi, ga = mb.mi, mb.grad_accum
@@ -488,48 +554,41 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
     fb_cast = (pc.cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]  # (K,M,Z)
     rec_cast = (pc.rec_cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]
     comp4 = (compute[:, :, None] + fb_cast + rec_cast)[..., None]
-    step = comp4 + exposed_comm[..., None] + optimizer_t[:, None] + offload_t
+    step = np.broadcast_to(comp4 + exposed_comm[..., None] + optimizer_t[:, None] + offload_t, shape)
     act4 = pc.act[:, mi][:, :, None, None]
     log4 = pc.logit[:, mi][:, :, None, None]
-    mem_w = np.broadcast_to(st.weights[:, None], shape)
+    mem_w = st.weights[:, None]
     # gradients of a single-micro-batch DDP step are written during backward as activations go
     fresh = (ga == 1)[None, :, None, None] & np.array([s == "ddp" for s in space.shardings])[None, None, :, None]
     mem_g = memory.gradients_at_peak(st.gradients[:, None], act4, pc.act_outside[:, mi][:, :, None, None],
                                      log4, fresh)
-    mem_o = np.broadcast_to(st.optimizer[:, None], shape)
+    mem_o = st.optimizer[:, None]
     other = st.buffers[:, None, :, None] + pb.stack.fragmentation * act4
-    total = mem_w + mem_g + mem_o + act4 + log4 + other
+    total = np.broadcast_to(mem_w + mem_g + mem_o + act4 + log4 + other, shape)
     valid = np.array([[offload_allowed(s, off) for off in space.offloads] for s in space.shardings])
-    valid4 = np.broadcast_to(valid[None, None] & supported[:, None, None, None], shape)
+    valid4 = valid[None, None] & supported[:, None, None, None]
     host_need = st.host[:, None] * pb.fabric.gpus_per_node  # per node
-    host_ok = np.broadcast_to(host_need <= pb.host_memory, shape)
-    fits = total <= pb.device.usable_memory
-    feasible = (valid4 & fits & host_ok).ravel()
+    host_ok = host_need <= pb.host_memory
 
-    idx = np.indices(shape)
-    pack, sharding, offload = idx[0].ravel(), idx[2].ravel(), idx[3].ravel()
-    bc = lambda x: np.broadcast_to(x, shape).ravel()  # noqa: E731
-    micro_batch, step_time = bc(mb.sizes[None, :, None, None]), bc(step)
-    rank, rank_key = rank_strategies(packs, space.shardings, pack, sharding, offload, micro_batch, mb.sizes.max(),
-                                     step_time, feasible)
-    size = step_time.size
-    const = lambda v: np.broadcast_to(np.asarray(v), (size,))  # noqa: E731  (read-only, no copy)
-    zeros = const(0.0)
-    return Table(
-        problem=pb, packs=packs, shardings=list(space.shardings), offloads=list(space.offloads),
+    pack, sharding, offload = (np.arange(n).reshape([n if a == i else 1 for a in range(4)])
+                               for i, n in ((0, K), (2, Z), (3, NO)))
+    micro_batch = mb.sizes[None, :, None, None]
+    rank = simplicity_rank(packs, space.shardings, pack, sharding, offload, micro_batch, mb.sizes.max())
+    zero = np.asarray(0.0)
+    cols = dict(
         pack=pack, sharding=sharding, offload=offload, micro_batch=micro_batch,
-        grad_accum=bc(ga[None, :, None, None]),
-        step_time=step_time, compute=bc(comp4),
-        forward=bc(mb.per_step(pc.fwd)[:, :, None, None] + 0.5 * fb_cast[..., None]),
-        backward=bc((mb.per_step(pc.bwd) + grad_fresh)[:, :, None, None] + 0.5 * fb_cast[..., None]),
-        recompute=bc(mb.per_step(pc.rec)[:, :, None, None] + rec_cast[..., None]), exposed_comm=bc(exposed_comm[..., None]),
-        optimizer=bc(optimizer_t[:, None]), offload_time=bc(offload_t), hw_flops=bc(mb.per_step(pc.hw)[:, :, None, None]),
-        mem_weights=bc(mem_w), mem_gradients=bc(mem_g), mem_optimizer=bc(mem_o), mem_activations=bc(act4),
-        mem_logits=bc(log4), mem_other=bc(other), mem_total=bc(total), host_need=bc(host_need),
-        valid=valid4.ravel(), fits=bc(fits), host_ok=host_ok.ravel(), feasible=feasible,
-        rank=rank, rank_key=rank_key,
-        dp=const(pb.dp_ranks), tp=const(1), pp=const(1), vp=const(1), sp=const(False),
-        async_tp=const(False), cp=const(1),
-        bubble=zeros, tp_comm=zeros, tp_comm_hidden=zeros, pp_comm=zeros, cp_comm=zeros, ep=const(1),
-        ep_comm=zeros,
+        grad_accum=ga[None, :, None, None],
+        step_time=step, compute=comp4,
+        forward=mb.per_step(pc.fwd)[:, :, None, None] + 0.5 * fb_cast[..., None],
+        backward=(mb.per_step(pc.bwd) + grad_fresh)[:, :, None, None] + 0.5 * fb_cast[..., None],
+        recompute=mb.per_step(pc.rec)[:, :, None, None] + rec_cast[..., None], exposed_comm=exposed_comm[..., None],
+        optimizer=optimizer_t[:, None], offload_time=offload_t, hw_flops=mb.per_step(pc.hw)[:, :, None, None],
+        mem_weights=mem_w, mem_gradients=mem_g, mem_optimizer=mem_o, mem_activations=act4,
+        mem_logits=log4, mem_other=other, mem_total=total, host_need=host_need,
+        valid=valid4, host_ok=host_ok, rank=rank,
+        dp=np.asarray(pb.dp_ranks), tp=np.asarray(1), pp=np.asarray(1), vp=np.asarray(1), sp=np.asarray(False),
+        async_tp=np.asarray(False), cp=np.asarray(1),
+        bubble=zero, tp_comm=zero, tp_comm_hidden=zero, pp_comm=zero, cp_comm=zero, ep=np.asarray(1),
+        ep_comm=zero,
     )
+    return Grid(pb, packs, list(space.shardings), list(space.offloads), shape, cols)

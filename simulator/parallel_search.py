@@ -17,7 +17,7 @@ import numpy as np
 
 from . import compute, memory, parallel, workload
 from .compute import attention_core, micro_batch_time
-from .estimate import Problem, Space, Table, evaluate
+from .estimate import Grid, Problem, Space, Table, evaluate_grid, ranked
 from .memo import cached, frozen, store
 from .opcost import model_flops_per_token
 from .strategy import SHARD_STAGE, checkpointed_layers, offload_allowed
@@ -46,7 +46,7 @@ def stored_activations(model, seq_len: int, packs: list[tuple], pack: np.ndarray
     sizes, at = np.unique(mb, return_inverse=True)
     key = (model, seq_len, tuple(packs), sizes.tobytes())
     fewer = cached(_FEWER, key, lambda: _fewer_layer_activations(model, seq_len, packs, sizes))
-    return np.minimum(model.n_layers * (act - fewer[pack, at]), act)
+    return np.minimum(model.n_layers * (act - fewer[pack, at.reshape(np.shape(mb))]), act)
 
 
 _FEWER = store()
@@ -120,10 +120,13 @@ def _async_tp(pb: Problem, model, packs: list[tuple], pack: np.ndarray, tokens: 
               passes: np.ndarray, tp: int, pinned: bool | None) -> tuple[np.ndarray, np.ndarray]:
     """Per row: the tensor-parallel seconds per micro-batch with the collectives overlapped
     (:func:`parallel.async_tp_time`) where that is allowed (torchtitan: compiled packs only) and,
-    unless pinned on, faster; and whether it is used."""
+    unless pinned on, faster; and whether it is used. The arrays broadcast together (rows, or a
+    :class:`Grid`'s axes)."""
     need_compile = pb.stack.async_tp == "compiled"
-    out, use = tp_mb.copy(), np.zeros(tp_mb.size, dtype=bool)
-    tok = np.broadcast_to(np.asarray(tokens, dtype=float), tp_mb.shape)
+    shape = np.broadcast_shapes(np.shape(tokens), pack.shape, tp_mb.shape, passes.shape)
+    pack, tp_mb, passes = (np.broadcast_to(x, shape) for x in (pack, tp_mb, passes))
+    out, use = tp_mb.copy(), np.zeros(shape, dtype=bool)
+    tok = np.broadcast_to(np.asarray(tokens, dtype=float), shape)
     ok = np.array([pb.device.gemm_peak(p) is not None and (c or not need_compile) for p, _a, c, _k in packs])[pack]
     prec = np.array([pk[0] for pk in packs])[pack]
     for p in {pk[0] for pk in packs}:
@@ -152,8 +155,8 @@ def _ring_attention(pb: Problem, model, par: parallel.Parallelism, seq: int, pac
     L = model.n_layers
     ga = a["grad_accum"].astype(float)
     one = np.array([1.0])
-    f1, b1, ff1, fb1 = (np.zeros(a["pack"].size) for _ in range(4))
-    rec = np.zeros(a["pack"].size)
+    f1, b1, ff1, fb1 = (np.zeros(a["pack"].shape) for _ in range(4))
+    rec = np.zeros(a["pack"].shape)
     for k, (p, att, _c, ck) in enumerate(packs):
         sel = a["pack"] == k
         if not sel.any() or pb.device.gemm_peak(p) is None:
@@ -199,6 +202,13 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
     """Arrays of every strategy under ``par`` for each virtual-stage count in ``vps``;
     ``async_tp``: None = asynchronous TP where the stack offers it and it is faster, True = on
     wherever the layout allows it, False = off."""
+    return [g.table() for g in layout_grids(pb, space, par, vps, async_tp)]
+
+
+def layout_grids(pb: Problem, space: Space, par: parallel.Parallelism, vps: list[int],
+                 async_tp: bool | None = None) -> list[Grid]:
+    """:func:`evaluate_layout`'s strategies as :class:`Grid` s (not yet flattened): the layout's
+    additions are computed on the axes each varies along."""
     model = parallel.view(pb.model, par)
     fab = parallel.dp_fabric(pb.fabric, par)
     seq = pb.seq_len // par.cp  # tokens of each sequence on one context-parallel rank
@@ -209,12 +219,12 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
     if space.micro_batches is None and (par.tp > 1 or par.pp > 1 or par.cp > 1):
         sub.micro_batches = micro_batch_sizes(per_replica)
     # each of the dp x cp ranks of the gradient group holds the replica's samples at seq/cp tokens
-    tab = evaluate(dataclasses.replace(pb, model=model, fabric=fab, seq_len=seq, dp=par.dp * par.cp,
-                                       global_batch=pb.global_batch * par.cp), sub)
-    a = {f.name: getattr(tab, f.name) for f in dataclasses.fields(Table)[4:]}  # the columns, changed below
+    grid = evaluate_grid(dataclasses.replace(pb, model=model, fabric=fab, seq_len=seq, dp=par.dp * par.cp,
+                                             global_batch=pb.global_batch * par.cp), sub)
+    a = dict(grid.cols)  # the columns, changed below
     a["sharding"] = np.array([space.shardings.index(s) for s in shardings])[a["sharding"]]
     _node_sharing(pb, space, model, par, fab, a)
-    packs = tab.packs
+    packs = grid.packs
     e = np.array([workload.act_bytes(pk[0]) for pk in packs], dtype=float)[a["pack"]]
     # forward + backward, and the forward again for every recomputed layer (full, every:K)
     passes = np.array([2.0 + checkpointed_layers(pk[3], model.n_layers) / model.n_layers for pk in packs])[a["pack"]]
@@ -223,10 +233,10 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
     h = getattr(pb.model, "hidden", 0)  # other families (no layouts): no TP or stage traffic
     tp_mb = model.n_layers * parallel.tp_comm_time(tokens, h, e, par.tp, par.sp, passes,
                                                    *parallel.tp_link(pb.fabric, par.tp))
-    tp_sync, use_async = tp_mb, np.zeros(ga.size, dtype=bool)
+    tp_sync, use_async = tp_mb, np.zeros((1, 1, 1, 1), dtype=bool)
     if async_allowed(pb, par, async_tp):
         tp_mb, use_async = _async_tp(pb, model, packs, a["pack"], tokens, tp_mb, passes, par.tp, async_tp)
-    a["cp_comm"] = np.zeros(ga.size)
+    a["cp_comm"] = np.zeros((1, 1, 1, 1))
     if par.cp > 1:
         _ring_attention(pb, model, par, seq, packs, a, per_replica / ga, e)
     # expert parallelism: all-to-all dispatch and combine per MoE layer and pass, not overlapped
@@ -255,17 +265,14 @@ def evaluate_layout(pb: Problem, space: Space, par: parallel.Parallelism, vps: l
         b["mem_logits"] = np.where(first_binds, 0.0, log)
         b["mem_other"] = a["mem_other"] + pb.stack.fragmentation * (b["mem_activations"] - act)
         b["mem_total"] = rest + np.maximum(first * F, act * F + log)
-        b["fits"] = b["mem_total"] <= pb.device.usable_memory
-        b["feasible"] = a["valid"] & b["fits"] & a["host_ok"]
         for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp), ("cp", p.cp), ("ep", p.ep)):
-            b[k] = np.full(ga.size, val)
+            b[k] = np.full((1, 1, 1, 1), val)
         b["async_tp"] = use_async
         simpler = np.log2(p.tp) + np.log2(p.pp) + np.log2(p.cp) + (vp - 1)
-        b["rank_key"] = np.where(b["feasible"], b["step_time"] * (1 + 1e-9 * (a["rank"] + 1000 * simpler)), np.inf)
-        out.append(tab.with_columns(**b))
+        out.append(dataclasses.replace(grid, cols=ranked(b, pb.device.usable_memory, simpler)))
     if packs != (every := list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))):
         index = np.array([every.index(pk) for pk in packs])  # the layout's packs among the search's
-        out = [b.with_columns(pack=index[b.pack]) for b in out]
+        out = [dataclasses.replace(g, cols={**g.cols, "pack": index[g.cols["pack"]]}) for g in out]
     return out
 
 
@@ -408,7 +415,7 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
             tight.update(zip(same, step_floors(pb, space, [par_of[k] for k in same], async_tp), strict=True))
         return tight[key]
 
-    parts: list[Table] = []
+    parts: list[Grid] = []
     best = np.inf
     done: set[parallel.Parallelism] = set()
     for key in sorted(keep, key=cheap.get):
@@ -417,9 +424,9 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
         if prune and np.isfinite(best) and floor(key) > best:
             continue
         done.add(key)
-        for b in evaluate_layout(pb, space, key, groups[key], async_tp):
+        for b in layout_grids(pb, space, key, groups[key], async_tp):
             parts.append(b)
-            fin = b.rank_key[np.isfinite(b.rank_key)]
+            fin = b.cols["rank_key"][np.isfinite(b.cols["rank_key"])]
             best = min(best, float(fin.min()) if fin.size else np.inf)
     # the most promising layout of the other kind (plain data parallelism, or tensor/pipeline),
     # so the winner can be explained against it
@@ -427,12 +434,12 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[parallel.Paralleli
         rest = [k for k in keep if _plain(k) == plain]
         if rest and not any(k in done for k in rest):
             k = min(rest, key=cheap.get)
-            parts.extend(evaluate_layout(pb, space, k, groups[k], async_tp))
+            parts.extend(layout_grids(pb, space, k, groups[k], async_tp))
     if not parts:
         raise ValueError("no layout to evaluate: pipelining needs --sharding ddp or zero1")
     packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
-    tab = Table.concat(parts, pb, packs, list(space.shardings), list(space.offloads))
-    return tab, len({tuple(int(getattr(p, k)[0]) for k in ("dp", "tp", "pp", "vp", "cp", "ep")) for p in parts})
+    tab = Table.of_grids(parts, pb, packs, list(space.shardings), list(space.offloads))
+    return tab, len({tuple(int(p.cols[k].flat[0]) for k in ("dp", "tp", "pp", "vp", "cp", "ep")) for p in parts})
 
 
 def _plain(par: parallel.Parallelism) -> bool:

@@ -2,7 +2,7 @@
 
 Every knob in the sidebar re-runs the package's search and the main area lays out the answer
 (days, dollars, memory, step-time breakdown, top strategies, the catalog's days-versus-cost
-frontier). No physics lives here: numbers come from ``simulator.api`` and the package's cost,
+frontier). No physics lives here: numbers come from ``simulator.answer.api`` and the package's cost,
 comparison and budget modules; this file only collects inputs, caches and draws.
 """
 
@@ -18,22 +18,19 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from simulator import api, budget, compare, costs, hardware
-from simulator.errors import UsageError
-from simulator.hf_config import SUPPORTED_MODEL_TYPES, model_from_hf_config
-from simulator.models import ModelSpec, get_model, list_models, model_from_dict
-from simulator.plan import NO_FIX, format_days
-from simulator.profile import Profile, parse_profile
-from simulator.recipes import default_recipe
-from simulator.strategy import (
-    ATTENTIONS,
-    CHECKPOINTINGS,
-    OFFLOADS,
-    OPTIMIZERS,
-    PRECISIONS,
-    SHARDINGS,
-)
-from simulator.userfiles import parse_json
+from simulator.answer import api, costs
+from simulator.answer.plan import NO_FIX, format_days
+from simulator.core.errors import UsageError
+from simulator.core.userfiles import parse_json
+from simulator.core.vocab import PRECISIONS
+from simulator.frontends import budget, compare
+from simulator.hardware import catalog as hardware
+from simulator.hardware.profile import Profile, parse_profile
+from simulator.model.hf_config import SUPPORTED_MODEL_TYPES, model_from_hf_config
+from simulator.model.presets import get_model, list_models, model_from_dict
+from simulator.model.recipes import default_recipe
+from simulator.model.spec import ModelSpec
+from simulator.strategy.knobs import ATTENTIONS, CHECKPOINTINGS, OFFLOADS, OPTIMIZERS, SHARDINGS
 
 MAX_UPLOAD_MB = 1  # the upload widget's limit, in Streamlit's megabytes (MiB)
 MAX_UPLOAD_BYTES = MAX_UPLOAD_MB * 1024 * 1024  # uploads above it are refused before parsing
@@ -113,7 +110,7 @@ def cached_search(model_key: str, gpus: str, knobs_json: str, profile_json: str 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def cached_sweep(model_key: str, recipe_json: str) -> list:
     """Every catalog GPU × {1, 2, 4, 8} and 2 / 4 nodes of 8, each with its fastest feasible plan
-    (``simulator.compare.sweep``). The expensive part of a render (~80 searches), so it is cached
+    (``simulator.frontends.compare.sweep``). The expensive part of a render (~80 searches), so it is cached
     apart from the prices."""
     return compare.sweep(_model(model_key), multi_node=True, prices=default_prices(), **json.loads(recipe_json))
 
@@ -569,7 +566,7 @@ def current_for_budget(plan, prices_json: str) -> dict | None:
 @st.cache_resource(max_entries=64, show_spinner=False)
 def budget_markdown(model_key: str, recipe_json: str, prices_json: str, limits_json: str,
                     model_line: str, current_json: str) -> str | None:
-    """The Markdown budget justification (``simulator.budget``) over the priced sweep, with the
+    """The Markdown budget justification (``simulator.frontends.budget``) over the priced sweep, with the
     configuration on screen reported first."""
     _df, options = priced_sweep(model_key, recipe_json, prices_json)
     if not options:

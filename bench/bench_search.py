@@ -14,7 +14,7 @@ import os
 import statistics
 import time
 
-from simulator.api import run_search
+from simulator.answer.api import run_search
 
 
 def main() -> None:

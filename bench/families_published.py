@@ -48,10 +48,10 @@ simulator/data/family_validation.json.
 
 from __future__ import annotations
 
-from simulator import family_validation
-from simulator.api import simulate
-from simulator.families import spec_from_dict
-from simulator.models import get_model
+from simulator.answer.api import simulate
+from simulator.answer.family_runs import load
+from simulator.model.families import spec_from_dict
+from simulator.model.presets import get_model
 
 CONVNEXT = {"tiny": ([3, 3, 9, 3], [96, 192, 384, 768]), "small": ([3, 3, 27, 3], [96, 192, 384, 768]),
             "base": ([3, 3, 27, 3], [128, 256, 512, 1024]), "large": ([3, 3, 27, 3], [192, 384, 768, 1536]),
@@ -69,8 +69,8 @@ ROWS = [
 
 
 #: fla's Mamba rows (settings, model and source): simulator/data/family_validation.json, one definition
-#: shared with the intervals of Mamba predictions (``python -m simulator.family_validation``)
-FLA = family_validation.load()["mamba"]
+#: shared with the intervals of Mamba predictions (``python -m simulator.validation.family_validation``)
+FLA = load()["mamba"]
 FLA_MAMBA = FLA.model
 FLA_SOURCE = "fla-org/flash-linear-attention#32 (settings partly inferred)"
 #: (GPU, batch, sequence, measured tokens/s)

@@ -83,7 +83,7 @@ def _resolved(argv: list[str]) -> list[str]:
 
 def plan_json(argv: list[str]) -> dict:
     """The ``simulate --json --top 10`` object of ``argv``, less the search's wall-clock time."""
-    from simulator.cli import main
+    from simulator.frontends.cli import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -97,7 +97,7 @@ def plan_json(argv: list[str]) -> dict:
 def report_output(name: str) -> object:
     """The output of :data:`REPORTS` ``name``: its JSON, or its CSV file as a list of rows (cells
     that read as numbers become floats)."""
-    from simulator.cli import main
+    from simulator.frontends.cli import main
 
     argv, file = REPORTS[name]
     with tempfile.TemporaryDirectory() as tmp:
@@ -138,9 +138,9 @@ def _column_print(x: np.ndarray, w: np.ndarray) -> dict:
 
 def table_print(argv: list[str]) -> dict:
     """Fingerprint of every strategy the search of ``argv`` evaluates (see the module docstring)."""
-    from simulator import api
-    from simulator.cli import _knobs, build_parser
-    from simulator.estimate import _COLUMNS
+    from simulator.answer import api
+    from simulator.engine.estimate import _COLUMNS
+    from simulator.frontends.cli import _knobs, build_parser
 
     a = build_parser().parse_args(_resolved(argv))
     res = api.run_search(a.model, a.gpus, **_knobs(a))
@@ -182,7 +182,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--write", action="store_true", help=f"regenerate {GOLDEN.relative_to(ROOT)}")
     a = ap.parse_args()
-    from simulator.atomic import write_atomic
+    from simulator.core.atomic import write_atomic
 
     new = record()
     if a.write:

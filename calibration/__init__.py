@@ -1,8 +1,8 @@
-"""Calibration: torch microbenchmarks fitted into a :class:`simulator.profile.Profile`.
+"""Calibration: torch microbenchmarks fitted into a :class:`simulator.hardware.profile.Profile`.
 
 ``calibrate`` (``python -m calibration``) measures GEMMs, attention, bandwidth-bound ops,
 kernel launch overhead, optimizer steps, host copies and (optionally) collectives on the
-local device, then fits the parameters of :mod:`simulator.kernels` so that those exact
+local device, then fits the parameters of :mod:`simulator.physics.kernels` so that those exact
 functions reproduce the measurements.
 """
 

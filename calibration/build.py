@@ -1,4 +1,4 @@
-"""Turn raw measurements into a validated :class:`simulator.profile.Profile`.
+"""Turn raw measurements into a validated :class:`simulator.hardware.profile.Profile`.
 
 Order matters: launch overhead, then device bandwidth and ``memory_bw_eff``, then peaks,
 then GEMM and attention efficiencies (whose models include the launch and memory terms),
@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.errors import UsageError
-from simulator.fresh_memory import fresh_time, logits_fresh_bytes
-from simulator.profile import (
+from simulator.core.errors import UsageError
+from simulator.hardware.profile import (
     ACTIVATION_CLASSES,
     SCHEMA_VERSION,
     FreshMemory,
     Profile,
     parse_profile,
 )
+from simulator.physics.fresh_memory import fresh_time, logits_fresh_bytes
 
 from . import fit as F
 from .benches.attention import BWD_FLOPS_FACTOR, attention_precision
@@ -228,7 +228,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             mis_notes.append(f"{prec} x{misaligned[prec]:.3g} ({f_m.n} pairs, rms log {f_m.rms_log:.2f})")
 
     # 5. attention efficiencies: flash in the mixed-precision dtype vs its peak, mem_efficient
-    #    in fp32 vs the fp32 peak (how simulator.compute applies them).
+    #    in fp32 vs the fp32 peak (how simulator.physics.compute applies them).
     aprec = attention_precision(dev.precisions)
     attn: dict[str, float] = {}
     attn_notes: list[str] = []
@@ -345,7 +345,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     lo = [r for _, r in _ok(results, "loss/")]
     if lo:  # known: fresh pages of the log-probabilities and of the logits' gradient (as the simulator adds)
         nl = [r["logits"] for r in lo]
-        _ops("loss", lo, [n * (16 + 20) for n in nl],  # simulator.workload.loss_bytes, eager fp32
+        _ops("loss", lo, [n * (16 + 20) for n in nl],  # simulator.model.workload.loss_bytes, eager fp32
              [fresh_s(4.0 * n, float(sum(logits_fresh_bytes(n, 4))) - 4.0 * n) for n in nl], 7)
     em = [r for _, r in _ok(results, "embedding/")]
     _ops("embedding", em, [r["bytes"] for r in em],
@@ -519,11 +519,11 @@ def dispatch_overhead(results: dict[str, dict], profile: Profile, precision: str
     """Host time per counted kernel of eager training passes beyond the launch overhead (us), forward
     and backward: for each tiny decoder of the ``dispatch/`` benches in ``precision`` (fp32, or the
     autocast type of the ``/<precision>`` benches), (measured - predicted time) / the kernels
-    :mod:`simulator.compute` counts for it; the median over the decoders, floored at 0."""
+    :mod:`simulator.physics.compute` counts for it; the median over the decoders, floored at 0."""
     import numpy as np
 
-    from simulator.compute import micro_batch_time
-    from simulator.device import device_from_profile
+    from simulator.hardware.device import device_from_profile
+    from simulator.physics.compute import micro_batch_time
 
     from .benches.dispatch import TOKENS, tiny_spec
 
@@ -562,7 +562,7 @@ def _layouts(rec: dict) -> dict[str, float]:
 
 @dataclass
 class _FreshOnly:
-    """Stands in for a profile in :func:`simulator.fresh_memory.fresh_time` during fitting."""
+    """Stands in for a profile in :func:`simulator.physics.fresh_memory.fresh_time` during fitting."""
 
     fresh_memory: FreshMemory
 
@@ -653,7 +653,7 @@ def fit_spread(dev: DeviceContext, results: dict[str, dict], command: str, base:
 def _faulted_s(rec: dict, temps: int, sizes: list[float], fresh_prof: FreshMemory | None, fresh_s) -> float:
     """Seconds of fresh pages in one optimizer bench call: its measured ``fault_bytes`` at the
     fresh-memory rate; records without the count (older measurement files) assume ``temps``
-    fresh temporaries per tensor as :func:`simulator.fresh_memory.fresh_bytes` would."""
+    fresh temporaries per tensor as :func:`simulator.physics.fresh_memory.fresh_bytes` would."""
     if fresh_prof is None:
         return 0.0
     if rec.get("fault_bytes") is not None:
@@ -664,7 +664,7 @@ def _faulted_s(rec: dict, temps: int, sizes: list[float], fresh_prof: FreshMemor
 def _strided_walk(fits: dict, dest: dict, prec: str, plain: F.Fit, tag: str, shp, ts, peak_flops: float,
                   bw: float, bw_eff: float, launch_s: float, cache: dict[str, int]) -> None:
     """Replace ``dest[prec]`` (the input-gradient layout) by the strided-walk model
-    (:func:`simulator.kernels.strided_walk_factor`) where its rms log error is a fifth, and at least
+    (:func:`simulator.physics.kernels.strided_walk_factor`) where its rms log error is a fifth, and at least
     0.02, below ``plain``'s."""
     f_w = F.fit_gemm_strided(*shp, ts, peak_flops, BYTES_PER_EL[prec], bw, bw_eff, launch_s, cache)
     fits[f"gemm_bwd_strided/{prec}"] = {**f_w.as_dict(), "cache": cache}

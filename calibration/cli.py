@@ -18,8 +18,8 @@ import threading
 import time
 from pathlib import Path
 
-from simulator.atomic import check_writable
-from simulator.errors import UsageError, UsageParser, run_cli
+from simulator.core.atomic import check_writable
+from simulator.core.errors import UsageError, UsageParser, run_cli
 
 from . import host_alloc, host_load
 from .host_alloc import ALLOCATORS
@@ -95,7 +95,7 @@ def _from_runs(a: argparse.Namespace) -> int:
         raise UsageError(f"--out must end in .json, got {str(a.out)!r}")
     base = a.base_profile
     if base is None:
-        from simulator import runs
+        from simulator.answer import runs
 
         table = runs.simulable(runs.load_runs(a.from_runs))
         if table.empty:
@@ -164,7 +164,7 @@ def _backup(path: Path, stamp: str) -> Path | None:
         return None
     import shutil
 
-    from simulator.atomic import write_atomic
+    from simulator.core.atomic import write_atomic
 
     dst = path.with_name(f"{path.stem}.{stamp}.bak{path.suffix}")
     write_atomic(dst, lambda tmp: shutil.copy2(path, tmp))
@@ -246,7 +246,8 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
         return 1
     from rich.console import Console
 
-    from .benches import RunContext, Settings, plan
+    from .benches import plan
+    from .benches.base import RunContext, Settings
     from .build import build_profile
     from .device import detect, from_description, same_device
     from .runner import run_benches
@@ -272,7 +273,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
         cap = 2.0  # a CPU would spend hours on GPU-sized shapes
     model = None
     if a.for_model:
-        from simulator.models import get_model
+        from simulator.model.presets import get_model
 
         model = get_model(a.for_model)  # UsageError naming the valid presets
     rounds = a.rounds or (host_load.default_rounds(dev.kind) if mode != "tiny" else 1)
@@ -374,7 +375,7 @@ def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
                     f"caught the host {'faster' if level < 1 else 'slower'} than the probes read, and its predictions "
                     "are off by that much while the host runs as the probes read (validate's host_speed reads about "
                     f"{level:.2f}); calibrate again and compare")
-        from simulator.profile import save_profile
+        from simulator.hardware.profile import save_profile
 
         built.profile = built.profile.model_copy(update={"fit_warnings": list(built.warnings)})
         save_profile(built.profile, out)

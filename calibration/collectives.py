@@ -106,7 +106,7 @@ def worker(out: Path, sizes: list[int], ops: list[str], budget_s: float, repeats
     finally:
         dist.barrier()
         if rank == 0:
-            from simulator.profile import write_json_atomic
+            from simulator.hardware.profile import write_json_atomic
 
             write_json_atomic(out, {"status": "ok", "backend": backend, "world_size": world,
                                     "device": torch.cuda.get_device_name(device) if use_cuda else "cpu",

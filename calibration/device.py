@@ -101,7 +101,7 @@ def from_description(desc: dict) -> DeviceContext:
     measurements can be refitted on another machine (``calibrate --refit``) without probing any
     device here. Files written before memory was recorded take a catalog GPU's memory (matched by
     name); UsageError where neither says how much memory the device has."""
-    from simulator.errors import UsageError
+    from simulator.core.errors import UsageError
 
     kind, name = desc.get("kind"), desc.get("name")
     if kind not in ("cpu", "cuda") or not isinstance(name, str) or not name:
@@ -129,7 +129,7 @@ def processor(name: str) -> str:
 
 def detect(device: str | None = None) -> DeviceContext:
     """Describe ``device`` ('cpu', 'cuda', 'cuda:1'; default: cuda if available else cpu)."""
-    from simulator.errors import UsageError
+    from simulator.core.errors import UsageError
 
     try:
         dev = torch.device(device) if device else torch.device(
@@ -165,7 +165,7 @@ def detect(device: str | None = None) -> DeviceContext:
 
 
 def provenance_fields(ctx: DeviceContext, command: str) -> dict[str, str | None]:
-    """Provenance keys of :class:`simulator.profile.Provenance` other than method/sources."""
+    """Provenance keys of :class:`simulator.hardware.profile.Provenance` other than method/sources."""
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "torch": ctx.versions.get("torch"),
@@ -181,12 +181,12 @@ def _norm(text: str) -> str:
 
 
 def match_catalog_gpu(device_name: str, memory_gib: float | None):
-    """The :mod:`simulator.hardware` GPU whose id/name/alias occurs in ``device_name``
+    """The :mod:`simulator.hardware.catalog` GPU whose id/name/alias occurs in ``device_name``
     (e.g. torch's 'NVIDIA A100-SXM4-80GB') and whose usable memory is within 12% of
     ``memory_gib`` (None: not known, the name alone decides); the longest such match wins. None
     if there is none (or no catalog)."""
     try:
-        from simulator import hardware
+        from simulator.hardware import catalog as hardware
     except Exception:  # noqa: BLE001 - the catalog module is optional for calibration
         return None
     target = _norm(device_name)

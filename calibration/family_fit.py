@@ -23,18 +23,20 @@ import numpy as np
 import pandas as pd
 
 from calibration.from_runs import FAMILIES, PARAMS, Fitter, mape_of
-from simulator import family_validation as fv
-from simulator import hardware
-from simulator.atomic import write_atomic
-from simulator.families import spec_from_dict
-from simulator.runs import COLUMNS, _row
+from simulator.answer.family_runs import FamilyValidation, clear_cache
+from simulator.answer.runs import COLUMNS, _row
+from simulator.core.atomic import write_atomic
+from simulator.hardware import catalog as hardware
+from simulator.hardware.rates import AtomicFit, GroupRate, _path
+from simulator.model.families import spec_from_dict
+from simulator.validation import family_validation as fv
 
 PARAM = "fp32_atomic_rate"
 GROUP_OF = {g: fam for fam, (fitted, carried) in FAMILIES.items() for g in fitted + carried}
 
 
-def runs_table(v: fv.FamilyValidation) -> pd.DataFrame:
-    """The family's published runs as a ``calibrate --from-runs`` table (:mod:`simulator.runs`)."""
+def runs_table(v: FamilyValidation) -> pd.DataFrame:
+    """The family's published runs as a ``calibrate --from-runs`` table (:mod:`simulator.answer.runs`)."""
     spec = spec_from_dict(v.model)
     rows = []
     for r in v.runs:
@@ -48,7 +50,7 @@ def runs_table(v: fv.FamilyValidation) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def fit(v: fv.FamilyValidation, log=print) -> tuple[fv.AtomicFit, dict[str, np.ndarray]]:
+def fit(v: FamilyValidation, log=print) -> tuple[AtomicFit, dict[str, np.ndarray]]:
     """The fitted rates and the residuals (in-sample, leave-one-run-out, leave-GPU-group-out)."""
     table = runs_table(v)
     fitter = Fitter(table, {g: hardware.default_profile(g) for g in table["gpu"].unique()}, GROUP_OF,
@@ -69,9 +71,9 @@ def fit(v: fv.FamilyValidation, log=print) -> tuple[fv.AtomicFit, dict[str, np.n
     res = {"in_sample": f.residuals, "loo": f.loo, "cross_gpu": cross}
     lo, hi = PARAMS[PARAM][1], PARAMS[PARAM][2]
     vals = f.values
-    out = fv.AtomicFit(
+    out = AtomicFit(
         bounds=(lo, hi),
-        groups={g: fv.GroupRate(value=round(vals(g)[PARAM], 2), gpus=[k for k, gg in GROUP_OF.items() if gg == g],
+        groups={g: GroupRate(value=round(vals(g)[PARAM], 2), gpus=[k for k, gg in GROUP_OF.items() if gg == g],
                                 runs=int((run_group == g).sum())) for g in groups},
         fallback=("ASSUMPTION: a GPU outside the fitted groups takes the lowest fitted rate (no sourced atomic "
                   "throughput per GPU in the catalog); its interval uses the leave-GPU-group-out residuals"),
@@ -85,10 +87,10 @@ def fit(v: fv.FamilyValidation, log=print) -> tuple[fv.AtomicFit, dict[str, np.n
 
 def rebuild(path: Path | None = None, log=print) -> dict:
     """Fit, then write the fit, the predictions and the residuals (atomically)."""
-    path = path or fv._path()
+    path = path or _path()
     raw = json.loads(path.read_text(encoding="utf-8"))
     raw.pop("atomic_fit", None)
-    families = [fv.FamilyValidation.model_validate(e) for e in raw["families"]]
+    families = [FamilyValidation.model_validate(e) for e in raw["families"]]
     fits = {}
     for v in families:
         if v.family == "mamba":
@@ -97,7 +99,7 @@ def rebuild(path: Path | None = None, log=print) -> dict:
     raw["atomic_fit"] = afit.model_dump()
     text = json.dumps(raw, indent=1) + "\n"
     write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-    fv.clear_cache()
+    clear_cache()
     out = []
     for v in families:
         runs = []
@@ -117,14 +119,14 @@ def rebuild(path: Path | None = None, log=print) -> dict:
     raw["families"] = out
     text = json.dumps(raw, indent=1) + "\n"
     write_atomic(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-    fv.clear_cache()
+    clear_cache()
     return raw
 
 
 def main() -> None:
     raw = rebuild()
     for e in raw["families"]:
-        v = fv.FamilyValidation.model_validate(e)
+        v = FamilyValidation.model_validate(e)
         print(v.text())
         for r in v.runs:
             print(f"  {r.gpu} batch {r.batch} seq {r.seq_len}: measured {r.measured_tokens_per_s:,.0f}, predicted "

@@ -1,4 +1,4 @@
-"""Fitting measured times to the kernel-time model of :mod:`simulator.kernels`.
+"""Fitting measured times to the kernel-time model of :mod:`simulator.physics.kernels`.
 
 Every fit minimises squared residuals of log(model time) - log(measured time), so small
 and large kernels weigh alike and the fitted parameters make the *same* functions the
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import least_squares
 
-from simulator import kernels
-from simulator.profile import K_POWER_MAX
+from simulator.hardware.profile import K_POWER_MAX
+from simulator.physics import kernels
 
 
 @dataclass
@@ -98,19 +98,19 @@ def e_max_cap(flops, times, peak_flops: float) -> float:
 
 def fit_gemm(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, bw_eff: float,
              launch_s: float, operand_bytes=None) -> Fit:
-    """Fit ``e_max`` in (0, :func:`e_max_cap`] and ``x_half`` >= 0 of :func:`simulator.kernels.gemm_time`.
+    """Fit ``e_max`` in (0, :func:`e_max_cap`] and ``x_half`` >= 0 of :func:`simulator.physics.kernels.gemm_time`.
 
     peak_flops, bw, bw_eff and launch_s are held fixed (device peak, fitted bandwidth and
     launch overhead). With a single point, x_half is fixed at 0 and e_max alone is fitted.
     With at least :data:`DIMS_MIN_POINTS` points, the per-dimension terms (``m_half``,
-    ``n_half``, ``k_half``, ``k_power``; :func:`simulator.kernels.gemm_efficiency`) are fitted in
+    ``n_half``, ``k_half``, ``k_power``; :func:`simulator.physics.kernels.gemm_efficiency`) are fitted in
     place of the thickness term (robustly, :func:`_solve`) and kept if they lower the soft-L1 loss
     by a fifth and predict the points left out of a :data:`CV_FOLDS`-fold cross-validation
     better too (:func:`_cv_soft_l1`: five free terms can follow one round's noise where two cannot;
     the operand terms face the same test, given at least twice :data:`CV_FOLDS` points).
     ``operand_bytes`` (per point, the weight-sized matrix the kernel streams): then,
     on top of that shape model, ``operand_half_bytes`` and ``operand_floor``
-    (:func:`simulator.kernels.operand_factor`: the size at which efficiency falls halfway to the
+    (:func:`simulator.physics.kernels.operand_factor`: the size at which efficiency falls halfway to the
     floor) when the points span sizes by at least 16x (:func:`_fit_operand`): a slowdown the
     shape model already explains (thin GEMMs over large weights) is not taken for a cache effect.
     """
@@ -256,10 +256,10 @@ WALK_SHARPNESS = 8.0
 def fit_gemm_strided(m, n, k, times, peak_flops: float, bytes_per_el: float, bw: float, bw_eff: float,
                      launch_s: float, cache: dict[str, int]) -> Fit:
     """Fit ``e_max``, ``x_half`` and the strided-walk terms (``conflict_lines``, ``conflict_floor``,
-    ``column_half``, ``column_floor``; :func:`simulator.kernels.strided_walk_factor`) of a GEMM
+    ``column_half``, ``column_floor``; :func:`simulator.physics.kernels.strided_walk_factor`) of a GEMM
     kernel whose dot products walk a column of the (k x n) operand, n elements apart, with the
     cache geometry ``cache`` (line bytes, L1 and L2 sets and ways) held fixed."""
-    from simulator.profile import StridedWalk
+    from simulator.hardware.profile import StridedWalk
 
     m, n, k, t = (_arr(a) for a in (m, n, k, times))
     logt = np.log(t)
@@ -302,7 +302,7 @@ def fit_ratio(slow_times, fast_times, lo: float = 1.0, hi: float = 4.0) -> Fit:
 
 
 def fit_bandwidth(nbytes, times, bw: float, launch_s: float, kernels_per_call=1) -> Fit:
-    """Fit ``bw_eff`` in (0, 1] of :func:`simulator.kernels.memory_bound_time`."""
+    """Fit ``bw_eff`` in (0, 1] of :func:`simulator.physics.kernels.memory_bound_time`."""
     b, t = _arr(nbytes), _arr(times)
     nk = np.broadcast_to(_arr(kernels_per_call), b.shape)
     logt = np.log(t)
@@ -335,7 +335,7 @@ def fit_compute_eff(flops, times, peak_flops: float, launch_s: float) -> Fit:
 
 def fit_alpha_beta(nbytes, times) -> Fit:
     """Fit latency ``alpha_s`` (s) and bandwidth ``bw`` (bytes/s) of
-    :func:`simulator.kernels.collective_time`: t = alpha + bytes / bw (bytes > 0 only)."""
+    :func:`simulator.physics.kernels.collective_time`: t = alpha + bytes / bw (bytes > 0 only)."""
     b, t = _arr(nbytes), _arr(times)
     keep = b > 0
     b, t = b[keep], t[keep]
@@ -362,7 +362,7 @@ def fit_alpha_beta(nbytes, times) -> Fit:
 
 def attention_shape_eff(head_dim, seq, e_max: float, d_half: float, s_half: float):
     """Attention efficiency e_max * d/(d + d_half) * s/(s + s_half) (head size d, sequence s in
-    elements); the form of ``simulator.kernels.attention_efficiency``."""
+    elements); the form of ``simulator.physics.kernels.attention_efficiency``."""
     d, s = _arr(head_dim), _arr(seq)
     return e_max * d / (d + d_half) * s / (s + s_half)
 
@@ -453,7 +453,7 @@ def fit_bw_with_known(nbytes, times, known, bw: float, launch_s: float, kernels_
 
 
 def fit_fresh(tensor_bytes, total_bytes, fresh_times, reuse_times, mmap_bytes: float) -> Fit | None:
-    """Fit ``gbs`` (1e9 bytes/s) and ``keep_bytes`` of :func:`simulator.fresh_memory.fresh_bytes`
+    """Fit ``gbs`` (1e9 bytes/s) and ``keep_bytes`` of :func:`simulator.physics.fresh_memory.fresh_bytes`
     to fresh minus reuse times of calls that allocate ``total_bytes`` in tensors of
     ``tensor_bytes`` each (``mmap_bytes`` held at the allocator's constant).
 
@@ -465,7 +465,7 @@ def fit_fresh(tensor_bytes, total_bytes, fresh_times, reuse_times, mmap_bytes: f
     reuse time (GPU caching allocators: nothing to model)."""
     from types import SimpleNamespace
 
-    from simulator.fresh_memory import fresh_bytes
+    from simulator.physics.fresh_memory import fresh_bytes
 
     s, tot, tf, tr = _arr(tensor_bytes), _arr(total_bytes), _arr(fresh_times), _arr(reuse_times)
     extra = tf - tr

@@ -16,8 +16,8 @@ parameters that scale a starting (microbenchmark) profile; nothing is ever fitte
 
 Reports in-sample, leave-one-run-out (LOO) and leave-one-source-out (LOSO) cross-validated MAPE;
 the profile written stores the fit's provenance (runs, sources, parameters with bounds) and the
-held-out residuals, so ``simulate``'s 80% interval follows (:mod:`simulator.uncertainty`).
-The CSV format is documented in docs/calibrate_from_runs.md; the loader is :mod:`simulator.runs`.
+held-out residuals, so ``simulate``'s 80% interval follows (:mod:`simulator.answer.uncertainty`).
+The CSV format is documented in docs/calibrate_from_runs.md; the loader is :mod:`simulator.answer.runs`.
 """
 
 from __future__ import annotations
@@ -33,11 +33,14 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from simulator import hardware, runs
-from simulator.device import device_from_spec
-from simulator.errors import UsageError
-from simulator.opcost import mfu
-from simulator.profile import (
+from simulator.answer import runs
+from simulator.answer.uncertainty import LEVEL, left_out_coverage
+from simulator.core.errors import UsageError
+from simulator.engine import setup as setup_mod
+from simulator.engine.setup import LAYOUT_KEYS, knob_space, layout_space, split_knobs
+from simulator.hardware import catalog as hardware
+from simulator.hardware.device import device_from_spec
+from simulator.hardware.profile import (
     FitParameter,
     Profile,
     Provenance,
@@ -46,7 +49,7 @@ from simulator.profile import (
     comm_params,
     load_profile,
 )
-from simulator.uncertainty import LEVEL, left_out_coverage
+from simulator.model.opcost import mfu
 
 #: name -> (start, lower, upper, meaning). Starts are the microbenchmark model (factors 1, no
 #: overhead, full overlap); bounds keep every value physical (no efficiency above 1, see _apply).
@@ -65,7 +68,7 @@ PARAMS: dict[str, tuple[float, float, float, str]] = {
     "collective_overlap": (1.0, 0.0, 1.0, "fraction of concurrent compute a collective hides behind"),
     "collective_hop_latency_us": (1.0, 0.0, 50.0, "latency per extra ring step across nodes, microseconds"),
     "fp32_atomic_rate": (500.0, 10.0, 2000.0, "sustained fp32 atomicAdds into global memory, 1e9 per second "
-                                             "(mamba-ssm's scan backward into dB and dC; simulator.family_validation)"),
+                                             "(mamba-ssm's scan backward into dB and dC; simulator.validation.family_validation)"),
 }
 #: fitted unless --params says otherwise: memory_bw_scale and layer_overhead_us stay available but are
 #: not identifiable on the bundled dev runs (the fit leaves the first at 1 and drives the second
@@ -120,16 +123,16 @@ class _RunModel:
 
     run: pd.Series
     gpu: object  # catalog GPUSpec
-    setup: object  # simulator.api.Setup
-    space: object  # simulator.estimate.Space, every knob pinned
+    setup: object  # simulator.engine.setup.Setup
+    space: object  # simulator.engine.estimate.Space, every knob pinned
     measured_s: float  # step time
-    layout: object = None  # simulator.parallel.Parallelism when tp or pp > 1 (pinned), else None
+    layout: object = None  # simulator.strategy.layout.Parallelism when tp or pp > 1 (pinned), else None
 
     def step_time(self, prof: Profile, device=None) -> float:
         """Seconds per step under ``prof`` (``device``: ``prof`` on this run's GPU, when the caller
         already built it)."""
-        from simulator.estimate import evaluate
-        from simulator.parallel_search import evaluate_layout
+        from simulator.engine.estimate import evaluate
+        from simulator.engine.parallel_search import evaluate_layout
 
         pb = self.setup.problem
         dev = device if device is not None else device_from_spec(self.gpu, prof)
@@ -140,17 +143,16 @@ class _RunModel:
 
 
 def _resolve(run: pd.Series, prof: Profile) -> _RunModel:
-    """The run under its exact strategy (:func:`simulator.runs.run_knobs`, as ``validate-published``
+    """The run under its exact strategy (:func:`simulator.answer.runs.run_knobs`, as ``validate-published``
     simulates it), resolved once."""
-    from simulator import api
 
-    setup_knobs, pins = api._split(runs.run_knobs(run))
-    lay = {k: pins.pop(k) for k in api._LAYOUT_KEYS if k in pins}
-    st = api.setup(run["spec"], run["gpus"], profile=prof, **setup_knobs)
-    space, _ = api._space(st, pins)
+    setup_knobs, pins = split_knobs(runs.run_knobs(run))
+    lay = {k: pins.pop(k) for k in LAYOUT_KEYS if k in pins}
+    st = setup_mod.setup(run["spec"], run["gpus"], profile=prof, **setup_knobs)
+    space, _ = knob_space(st, pins)
     layout = None
     if lay["tp"] > 1 or lay["pp"] > 1:  # tensor/pipeline parallel: the run's one layout, as the layout search evaluates it
-        (layout,) = api.layout_space(st, lay, space)
+        (layout,) = layout_space(st, lay, space)
     measured = int(run["global_batch"]) * int(run["seq_len"]) / float(run["measured_tok_s"])
     return _RunModel(run, hardware.parse_cluster(run["gpus"]).gpu, st, space, measured, layout)
 
@@ -265,7 +267,7 @@ class Fitter:
     def heldout_coverage(self, held: np.ndarray, level: float = LEVEL) -> float | None:
         """Share of runs whose held-out residual falls inside the interval built from the other
         runs' held-out residuals (the interval a user would have got before running it;
-        :func:`simulator.uncertainty.left_out_coverage` with one run per group); None with fewer
+        :func:`simulator.answer.uncertainty.left_out_coverage` with one run per group); None with fewer
         than 4 runs."""
         inside = [c for c in left_out_coverage([[x] for x in held], level) if c is not None]
         return float(np.mean(inside)) if inside else None
@@ -322,7 +324,7 @@ def at_bounds(f: Fit, rel: float = 1e-3) -> list[str]:
 
 def check_physical(table: pd.DataFrame, base: Profile) -> None:
     """UsageError naming the first run whose tokens/s would take more model FLOP/s than its GPUs'
-    dense peak at its precision (:func:`simulator.opcost.mfu` above 1): a typo or a per-GPU /
+    dense peak at its precision (:func:`simulator.model.opcost.mfu` above 1): a typo or a per-GPU /
     per-sequence figure, which the fit would chase to every parameter's bound."""
     for _, r in table.iterrows():
         gpu = hardware.parse_cluster(r["gpus"]).gpu
@@ -397,7 +399,7 @@ def _base_for(arg: str) -> Profile:
 
 def main(runs_file: str, base_arg: str, out: Path | None, params: str | None, cv: bool, out_fn) -> int:
     """The ``calibrate --from-runs`` command (argument checking in calibration.cli)."""
-    from simulator.profile import save_profile
+    from simulator.hardware.profile import save_profile
 
     table = runs.load_runs(runs_file)
     excluded = table[table["excluded"] != ""]
@@ -453,7 +455,7 @@ def _catalog_profile_dir() -> Path:
 def rebuild_defaults(out_dir: Path | None = None, cv: bool = True, log=print) -> dict[str, Profile]:
     """Refit the default A100/H100/H200 profiles from the bundled dev runs, starting from the
     microbenchmark profiles; give every other catalog GPU the widened held-out residuals."""
-    from simulator.profile import save_profile
+    from simulator.hardware.profile import save_profile
 
     out_dir = out_dir or _catalog_profile_dir()
     group_of = {g: fam for fam, (gs, _) in FAMILIES.items() for g in gs}

@@ -15,7 +15,7 @@ blocks sit between large ones and keep a freed large block from merging with its
 the next, 64-byte-aligned request of the same size would not fit and the heap would grow by fresh
 pages. After the first steps nothing is faulted in again, the calibration's fresh-page benches
 measure no first-touch cost, and the profile has no ``fresh_memory`` term. ``default`` leaves
-glibc as it is; the profile then models the faults (:mod:`simulator.fresh_memory`). A profile
+glibc as it is; the profile then models the faults (:mod:`simulator.physics.fresh_memory`). A profile
 records which one it was measured with, and ``validate`` uses the same.
 
 Tunables are read when a process starts, so a command asked for another setting than its own

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.errors import UsageError
+from simulator.core.errors import UsageError
 
 #: other processes may use this share of the cores before a CPU timing is flagged as taken on a
 #: busy machine (a tenth of two cores slows a two-thread benchmark by about a tenth at most)
@@ -139,8 +139,9 @@ def host_speed(profile) -> float | None:
 
 def probe_prediction(profile) -> float | None:
     """The profile's seconds for the probe GEMM (None without an fp32 fit on a CPU)."""
-    from simulator import compute, workload
-    from simulator.device import device_from_profile
+    from simulator.hardware.device import device_from_profile
+    from simulator.model import workload
+    from simulator.physics import compute
 
     if "fp32" not in profile.gemm or profile.device.kind != "cpu":
         return None

@@ -4,8 +4,8 @@
 model (:mod:`calibration.torch_model`), runs warm-up steps, profiles one training step with
 ``torch.profiler`` (CPU activities, input shapes) and groups every operator's self time by
 operation class and phase (forward, backward including recomputation, optimizer). Beside it, the
-simulator's time of the same classes from its operation list (:mod:`simulator.opcost`,
-:mod:`simulator.compute`, :mod:`simulator.fresh_memory`) for the same profile. The profiler adds
+simulator's time of the same classes from its operation list (:mod:`simulator.model.opcost`,
+:mod:`simulator.physics.compute`, :mod:`simulator.physics.fresh_memory`) for the same profile. The profiler adds
 its own overhead per operator (a few microseconds), so measured totals run slightly above an
 unprofiled step; the unprofiled phase times (median of 3 steps) are printed too. ``--top N``
 lists the operators with the most self time and, for each layer and head GEMM, the same call
@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from simulator.errors import UsageError, UsageParser, run_cli
+from simulator.core.errors import UsageError, UsageParser, run_cli
 
 from . import host_alloc
 from .host_alloc import ALLOCATORS
@@ -225,7 +225,7 @@ def _minflt() -> int:
 class FaultTracer(TorchDispatchMode):
     """A torch dispatch mode counting the minor page faults (fresh 4 KiB pages the kernel maps in)
     of every aten operator, keyed by (phase, operator, output shape): which tensors of a real step
-    land on fresh pages, against :mod:`simulator.fresh_memory`'s account of them."""
+    land on fresh pages, against :mod:`simulator.physics.fresh_memory`'s account of them."""
 
     phase = ""
 
@@ -294,13 +294,13 @@ def isolated_gemm_s(cls: str, shapes: list[list[int]], dtype: str = "", reps: in
 def predict(cfg, profile) -> dict[str, Any]:
     """The simulator's seconds per phase and class for ``cfg`` (all micro-batches of a step) on
     ``profile``'s device, from the same operation list and efficiencies as
-    :func:`simulator.compute.micro_batch_time`; ``total`` its forward, backward + recomputation
+    :func:`simulator.physics.compute.micro_batch_time`; ``total`` its forward, backward + recomputation
     and optimizer time from :func:`calibration.validate.predict`."""
-    from simulator import compute, fresh_memory
-    from simulator.device import device_from_profile
-    from simulator.opcost import graph
-    from simulator.stacks import get_stack
-    from simulator.strategy import checkpointed_layers
+    from simulator.hardware.device import device_from_profile
+    from simulator.model.opcost import graph
+    from simulator.physics import compute, fresh_memory
+    from simulator.strategy.knobs import checkpointed_layers
+    from simulator.strategy.stacks import get_stack
 
     from .validate import predict as predict_step
 
@@ -432,7 +432,7 @@ def pick(configs: list, key: str):
 
 
 def run(a: argparse.Namespace, relaunch: bool = False) -> int:
-    from simulator.profile import load_profile
+    from simulator.hardware.profile import load_profile
 
     from .validate import load_suite
 

@@ -15,7 +15,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from .benches import Bench, RunContext, TooSlow
+from .benches.base import Bench, RunContext, TooSlow
 from .store import MeasurementStore, now
 
 #: groups whose points set most of a step's predicted time (GEMM shapes, attention, the host time

@@ -16,9 +16,9 @@ import datetime as _dt
 import math
 from pathlib import Path
 
-from simulator.errors import UsageError
-from simulator.profile import write_json_atomic
-from simulator.userfiles import parse_json
+from simulator.core.errors import UsageError
+from simulator.core.userfiles import parse_json
+from simulator.hardware.profile import write_json_atomic
 
 FORMAT = "pretrain-simulator calibration measurements"
 VERSION = 1

@@ -1,11 +1,11 @@
-"""A real torch decoder built from a :class:`simulator.models.ModelSpec`, for validation runs.
+"""A real torch decoder built from a :class:`simulator.model.spec.ModelSpec`, for validation runs.
 
 The structure follows the spec: LayerNorm or RMSNorm (with or without bias), rotary (partial,
 ``rotary_pct``), learned or ALiBi positions, gated or plain MLP with the spec's activation, grouped-query
 attention via ``n_kv_heads``, parallel (GPT-NeoX) or sequential residual, tied or untied LM head.
 Its parameter count equals ``spec.n_params()`` exactly.
 
-The GEMMs are laid out as the simulator's workload counts them (:mod:`simulator.workload`): one
+The GEMMs are laid out as the simulator's workload counts them (:mod:`simulator.model.workload`): one
 fused QKV projection, one output projection, one MLP up projection (``2 * ffn_hidden`` wide when
 gated: gate and up in one matrix) and one down projection per layer, plus the logits GEMM.
 Shapes: tokens are ``(batch, seq)`` int64; hidden states ``(batch, seq, hidden)``.
@@ -31,9 +31,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from simulator.errors import UsageError
-from simulator.models import ModelSpec
-from simulator.strategy import CHECKPOINTINGS as CHECKPOINTING
+from simulator.core.errors import UsageError
+from simulator.model.spec import ModelSpec
+from simulator.strategy.knobs import CHECKPOINTINGS as CHECKPOINTING
 
 ATTENTION_BACKENDS = ("eager", "sdpa")
 INIT_STD = 0.02  # initializer_range of the Hugging Face GPT-2, GPT-NeoX and Llama configs
@@ -43,7 +43,7 @@ INIT_STD = 0.02  # initializer_range of the Hugging Face GPT-2, GPT-NeoX and Lla
 REENTRANT = True
 
 
-#: The torch function of each ModelSpec activation (simulator.models.ACTIVATIONS).
+#: The torch function of each ModelSpec activation (simulator.core.vocab.ACTIVATIONS).
 ACTIVATION_FNS = {
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),

@@ -4,7 +4,7 @@ For every configuration of a suite (``calibration/suites/*.yaml``) it builds the
 (:mod:`calibration.torch_model`), runs warm-up steps and then timed optimizer steps (forward,
 backward, gradient clipping at 1.0 and AdamW; gradient accumulation; bf16 autocast; eager or SDPA; full or selective
 activation checkpointing; ``torch.compile``), takes the median of the timed steps, and compares it
-with ``simulator.api.simulate(..., "Nxlocal", profile=...)`` per pass (forward, backward,
+with ``simulator.answer.api.simulate(..., "Nxlocal", profile=...)`` per pass (forward, backward,
 recomputation timed inside backward, optimizer) and per step. Times are in seconds. On CUDA it also
 records the timed steps' peak memory (``torch.cuda.max_memory_allocated`` and
 ``max_memory_reserved``, GiB) beside the predicted peaks (:func:`predicted_peaks`); a CPU leaves
@@ -39,12 +39,13 @@ from typing import Any
 
 import yaml
 
-from simulator.atomic import check_writable
-from simulator.errors import UsageError, UsageParser, run_cli
-from simulator.models import ModelSpec, get_model
-from simulator.strategy import CHECKPOINTINGS as CHECKPOINTING
-from simulator.strategy import PRECISIONS
-from simulator.uncertainty import LEVEL, left_out_coverage
+from simulator.answer.uncertainty import LEVEL, left_out_coverage
+from simulator.core.atomic import check_writable
+from simulator.core.errors import UsageError, UsageParser, run_cli
+from simulator.core.vocab import PRECISIONS
+from simulator.model.presets import get_model
+from simulator.model.spec import ModelSpec
+from simulator.strategy.knobs import CHECKPOINTINGS as CHECKPOINTING
 
 from . import host_alloc, host_load
 from .host_alloc import ALLOCATORS
@@ -454,9 +455,9 @@ class _null:
 # ---------------------------------------------------------------------------- predicting
 def check_fits_memory(configs: list[Config], memory_gib: float, where: str) -> None:
     """Refuse, before anything is built, a config whose model states alone (weights, gradients
-    and AdamW's two moments as one DDP rank holds them, :func:`simulator.memory.state_bytes_per_param`)
+    and AdamW's two moments as one DDP rank holds them, :func:`simulator.physics.memory.state_bytes_per_param`)
     exceed ``memory_gib`` (GiB): building it would end in an out-of-memory kill, not a row."""
-    from simulator.memory import state_bytes_per_param
+    from simulator.physics.memory import state_bytes_per_param
 
     for cfg in configs:
         per_param = sum(state_bytes_per_param(cfg.precision, "ddp", "adamw"))
@@ -474,7 +475,7 @@ def predict(cfg: Config, profile, world: int = 1) -> dict[str, Any]:
     device ``mem`` (allocated) and ``reserved`` (GiB, :func:`predicted_peaks`), and ``note`` (why
     there is no prediction, else empty).
     """
-    from simulator.api import simulate
+    from simulator.answer.api import simulate
 
     if world > 1 and "local" not in profile.collectives:
         return {"step": None, "note": f"profile {profile.name!r} has no 'local' collectives fit "
@@ -502,7 +503,7 @@ def predicted_peaks(plan, n_params: float, precision: str) -> tuple[float, float
     AdamW where that is larger: the states, buffers, every gradient and ``torch._foreach_sqrt``'s
     fp32 copy of the second moments (4 bytes per parameter). The simulator's stacks step with
     fused or per-tensor optimizers, which allocate no such copy."""
-    from simulator.memory import state_bytes_per_param
+    from simulator.physics.memory import state_bytes_per_param
 
     m = plan.memory_gib
     reserve = m["total"] - m["allocated"]
@@ -639,11 +640,11 @@ def check_device(profile, device_name: str | None, memory_gib: float | None = No
     """UsageError unless ``profile`` describes the device the steps ran on, ``device_name`` (as
     :func:`calibration.device.detect` names it; ``memory_gib`` its memory where known): the same
     processor (:func:`calibration.device.processor`), or the same catalog GPU
-    (:func:`simulator.hardware.profile_is_for`, simulate's rule). A profile predicts its own device:
+    (:func:`simulator.hardware.catalog.profile_is_for`, simulate's rule). A profile predicts its own device:
     another device's steps against it give neither a check of it nor residuals for its interval.
     Returns a warning where the same CPU ran with another thread count (torchrun gives each rank
     one), else None. ``where`` says where the name comes from (a --measured file)."""
-    from simulator.hardware import profile_is_for
+    from simulator.hardware.catalog import profile_is_for
 
     from .device import match_catalog_gpu, processor
 
@@ -668,7 +669,7 @@ def check_device(profile, device_name: str | None, memory_gib: float | None = No
 def merge_csv(path: str | os.PathLike, rows: list[dict[str, Any]]) -> Path:
     """Merge ``rows`` into the CSV at ``path`` by ``id`` (new rows replace same-id rows, others
     are kept) and write it atomically."""
-    from simulator.atomic import write_text_atomic
+    from simulator.core.atomic import write_text_atomic
 
     p = Path(path)
     old: list[dict[str, Any]] = []
@@ -695,7 +696,7 @@ def merge_csv(path: str | os.PathLike, rows: list[dict[str, Any]]) -> Path:
 
 def update_profile(path: str | os.PathLike, summary: dict[str, Any], source: str) -> None:
     """Write the residuals into the profile's ``validation`` field (atomically, validated)."""
-    from simulator.profile import ValidationSummary, load_profile, save_profile
+    from simulator.hardware.profile import ValidationSummary, load_profile, save_profile
 
     prof = load_profile(path)
     if not summary["n"]:
@@ -752,7 +753,7 @@ def _remeasured(path: Path, configs: list[Config], profile) -> list[dict[str, An
 def draw_coverage(draws: list[list[dict[str, Any]]], level: float = LEVEL) -> list[float | None]:
     """Per draw (the rows of one measurement of a suite), the share of its rows whose
     log(measured/predicted) lies inside the ``level`` interval built from the other draws' residuals
-    (:func:`simulator.uncertainty.left_out_coverage`): whether an interval from some draws of the
+    (:func:`simulator.answer.uncertainty.left_out_coverage`): whether an interval from some draws of the
     host covers another as it claims; None for a draw without residuals or whose others have fewer
     than 3. Empty with fewer than two draws."""
     if len(draws) < 2:
@@ -818,7 +819,7 @@ def _relaunch(argv: list[str], nproc: int) -> int:
 
 def run(a: argparse.Namespace, argv: list[str], relaunch: bool = False) -> int:
     """Validation itself (after argument parsing); returns the exit status."""
-    from simulator.profile import load_profile
+    from simulator.hardware.profile import load_profile
 
     if a.nproc is not None and a.nproc < 1:
         raise UsageError(f"--nproc must be >= 1, got {a.nproc}")

@@ -5,10 +5,11 @@
     >>> plan.days, plan.strategy
 """
 
-from .api import run_search, search, simulate
-from .errors import UsageError
-from .models import ModelSpec, get_model, list_models
-from .plan import Plan
+from .answer.api import run_search, search, simulate
+from .answer.plan import Plan
+from .core.errors import UsageError
+from .model.presets import get_model, list_models
+from .model.spec import ModelSpec
 
 __all__ = ["simulate", "search", "run_search", "Plan", "ModelSpec", "get_model", "list_models", "UsageError"]
 __version__ = "0.1.0"

@@ -20,7 +20,7 @@ CONFIGS = HERE / "fixtures" / "hf_configs"
 SMALL = HERE / "data" / "small_hf_configs.json"
 COUNTS = HERE / "data" / "transformers_counts.json"
 
-#: The head each family is counted with (as simulator.models documents).
+#: The head each family is counted with (as simulator.model.presets documents).
 _MASKED_LM = {"bert", "roberta"}
 #: The transformer model_types this reference covers (other families keep their own counts:
 #: tests/data/family_param_counts.json).
@@ -60,7 +60,7 @@ def all_configs() -> dict[str, dict[str, Any]]:
 def main() -> None:
     import transformers
 
-    from simulator.atomic import write_text_atomic
+    from simulator.core.atomic import write_text_atomic
 
     counts = {name: count_params(cfg) for name, cfg in all_configs().items()}
     data = {"transformers_version": transformers.__version__, "counts": counts}

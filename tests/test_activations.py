@@ -10,9 +10,10 @@ import torch.nn.functional as F
 
 from calibration.build import build_profile
 from calibration.torch_model import ACTIVATION_FNS, MLP
-from simulator.hf_config import model_from_hf_config
-from simulator.models import ACTIVATIONS, get_model
-from simulator.profile import ACTIVATION_CLASSES, activation_class
+from simulator.core.vocab import ACTIVATIONS
+from simulator.hardware.profile import ACTIVATION_CLASSES, activation_class
+from simulator.model.hf_config import model_from_hf_config
+from simulator.model.presets import get_model
 from tests.test_calibration_generalizes import _cpu_profile, _step
 
 
@@ -84,7 +85,7 @@ def test_activation_backward_is_one_kernel_of_three_tensors():
     the input and writes the input gradient: 1.5x the forward's bytes in one kernel per layer."""
     import numpy as np
 
-    from simulator import opcost
+    from simulator.model import opcost
 
     spec = get_model("gpt2")
     ops = {op.name: op for op, _ in opcost.graph(spec, 128, np.array([2.0]), "fp32", "sdpa", False).all_ops()}

@@ -390,14 +390,14 @@ def test_chart_has_a_colour_and_marker_per_gpu_and_fitted_axes():
 
 
 def simulator_gpus():
-    from simulator import hardware
+    from simulator.hardware import catalog as hardware
 
     return hardware.list_gpus()
 
 
 def test_left_out_lists_configurations_without_a_price():
     app = _app_module()
-    from simulator import compare
+    from simulator.frontends import compare
 
     opts = compare.sweep("pythia-160m", ["3090"], counts=(1,))
     no_price = [dataclasses.replace(o, cost={**o.cost, "hardware_usd": None}) for o in opts]
@@ -418,7 +418,7 @@ def test_budget_report_from_the_app_reports_the_plan_on_screen():
 def _budget_text(at: AppTest) -> str:
     """The Markdown the budget button serves (rebuilt through the app's own function)."""
     app = _app_module()
-    from simulator import api
+    from simulator.answer import api
 
     st_ = at.session_state
     prices = {"mode": st_["price_mode"], "kwh_price": st_["kwh_price"] or None, "price_per_gpu": None,
@@ -492,7 +492,8 @@ def test_chart_draws_budget_and_deadline_and_the_region_within_both():
 
 def test_plan_download_carries_the_verdict_shown():
     app = _app_module()
-    from simulator import api, budget
+    from simulator.answer import api
+    from simulator.frontends import budget
 
     plan = api.simulate("pythia-1b", "8x3090")
     pj = json.dumps({"mode": "rent", "kwh_price": None, "price_per_gpu": None, "rent_per_gpu_hour": None,
@@ -534,7 +535,7 @@ def test_nothing_fits_charts_the_binding_constraint_and_no_days():
 
 def _plan_obj(d: dict):
     """A Plan back from its dict (the app's session keeps the dict)."""
-    from simulator.plan import Plan
+    from simulator.answer.plan import Plan
 
     d = dict(d)
     d["interval_days"] = tuple(d["interval_days"]) if d["interval_days"] else None
@@ -542,8 +543,8 @@ def _plan_obj(d: dict):
 
 
 def test_cli_prints_no_days_for_a_plan_that_does_not_fit():
-    from simulator import api
-    from simulator.report import Console, render_plan
+    from simulator.answer import api
+    from simulator.answer.report import Console, render_plan
 
     con = Console(record=True, width=200)
     render_plan(api.simulate("llama-2-13b", "1x3090"), con)
@@ -579,7 +580,7 @@ def test_every_metric_has_a_unit_and_years_beside_long_runs():
 
 def _near_limit_micro_batch() -> int:
     """A pinned micro-batch that puts Pythia-1B on 8 RTX 3090s within 3% of usable memory."""
-    from simulator import api
+    from simulator.answer import api
 
     for mb in range(24, 48):
         p = api.simulate("pythia-1b", "8x3090", micro_batch=mb)
@@ -591,8 +592,8 @@ def _near_limit_micro_batch() -> int:
 
 
 def test_plan_at_the_memory_limit_is_warned_in_app_and_cli():
-    from simulator import api
-    from simulator.report import Console, render_plan
+    from simulator.answer import api
+    from simulator.answer.report import Console, render_plan
 
     mb = _near_limit_micro_batch()
     at = _app()
@@ -689,7 +690,7 @@ def _colours(x) -> list[str]:
 
 def test_markers_visible_and_red_means_does_not_fit():
     app = _app_module()
-    from simulator import api
+    from simulator.answer import api
 
     gpus = simulator_gpus()
     for g, c in zip(gpus, app.GPU_COLOURS, strict=False):

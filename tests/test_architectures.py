@@ -15,13 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from simulator import workload
-from simulator.api import simulate
-from simulator.cli import main
-from simulator.errors import UsageError
-from simulator.hf_config import NOT_MODELLED, model_from_hf_config
-from simulator.models import ModelSpec, get_model
-from simulator.opcost import model_flops_per_token, palm_flops_per_token
+from simulator.answer.api import simulate
+from simulator.core.errors import UsageError
+from simulator.frontends.cli import main
+from simulator.model import workload
+from simulator.model.hf_config import NOT_MODELLED, model_from_hf_config
+from simulator.model.opcost import model_flops_per_token, palm_flops_per_token
+from simulator.model.presets import get_model
+from simulator.model.spec import ModelSpec
 
 REFERENCE = json.loads(COUNTS.read_text())
 SMALL = {k: v for k, v in all_configs().items() if k.startswith("small-")}
@@ -37,7 +38,7 @@ CONVENTIONS = {
 def test_reference_counts_cover_every_config() -> None:
     from hf_reference import TYPES
 
-    from simulator.hf_config import SUPPORTED_MODEL_TYPES
+    from simulator.model.hf_config import SUPPORTED_MODEL_TYPES
 
     assert set(REFERENCE["counts"]) == set(all_configs())
     assert set(TYPES) <= set(SUPPORTED_MODEL_TYPES)
@@ -328,8 +329,9 @@ def test_modern_models_physics_holds(model, gpus, attention, compiled, seq) -> N
 
 
 def test_every_family_has_a_display_name() -> None:
-    from simulator.families import registered
-    from simulator.models import FAMILIES, list_models
+    from simulator.model.families import registered
+    from simulator.model.presets import list_models
+    from simulator.model.spec import FAMILIES
 
     families = registered()
     for spec in (get_model(n) for n in list_models()):

@@ -46,7 +46,7 @@ def test_fit_takes_the_autocast_benches_apart():
 
 def test_dispatch_bench_runs_under_autocast():
     """The real bench, once in bf16: an ok record carrying its precision and both pass times."""
-    from calibration.benches import RunContext, Settings
+    from calibration.benches.base import RunContext, Settings
     from calibration.benches.dispatch import plan
 
     ctx = RunContext(detect("cpu"), Settings(mode="tiny", budget_s=0.01, max_call_s=1.0, min_runs=2, compile=False))

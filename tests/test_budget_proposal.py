@@ -8,8 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from simulator import budget, compare, costs, hardware
-from simulator.cli import main
+from simulator.answer import costs
+from simulator.frontends import budget, compare
+from simulator.frontends.cli import main
+from simulator.hardware import catalog as hardware
 
 
 def _entry(label, days, high, cost):
@@ -99,7 +101,7 @@ def test_run_share_never_exceeds_the_purchase():
 
 def test_study_grid_keeps_the_study_pricing_of_single_sxm_boards():
     """The study priced 1 and 2 A100/H100 with a base machine; its reproduced grid does too."""
-    from simulator import study
+    from simulator.frontends import study
 
     (cell,) = study.grid(models=("pythia-160m",), gpus=("h100-sxm",), counts=(1,))
     assert cell.buy_usd == 30000 + 1000

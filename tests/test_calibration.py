@@ -16,12 +16,12 @@ pytest.importorskip("torch")
 
 from calibration import cli, host_alloc  # noqa: E402
 from calibration import fit as F  # noqa: E402
-from calibration.benches import Bench  # noqa: E402
+from calibration.benches.base import Bench  # noqa: E402
 from calibration.build import fit_collectives  # noqa: E402
 from calibration.collectives import bus_bytes  # noqa: E402
 from calibration.store import measurements_path  # noqa: E402
-from simulator import kernels  # noqa: E402
-from simulator.profile import load_profile  # noqa: E402
+from simulator.hardware.profile import load_profile  # noqa: E402
+from simulator.physics import kernels  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # a few benchmarks of every group the profile needs, so the tiny run stays well under 30 s
@@ -127,7 +127,7 @@ def test_tiny_run_writes_loadable_profile(tiny_run):
     assert "gemm/fp32" in data["fits"]
     # misaligned output rows: a time ratio within its bounds, from the paired bench
     assert "gemm_misaligned/fp32" in data["fits"] and 1.0 <= prof.gemm_misaligned["fp32"] <= 4.0
-    # the fitted parameters make simulator.kernels reproduce the measured GEMMs
+    # the fitted parameters make simulator.physics.kernels reproduce the measured GEMMs
     g = prof.gemm["fp32"]
     for key, rec in data["results"].items():
         if key.startswith("gemm/fp32/") and rec["status"] == "ok":
@@ -301,7 +301,7 @@ def test_collectives_outside_torchrun_is_usage_error():
     ("NVIDIA A100-PCIE-40GB", 39.4, None),  # not in the catalog: measured peaks instead
 ])
 def test_catalog_match_for_cuda_device_names(name, mem, gid):
-    pytest.importorskip("simulator.hardware")
+    pytest.importorskip("simulator.hardware.catalog")
     from calibration.device import match_catalog_gpu
 
     gpu = match_catalog_gpu(name, mem)
@@ -309,8 +309,8 @@ def test_catalog_match_for_cuda_device_names(name, mem, gid):
 
 
 def test_build_profile_recovers_every_section_from_synthetic_measurements(monkeypatch):
-    """Records generated with simulator.kernels from known parameters (catalog peaks fixed)
-    come back as exactly those parameters, with the conventions simulator.compute uses."""
+    """Records generated with simulator.physics.kernels from known parameters (catalog peaks fixed)
+    come back as exactly those parameters, with the conventions simulator.physics.compute uses."""
     import torch
 
     import calibration.build as build

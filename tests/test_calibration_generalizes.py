@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from calibration import fit as F
-from simulator import fresh_memory, hardware
-from simulator.api import simulate
-from simulator.models import get_model
-from simulator.profile import FreshMemory, GemmEfficiency, parse_profile
+from simulator.answer.api import simulate
+from simulator.hardware import catalog as hardware
+from simulator.hardware.profile import FreshMemory, GemmEfficiency, parse_profile
+from simulator.model.presets import get_model
+from simulator.physics import fresh_memory
 
 SUITE_SPECS = {"base": "gpt2", "n_layers": 2, "hidden": 128, "n_heads": 4, "n_kv_heads": 2, "ffn_hidden": 512,
                "vocab_size": 2048, "max_positions": 1024, "default_seq_len": 128}
@@ -49,7 +50,7 @@ def test_absent_refinements_reproduce_todays_numbers():
 
 
 def test_profile_rejects_unknown_op_class_and_bad_values():
-    from simulator.errors import UsageError
+    from simulator.core.errors import UsageError
 
     with pytest.raises(UsageError, match="bw_eff_ops"):
         _cpu_profile(bw_eff_ops={"matmul": 0.5})
@@ -268,7 +269,8 @@ def test_summary_reports_per_component_errors():
 
 
 def test_for_model_adds_the_models_shapes_to_the_plan():
-    from calibration.benches import RunContext, Settings, plan
+    from calibration.benches import plan
+    from calibration.benches.base import RunContext, Settings
     from calibration.device import detect
 
     dev = detect("cpu")
@@ -296,8 +298,8 @@ def test_autocast_casts_weights_forward_and_their_gradients_back():
     """Under autocast over fp32 weights each micro-batch casts every weight to half (read 4, write
     2 bytes) and backward casts its half gradient back (read 2, write 4): 12 bytes per parameter,
     half in each pass, and nothing where the model itself is half (Megatron-LM, fla)."""
-    from simulator import workload
-    from simulator.stacks import get_stack
+    from simulator.model import workload
+    from simulator.strategy.stacks import get_stack
 
     p = _cpu_profile(bw_eff_ops={"cast": 0.5})
     bf, fp = _step(p, precision="bf16"), _step(p, precision="fp32")
@@ -316,8 +318,9 @@ def test_autocast_casts_weights_forward_and_their_gradients_back():
 def test_megatron_stack_keeps_half_weights_and_fp32_main_weights():
     """Megatron-LM's Float16Module + Float16OptimizerWithFloat16Params: 2 + 2 + (4 + 8) bytes per
     parameter with Adam, no autocast weight copies; the published table's name finds the preset."""
-    from simulator import memory, runs
-    from simulator.stacks import for_published, get_stack
+    from simulator.answer import runs
+    from simulator.physics import memory
+    from simulator.strategy.stacks import for_published, get_stack
 
     meg = get_stack("megatron-lm")
     assert memory.state_bytes_per_param("bf16", "ddp", "adamw", meg) == (2, 2, 12)
@@ -330,7 +333,7 @@ def test_megatron_stack_keeps_half_weights_and_fp32_main_weights():
 def test_recomputation_casts_the_rerun_layers_weights_again():
     """Under autocast a checkpointed layer's recomputed forward casts its weights to half again
     (6 bytes per parameter of each re-run layer): in the recompute part, only with fp32 weights."""
-    from simulator.stacks import get_stack
+    from simulator.strategy.stacks import get_stack
 
     p = _cpu_profile(bw_eff_ops={"cast": 0.5})
     m = get_model("pythia-14m")

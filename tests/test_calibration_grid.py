@@ -9,7 +9,7 @@ pytest.importorskip("torch")
 
 from calibration.benches import attention as A  # noqa: E402
 from calibration.benches import gemm as G  # noqa: E402
-from simulator.models import get_model  # noqa: E402
+from simulator.model.presets import get_model  # noqa: E402
 
 
 def test_cpu_quick_grid_is_unchanged():

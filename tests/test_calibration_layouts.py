@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from calibration import fit as F
-from simulator import kernels
-from simulator.models import get_model
-from simulator.profile import GemmEfficiency
+from simulator.hardware.profile import GemmEfficiency
+from simulator.model.presets import get_model
+from simulator.physics import kernels
 from tests.test_calibration_generalizes import _cpu_profile, _step
 
 
@@ -82,8 +82,8 @@ def test_training_pass_kernel_overhead_adds_per_kernel_and_not_when_compiled():
 def test_dispatch_fit_recovers_the_per_kernel_overhead():
     from calibration.benches.dispatch import TOKENS, tiny_spec
     from calibration.build import dispatch_overhead
-    from simulator.compute import micro_batch_time
-    from simulator.device import device_from_profile
+    from simulator.hardware.device import device_from_profile
+    from simulator.physics.compute import micro_batch_time
 
     base = _cpu_profile()
     true = _cpu_profile(train_fwd_kernel_us=21.0, train_bwd_kernel_us=9.0)
@@ -100,8 +100,9 @@ def test_dispatch_fit_recovers_the_per_kernel_overhead():
 
 
 def test_tied_head_adds_two_fresh_weight_gradients_on_a_cpu():
-    from simulator import fresh_memory, workload
-    from simulator.profile import FreshMemory
+    from simulator.hardware.profile import FreshMemory
+    from simulator.model import workload
+    from simulator.physics import fresh_memory
 
     prof = _cpu_profile(fresh_memory=FreshMemory(gbs=1.0, keep_bytes=2**30, source="t"))
     untied = get_model("gpt2").model_copy(update={"tied_embeddings": False})
@@ -117,7 +118,7 @@ def test_tied_head_sums_its_two_gradients_in_the_backward():
     """A tied head's backward moves 12 more bytes per embedding element (autograd reads the head's
     and the embedding's fp32 gradients and writes their sum) in one more kernel; the forward is
     the same."""
-    from simulator import workload
+    from simulator.model import workload
 
     tied = get_model("gpt2")
     untied = tied.model_copy(update={"tied_embeddings": False})
@@ -133,7 +134,7 @@ def test_eager_rotary_counts_every_op_of_rotate_half():
     tensor, and a partial rotation also rewrites the whole head (cat of rotated and passed-through
     dims); compiled, one kernel reads and writes the rotated dims. More rotated dims never move
     fewer bytes."""
-    from simulator import workload
+    from simulator.model import workload
 
     assert workload.rotary_elements(1.0, False) == (10.0, 5)
     assert workload.rotary_elements(0.25, False) == (4.5, 6)
@@ -159,7 +160,8 @@ def test_eager_rotary_counts_every_op_of_rotate_half():
 
 
 def test_plan_measures_the_loss_dispatch_and_backward_layout_shapes():
-    from calibration.benches import RunContext, Settings, plan
+    from calibration.benches import plan
+    from calibration.benches.base import RunContext, Settings
     from calibration.device import detect
 
     keys = {b.key for b in plan(RunContext(detect("cpu"), Settings("quick", 0.05, 0.3, False, 2)))}
@@ -271,7 +273,7 @@ def test_optimizer_big_mix_spans_twice_the_cache():
     """The 'big' AdamW mix keeps its 24 MiB tensors and repeats them until the optimizer state
     (16 bytes per parameter) spans the cold span; without a cache size it stays at two."""
     from calibration.benches.stepops import OPT_MIX, big_mix
-    from simulator.memory import state_bytes_per_param
+    from simulator.physics.memory import state_bytes_per_param
 
     state = sum(state_bytes_per_param("fp32", "ddp", "adamw"))
     base = OPT_MIX["quick"]["big"]

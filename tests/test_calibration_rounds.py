@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("torch")
 
 from calibration import cli  # noqa: E402
-from calibration.benches import Bench, RunContext, Settings  # noqa: E402
+from calibration.benches.base import Bench, RunContext, Settings  # noqa: E402
 from calibration.build import _resample  # noqa: E402
 from calibration.device import detect  # noqa: E402
 from calibration.runner import ROUND_GROUPS, run_benches, schedule  # noqa: E402

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import main
+from simulator.engine.setup import setup
+from simulator.frontends.cli import main
 
 JSON_KEYS = {"model", "hardware", "strategy", "feasible", "reasons", "step_time_s", "breakdown_s",
              "tokens_per_s", "mfu", "hfu", "memory_gib", "days", "days_at_peak"}
@@ -107,7 +108,7 @@ def test_bad_config_files(tmp_path, capsys):
 
 
 def test_console_script_in_subprocess():
-    r = subprocess.run([sys.executable, "-m", "simulator.cli", "--gpus", "8x3090", "--model", "pythia-160m", "--json"],
+    r = subprocess.run([sys.executable, "-m", "simulator.frontends.cli", "--gpus", "8x3090", "--model", "pythia-160m", "--json"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["feasible"]
@@ -129,7 +130,7 @@ def test_validate_published_bad_file(tmp_path, capsys):
     assert "lacks column" in err or "not a runs file" in err  # the runs loader names what is missing
 
 def _profile_dict():
-    from simulator.hardware import default_profile
+    from simulator.hardware.catalog import default_profile
 
     return default_profile("rtx3090").model_dump(mode="json")
 
@@ -188,7 +189,7 @@ def test_unknown_subcommand(capsys):
 
 
 def test_internal_error_is_one_line_exit_3(monkeypatch, capsys):
-    from simulator import api
+    from simulator.answer import api
 
     def boom(*a, **k):
         raise RuntimeError("simulated bug\nsecond line")
@@ -204,7 +205,7 @@ def test_internal_error_is_one_line_exit_3(monkeypatch, capsys):
 def test_closed_pipe_exits_0_quietly(extra):
     """``simulate ... | head -1`` (here a reader that has already gone): rich's table output ends
     with exit 0 like --json does, not rich's own exit 1 ("nothing fits" for us)."""
-    cmd = " ".join([sys.executable, "-m", "simulator.cli", "--gpus", "8x3090", "--model", "pythia-160m", *extra])
+    cmd = " ".join([sys.executable, "-m", "simulator.frontends.cli", "--gpus", "8x3090", "--model", "pythia-160m", *extra])
     proc = subprocess.run(["bash", "-c", f"{cmd} | true; exit ${{PIPESTATUS[0]}}"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0 and proc.stderr == ""
@@ -221,7 +222,7 @@ def test_top_lists_distinct_strategies(capsys):
 
 def test_output_piped_into_a_reader_that_stops_is_not_an_error():
     """``simulate ... --json | head -c 100``: the closed pipe ends quietly, not as an internal error."""
-    proc = subprocess.run(f"{sys.executable} -m simulator.cli --gpus 8x3090 --model pythia-160m --json | head -c 100",
+    proc = subprocess.run(f"{sys.executable} -m simulator.frontends.cli --gpus 8x3090 --model pythia-160m --json | head -c 100",
                           shell=True, capture_output=True, text=True, timeout=120)
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr
 
@@ -229,7 +230,7 @@ def test_output_piped_into_a_reader_that_stops_is_not_an_error():
 def test_distinct_plans_keep_layouts_and_collapse_micro_batches():
     """SearchResult.distinct (used by --top and the app): exactly one plan per strategy apart from
     micro-batch and accumulation, the fastest one; tensor/pipeline layouts stay apart."""
-    from simulator import api
+    from simulator.answer import api
 
     res = api.run_search("llama-2-7b", "2x8xa100-80gb")
     step = res.table.step_time
@@ -251,9 +252,9 @@ def test_search_time_excludes_loading(monkeypatch):
     """"searched in N ms" times the search, not reading the catalog, profile and presets."""
     import time
 
-    from simulator import api
+    from simulator.answer import api
 
-    real = api.setup
+    real = setup
 
     def slow_setup(*args, **kw):
         time.sleep(0.5)  # a cold catalog/profile/preset load
@@ -270,7 +271,7 @@ def test_help_usage_line_names_every_subcommand(capsys):
     assert e.value.code == 0
     usage = capsys.readouterr().out.split("\n\n")[0]
     assert usage.startswith("usage: simulate --model MODEL --gpus GPUS")
-    from simulator.cli import SUBCOMMANDS
+    from simulator.frontends.cli import SUBCOMMANDS
     assert all(sub in usage for sub in SUBCOMMANDS)
 
 
@@ -282,6 +283,6 @@ def test_readme_grant_writers_commands_run_as_written(tmp_path, monkeypatch):
     assert [c[0] for c in cmds] == ["simulate"] * 3
     monkeypatch.chdir(tmp_path)
     for cmd in cmds:
-        r = subprocess.run([sys.executable, "-m", "simulator.cli", *cmd[1:]], capture_output=True, text=True)
+        r = subprocess.run([sys.executable, "-m", "simulator.frontends.cli", *cmd[1:]], capture_output=True, text=True)
         assert r.returncode == 0, (cmd, r.stderr[-500:])
     assert (tmp_path / "budget" / "budget-pythia-1b.md").is_file() and (tmp_path / "options.csv").is_file()

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from simulator import budget, compare
-from simulator.cli import main
-from simulator.errors import UsageError
+from simulator.core.errors import UsageError
+from simulator.frontends import budget, compare
+from simulator.frontends.cli import main
 
 
 def test_pareto_front_synthetic():
@@ -146,7 +146,7 @@ def test_study_grid_cli(tmp_path, capsys):
 
 
 def test_compare_bad_model_is_one_usage_error(capsys):
-    from simulator.cli import main
+    from simulator.frontends.cli import main
 
     assert main(["compare", "--model", "pythia-1c"]) == 2
     err = capsys.readouterr().err

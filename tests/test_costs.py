@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from simulator import costs
-from simulator.cli import main
-from simulator.errors import UsageError
-from simulator.hardware import Sourced
+from simulator.answer import costs
+from simulator.core.errors import UsageError
+from simulator.frontends.cli import main
+from simulator.hardware.catalog import Sourced
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def test_cost_flag_errors(capsys):
 
 
 def test_api_simulate_cost():
-    from simulator.api import simulate
+    from simulator.answer.api import simulate
 
     p = simulate("pythia-160m", "4xh100", prices=costs.with_overrides(costs.default_prices(), kwh_price=1.0))
     assert p.cost["electricity_usd_per_kwh"] == 1.0

@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from simulator import optimizer_time, parallel
-from simulator.api import run_search
-from simulator.communication import Fabric
-from simulator.estimate import Table
-from simulator.models import get_model
-from simulator.parallel import Parallelism
-from simulator.strategy import Strategy
+from simulator.answer.api import run_search
+from simulator.engine.estimate import Table
+from simulator.model.presets import get_model
+from simulator.physics import optimizer_time, parallel
+from simulator.physics.communication import Fabric
+from simulator.strategy.knobs import Strategy
+from simulator.strategy.layout import Parallelism
 
 KNOBS = dict(precision="bf16", attention="sdpa", compile=True, checkpointing="none", sharding="zero1",
              offload="none", micro_batch=4, grad_accum=8)

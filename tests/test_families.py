@@ -1,4 +1,4 @@
-"""The operation layer (simulator/families, simulator/opcost): exact parameter counts, FLOPs,
+"""The operation layer (simulator/model/families, simulator/model/opcost): exact parameter counts, FLOPs,
 bytes and activation memory of Mamba and ConvNeXt by hand; the transformer's operations, also
 from a tensor-parallel view (its per-layer bytes by hand: test_physics, test_stacks_checkpointing,
 test_architectures)."""
@@ -12,17 +12,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator import compute, family_validation, memory, opcost
-from simulator.api import run_search, simulate
-from simulator.device import device_from_spec
-from simulator.errors import UsageError
-from simulator.families import family_of, registered, spec_from_dict
-from simulator.families.mamba import SCAN_CHUNK, MambaSpec
-from simulator.hardware import default_profile, get_gpu
-from simulator.models import get_model
-from simulator.parallel import Parallelism, ShardView
-from simulator.resolve import resolve_model
-from simulator.stacks import get_stack
+from simulator.answer.api import run_search, simulate
+from simulator.answer.family_runs import load
+from simulator.core.errors import UsageError
+from simulator.hardware.catalog import default_profile, get_gpu
+from simulator.hardware.device import device_from_spec
+from simulator.model import opcost
+from simulator.model.families import family_of, registered, spec_from_dict
+from simulator.model.families.mamba import SCAN_CHUNK, MambaSpec
+from simulator.model.presets import get_model
+from simulator.model.resolve import resolve_model
+from simulator.physics import compute, memory
+from simulator.physics.parallel import ShardView
+from simulator.strategy.layout import Parallelism
+from simulator.strategy.stacks import get_stack
 
 DATA = Path(__file__).parent / "data"
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
@@ -171,7 +174,7 @@ def test_mamba_fused_scan_bytes_and_activations_by_hand():
 
 
 #: fla's default MambaConfig (fla-org/flash-linear-attention#32's runs): one definition, in the package's data
-FLA_MAMBA = family_validation.load()["mamba"].model
+FLA_MAMBA = load()["mamba"].model
 
 
 def test_fla_stack_half_states_and_fused_norm_by_hand():
@@ -353,7 +356,7 @@ def test_knobs_that_do_not_apply():
     env = {"PYTHONPATH": str(Path(__file__).parents[1])}
     for args in (["--model", "mamba-2.8b", "--compile"], ["--model", "convnext-xlarge-22k", "--checkpointing", "full"],
                  ["--model", "convnext-xlarge-22k", "--seq-len", "4"]):
-        r = subprocess.run([sys.executable, "-m", "simulator.cli", "--gpus", "4xa100", *args], capture_output=True,
+        r = subprocess.run([sys.executable, "-m", "simulator.frontends.cli", "--gpus", "4xa100", *args], capture_output=True,
                            text=True, env=env)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

@@ -6,18 +6,21 @@ import math
 import numpy as np
 import pytest
 
-from simulator import family_validation as fv
-from simulator import hardware, uncertainty
-from simulator.api import simulate
-from simulator.compute import op_times
-from simulator.device import device_from_spec
-from simulator.families import spec_from_dict
-from simulator.opcost import graph
+from simulator.answer import uncertainty
+from simulator.answer.api import simulate
+from simulator.answer.family_runs import for_family
+from simulator.hardware import catalog as hardware
+from simulator.hardware.device import device_from_spec
+from simulator.hardware.rates import _fit, atomic_rate
+from simulator.model.families import spec_from_dict
+from simulator.model.opcost import graph
+from simulator.physics.compute import op_times
+from simulator.validation import family_validation as fv
 
 
 @pytest.fixture(scope="module")
 def mamba():
-    v = fv.for_family("mamba")
+    v = for_family("mamba")
     assert v is not None and len(v.runs) >= 7
     return v
 
@@ -37,7 +40,7 @@ def test_stored_fit_and_residuals_match_the_physics(mamba):
 
 
 def test_fit_is_bounded_and_cross_validated():
-    fit = fv._fit()
+    fit = _fit()
     assert fit is not None and set(fit.groups) == {"a100", "h100"}
     lo, hi = fit.bounds
     for g in fit.groups.values():
@@ -70,21 +73,21 @@ def test_mamba_interval_includes_the_family_residuals(mamba):
         assert lo <= p.days * math.exp(q_lo) and p.days * math.exp(q_hi) <= hi * (1 + 1e-12)
         assert f"{len(mamba.runs)} published mamba runs" in p.interval_source
         assert ("other GPU's fitted rate" in p.interval_source) == cross
-    fit = fv._fit()
-    assert fv.atomic_rate(hardware.default_profile("rtx-a6000")) == min(g.value for g in fit.groups.values())
-    assert fv.atomic_rate(hardware.default_profile("a100-80gb-sxm")) == fit.groups["a100"].value
+    fit = _fit()
+    assert atomic_rate(hardware.default_profile("rtx-a6000")) == min(g.value for g in fit.groups.values())
+    assert atomic_rate(hardware.default_profile("a100-80gb-sxm")) == fit.groups["a100"].value
 
 
 def test_a_family_without_runs_keeps_the_profile_interval():
     p = simulate("pythia-1b", "8x3090")
-    assert fv.for_family(p.model["family"]) is None
+    assert for_family(p.model["family"]) is None
     assert p.interval_source.startswith("80% interval from ")
 
 
 def test_scan_backward_pays_its_atomics():
     """2 fp32 atomicAdds per (token, inner channel, state) (dB and dC), each at the GPU's rate: the
     backward time grows by exactly atomics / rate, and a slower rate never makes it faster."""
-    from simulator.models import get_model
+    from simulator.model.presets import get_model
 
     m = get_model("mamba-2.8b")
     mb = np.array([1.0, 2.0])

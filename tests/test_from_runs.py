@@ -10,8 +10,8 @@ import pytest
 
 from calibration import from_runs as fr
 from calibration.cli import main as calibrate
-from simulator import runs
-from simulator.profile import load_profile
+from simulator.answer import runs
+from simulator.hardware.profile import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -155,7 +155,7 @@ def test_excluded_rows_are_skipped_with_reason(tmp_path):
     f = tmp_path / "runs.csv"
     _write(f, [1e5] * len(ROWS))
     df = pd.read_csv(f)
-    df["tp"] = [1, 1, 1, 1, 2, 1]  # tensor parallelism is simulated (simulator.parallel)
+    df["tp"] = [1, 1, 1, 1, 2, 1]  # tensor parallelism is simulated (simulator.physics.parallel)
     df["micro_batch"] = df["micro_batch"].astype(float)
     df.loc[df.index[-1], "micro_batch"] = float("nan")
     df.to_csv(f, index=False)
@@ -166,7 +166,7 @@ def test_excluded_rows_are_skipped_with_reason(tmp_path):
 
 
 def test_interval_bounds_widen_and_contain_the_estimate():
-    from simulator.uncertainty import bounds
+    from simulator.answer.uncertainty import bounds
 
     r = np.linspace(-0.2, 0.3, 41)
     lo, hi = bounds(r)
@@ -176,7 +176,7 @@ def test_interval_bounds_widen_and_contain_the_estimate():
 
 
 def test_left_out_coverage_is_leave_one_out_for_single_runs_and_per_group_otherwise():
-    from simulator.uncertainty import bounds, left_out_coverage
+    from simulator.answer.uncertainty import bounds, left_out_coverage
 
     held = np.random.default_rng(3).normal(0.0, 0.2, 12)
     by_hand = [float(bounds(np.delete(held, i))[0] <= held[i] <= bounds(np.delete(held, i))[1]) for i in range(12)]
@@ -190,7 +190,7 @@ def test_tensor_pipeline_runs_are_fitted_through_their_layout():
     """A run with tp or pp above 1 (Korthikanti et al. 2022: TP 8, PP 1-64) is evaluated under its
     one pinned layout: the fit's step time is simulate's with the same layout, for any profile,
     and the tensor-parallel collectives and pipeline bubble are in it (more than the plain view)."""
-    from simulator.published import simulate_run
+    from simulator.validation.published import simulate_run
 
     table = runs.simulable(runs.korthikanti_runs())
     assert len(table) == 8 and (table["tp"] == 8).all() and table["sequence_parallel"].sum() == 4
@@ -214,7 +214,7 @@ def test_fit_and_validate_published_simulate_a_run_alike(monkeypatch):
     """One definition of a run's knobs (runs.run_knobs): the fit's step time of a run equals
     validate-published's, for one run of every source and stack, under a non-default profile;
     and both go through run_knobs (a knob changed there changes both)."""
-    from simulator import published
+    from simulator.validation import published
 
     table = runs.simulable(runs.default_runs())
     keys = [table["source"].map(runs.source_key), "stack", "gpu", "checkpointing", "sharding", "sequence_parallel"]

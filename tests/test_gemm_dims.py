@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from calibration import fit as F
-from simulator import kernels
-from simulator.profile import GemmEfficiency
+from simulator.hardware.profile import GemmEfficiency
+from simulator.physics import kernels
 
 PEAK, BW = 1.6e11, 3.4e10
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from calibration import fit as F
-from simulator import compute
-from simulator.device import device_from_profile
-from simulator.errors import UsageError
-from simulator.families.base import Op
-from simulator.profile import load_profile, parse_profile
+from simulator.core.errors import UsageError
+from simulator.hardware.device import device_from_profile
+from simulator.hardware.profile import load_profile, parse_profile
+from simulator.model.families.base import Op
+from simulator.physics import compute
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "calibration" / "profiles" / "cpu-amd-epyc.json"

@@ -16,8 +16,8 @@ pytest.importorskip("torch")
 from calibration import cli  # noqa: E402
 from calibration.device import from_description  # noqa: E402
 from calibration.store import measurements_path  # noqa: E402
-from simulator.errors import UsageError  # noqa: E402
-from simulator.profile import load_profile  # noqa: E402
+from simulator.core.errors import UsageError  # noqa: E402
+from simulator.hardware.profile import load_profile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "calibration" / "results" / "h200"
@@ -87,9 +87,9 @@ def _gemm_errors() -> dict[tuple[str, str], list[float]]:
     simulator's own per-layout GEMM times (forward (m,n,k); input gradient (m,k,n); weight gradient (n,k,m))."""
     import numpy as np
 
-    from simulator.compute import gemm_pass_times
-    from simulator.device import device_from_profile
-    from simulator.workload import Gemm
+    from simulator.hardware.device import device_from_profile
+    from simulator.model.workload import Gemm
+    from simulator.physics.compute import gemm_pass_times
 
     dev = device_from_profile(load_profile(PROFILE))
     out: dict[tuple[str, str], list[float]] = {}
@@ -122,8 +122,8 @@ def test_h200_profile_predicts_real_layer_gemms():
 def test_h200_profile_predicts_real_attention():
     import statistics
 
-    from simulator.compute import fused_attention_rate
-    from simulator.device import device_from_profile
+    from simulator.hardware.device import device_from_profile
+    from simulator.physics.compute import fused_attention_rate
 
     dev = device_from_profile(load_profile(PROFILE))
     errs = []
@@ -159,8 +159,8 @@ def test_eager_softmax_under_autocast_counts_its_fp32_round_trip():
     too fast; counting it: 38-39%."""
     import numpy as np
 
-    from simulator import workload
-    from simulator.models import get_model
+    from simulator.model import workload
+    from simulator.model.presets import get_model
 
     m, mb = get_model("pythia-70m"), np.array([1.0])
     elems = m.n_heads * 2048**2 * m.n_layers

@@ -9,9 +9,9 @@ from importlib import resources
 import pytest
 import yaml
 
-from simulator import hardware as hw
-from simulator.errors import UsageError
-from simulator.profile import parse_profile
+from simulator.core.errors import UsageError
+from simulator.hardware import catalog as hw
+from simulator.hardware.profile import parse_profile
 
 REQUIRED_GPUS = [
     "rtx3090", "rtx4090", "rtx-a6000", "rtx6000-ada", "l40s", "a10", "a100-40gb-sxm",

@@ -1,4 +1,4 @@
-"""What Hugging Face's eager modules save for backward (simulator/hf_eager.py): per-layer bytes by
+"""What Hugging Face's eager modules save for backward (simulator/model/hf_eager.py): per-layer bytes by
 hand for a small GPT-2 and a small Llama block under bf16 autocast, the stack rule (hf-trainer keeps
 at least what fused stacks keep), and the count against autograd's real saved tensors of tiny
 blocks written in plain torch as transformers writes them."""
@@ -8,9 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from simulator import hf_eager, memory
-from simulator.models import ModelSpec, get_model
-from simulator.stacks import get_stack
+from simulator.model import hf_eager
+from simulator.model.presets import get_model
+from simulator.model.spec import ModelSpec
+from simulator.physics import memory
+from simulator.strategy.stacks import get_stack
 
 S = 128
 #: GPT-2 style: h 64, 4 heads of 16, f 256, fused c_attn, learned positions, LayerNorm, gelu_new,

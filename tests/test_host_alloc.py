@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from calibration import host_alloc
-from simulator.profile import Provenance
+from simulator.hardware.profile import Provenance
 
 PROBE = """
 import resource, torch
@@ -65,7 +65,7 @@ def test_validate_from_the_command_line_starts_itself_with_the_profiles_allocato
     import json
 
     from calibration.device import detect
-    from simulator import hardware
+    from simulator.hardware import catalog as hardware
 
     data = hardware.default_profile("rtx3090").model_dump(mode="json")
     data["device"] = {"kind": "cpu", "name": detect("cpu").name, "peak_tflops": {"fp32": 0.05}, "mem_bw_gbs": 10.0,

@@ -69,7 +69,7 @@ def test_host_speed_compares_a_probe_gemm_with_the_profile():
     """1 = the host runs as calibrated; a profile that believes the CPU 10x faster predicts the
     probe about 10x shorter (its operands' traffic bounds it a little)."""
     pytest.importorskip("torch")
-    from simulator.profile import load_profile
+    from simulator.hardware.profile import load_profile
 
     prof = load_profile(Path(__file__).resolve().parents[1] / "calibration/profiles/cpu-intel-xeon.json")
     speed = host_load.host_speed(prof)
@@ -100,7 +100,7 @@ def test_calibrate_warns_when_the_host_changes_speed(tmp_path, monkeypatch, caps
 
 def test_calibrated_level_compares_the_profile_with_the_calibration_probes():
     pytest.importorskip("torch")
-    from simulator.profile import load_profile
+    from simulator.hardware.profile import load_profile
 
     prof = load_profile(Path(__file__).resolve().parents[1] / "calibration/profiles/cpu-intel-xeon.json")
     pred = host_load.probe_prediction(prof)

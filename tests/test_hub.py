@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from simulator import hub
-from simulator.cli import main
-from simulator.errors import UsageError
-from simulator.models import get_model
-from simulator.resolve import resolve_model
+from simulator.core.errors import UsageError
+from simulator.frontends.cli import main
+from simulator.model import hub
+from simulator.model.presets import get_model
+from simulator.model.resolve import resolve_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 QWEN = json.loads((FIXTURES / "Qwen2.5-0.5B.json").read_text())

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 import simulator
-from simulator import compare
-from simulator.atomic import write_text_atomic
-from simulator.cli import main
-from simulator.errors import UsageError
+from simulator.core.atomic import write_text_atomic
+from simulator.core.errors import UsageError
+from simulator.frontends import compare
+from simulator.frontends.cli import main
 
 
 def run(args, capsys):
@@ -96,7 +96,7 @@ def test_huge_prices_are_rejected_not_printed_as_infinity(capsys):
 
 
 def test_nan_residuals_in_a_profile_are_rejected(tmp_path, capsys):
-    from simulator.hardware import default_profile
+    from simulator.hardware.catalog import default_profile
 
     d = default_profile("rtx3090").model_dump(mode="json")
     d["validation"]["log_ratio_residuals"][0] = float("nan")
@@ -154,7 +154,7 @@ def test_cpu_profile_is_refused_for_a_catalog_gpu(capsys):
 
 
 def test_another_catalog_gpus_profile_is_refused():
-    from simulator.hardware import default_profile
+    from simulator.hardware.catalog import default_profile
 
     with pytest.raises(UsageError, match="h100-sxm"):
         simulator.simulate("pythia-1b", "8x3090", profile=default_profile("h100-sxm"))
@@ -292,8 +292,8 @@ def test_atomic_write_refuses_a_file_the_user_cannot_write(shared_folder):
 
 def test_validate_update_profile_checks_writability_first(tmp_path, monkeypatch, capsys):
     from calibration import validate
-    from simulator.hardware import default_profile
-    from simulator.profile import save_profile
+    from simulator.hardware.catalog import default_profile
+    from simulator.hardware.profile import save_profile
 
     prof = tmp_path / "p.json"
     save_profile(default_profile("rtx3090"), prof)

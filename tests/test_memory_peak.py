@@ -5,9 +5,9 @@ beside what the caching allocator reserves (feasibility checks the larger)."""
 import numpy as np
 import pytest
 
-from simulator import memory
-from simulator.api import simulate
-from simulator.stacks import get_stack
+from simulator.answer.api import simulate
+from simulator.physics import memory
+from simulator.strategy.stacks import get_stack
 
 GIB = 1024**3
 KW = dict(steps=1, optimizer="adamw", precision="bf16", attention="sdpa", compile=False,

@@ -9,16 +9,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from simulator.errors import UsageError
-from simulator.hf_config import SUPPORTED_MODEL_TYPES, model_from_hf_config
-from simulator.models import (
-    BREAKDOWN_TOTAL_KEYS,
-    ModelSpec,
-    get_model,
-    list_models,
-)
-from simulator.recipes import Recipe, default_recipe, make_recipe, parse_count
-from simulator.resolve import resolve_model
+from simulator.core.errors import UsageError
+from simulator.model.hf_config import SUPPORTED_MODEL_TYPES, model_from_hf_config
+from simulator.model.presets import get_model, list_models
+from simulator.model.recipes import Recipe, default_recipe, make_recipe, parse_count
+from simulator.model.resolve import resolve_model
+from simulator.model.spec import BREAKDOWN_TOTAL_KEYS, ModelSpec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 #: the packaged copy of the llm-foundry table (with its source column), so the test always runs
@@ -464,9 +460,9 @@ def test_resolve_model_folder(tmp_path: Path) -> None:
 
 
 def test_hf_config_read_is_guarded(tmp_path: Path, monkeypatch) -> None:
-    """model_from_hf_config reads through simulator.userfiles: devices, oversized and non-UTF-8
+    """model_from_hf_config reads through simulator.core.userfiles: devices, oversized and non-UTF-8
     files are one-line UsageErrors naming the file (never a hang on /dev/zero)."""
-    from simulator import userfiles
+    from simulator.core import userfiles
 
     assert "not a regular file" in _one_line_error(Path("/dev/null"))
     bad = tmp_path / "latin1.json"
@@ -483,9 +479,9 @@ def test_models_does_not_depend_on_hf_config():
     # one-directional: hf_config and resolve build on models; models imports neither (nor the Hub)
     import ast
 
-    import simulator.models
+    import simulator.model.presets
 
-    tree = ast.parse(Path(simulator.models.__file__).read_text())
+    tree = ast.parse(Path(simulator.model.presets.__file__).read_text())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     assert not [m for m in names if any(bad in m for bad in ("hf_config", "resolve", "hub"))]

@@ -1,4 +1,4 @@
-"""Mixtures of experts (simulator/families/moe.py): exact parameter counts from config.json and
+"""Mixtures of experts (simulator/model/families/moe.py): exact parameter counts from config.json and
 presets, the MoE layer's operations, expert parallelism."""
 
 from __future__ import annotations
@@ -9,15 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator import memory, opcost, parallel
-from simulator.api import simulate
-from simulator.cli import main
-from simulator.communication import Fabric
-from simulator.errors import UsageError
-from simulator.families.moe import LOAD_IMBALANCE
-from simulator.hf_config import model_from_hf_config
-from simulator.models import get_model
-from simulator.parallel import Parallelism, ShardView
+from simulator.answer.api import simulate
+from simulator.core.errors import UsageError
+from simulator.frontends.cli import main
+from simulator.model import opcost
+from simulator.model.families.moe import LOAD_IMBALANCE
+from simulator.model.hf_config import model_from_hf_config
+from simulator.model.presets import get_model
+from simulator.physics import memory, parallel
+from simulator.physics.communication import Fabric
+from simulator.physics.parallel import ShardView
+from simulator.strategy.layout import Parallelism
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 
@@ -219,12 +221,12 @@ def test_published_moe_runs(row: dict) -> None:
 
 
 def test_warm_searches_equal_cold_ones() -> None:
-    """The per-process caches (simulator.memo) key every input: each search, run after the others
+    """The per-process caches (simulator.core.memo) key every input: each search, run after the others
     filled them, gives the numbers it gives after they are emptied (expert-parallel degrees and a
     pinned micro-batch differ only in the knobs)."""
-    from simulator import memo
-    from simulator.api import run_search
-    from simulator.estimate import _COLUMNS
+    from simulator.answer.api import run_search
+    from simulator.core import memo
+    from simulator.engine.estimate import _COLUMNS
 
     cases = [dict(ep=1), dict(ep=2), dict(ep=4, micro_batch=2), dict(ep=4)]
     warm = [run_search("olmoe-1b-7b", "8xh100", stack="megatron-lm", **k).table for k in cases]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import main
-from simulator.errors import UsageError
+from simulator.core.errors import UsageError
+from simulator.frontends.cli import main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 RUNS_HEADER = ("model,gpus,seq_len,global_batch,micro_batch,precision,sharding,checkpointing,compile,"
@@ -162,7 +162,7 @@ def test_ascii_terminal_gets_ascii_stand_ins(monkeypatch):
 # --- the API -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw, needle", [
-    ({"prices": "cheap"}, "prices must be a simulator.costs.Prices"),
+    ({"prices": "cheap"}, "prices must be a simulator.answer.costs.Prices"),
     ({"sequence_parallel": "yes"}, "sequence_parallel must be True, False or None"),
     ({"async_tp": "yes"}, "async_tp must be True, False or None"),
     ({"compile": 1}, "compile must be True, False or None"),
@@ -176,7 +176,7 @@ def test_api_refuses_malformed_knobs(kw, needle):
 
 
 def test_get_model_of_none_is_a_usage_error():
-    from simulator.models import get_model
+    from simulator.model.presets import get_model
 
     with pytest.raises(UsageError, match="model must be a preset name"):
         get_model(None)
@@ -226,7 +226,7 @@ def test_a_huge_config_blames_its_sizes_not_the_recipe_flags(tmp_path, capsys):
 
 @pytest.mark.parametrize("models", ["", " , "])
 def test_study_grid_refuses_an_empty_model_list(tmp_path, models, monkeypatch, capsys):
-    from simulator import study
+    from simulator.frontends import study
 
     monkeypatch.setattr(study, "grid", lambda *a, **k: pytest.fail("ran the whole grid"))
     code, _, err = run(["study-grid", "--out", str(tmp_path), "--models", models, "--no-plot"], capsys)
@@ -254,7 +254,7 @@ def test_nothing_fits_and_no_change_found_says_so(capsys):
 
 def test_zero_layer_spec_blames_n_layers():
     import simulator
-    from simulator.models import get_model
+    from simulator.model.presets import get_model
 
     spec = get_model("pythia-160m").model_copy(update={"n_layers": 0})
     with pytest.raises(UsageError, match="n_layers"):
@@ -262,9 +262,9 @@ def test_zero_layer_spec_blames_n_layers():
 
 
 def test_a_custom_convnext_config_gets_its_familys_recipe(tmp_path):
-    from simulator.models import get_model
-    from simulator.recipes import default_recipe
-    from simulator.resolve import resolve_model
+    from simulator.model.presets import get_model
+    from simulator.model.recipes import default_recipe
+    from simulator.model.resolve import resolve_model
 
     data = json.loads((FIXTURES / "convnext-xlarge-224-22k.json").read_text())
     data.pop("_name_or_path")
@@ -276,7 +276,7 @@ def test_a_custom_convnext_config_gets_its_familys_recipe(tmp_path):
 
 
 def test_list_models_exists_as_the_docs_say(capsys):
-    from simulator.models import list_models
+    from simulator.model.presets import list_models
 
     assert "simulate --list-models" in (Path(__file__).parents[1] / "docs" / "calibrate_from_runs.md").read_text()
     with pytest.raises(SystemExit) as ei:

@@ -15,7 +15,7 @@ from torch.autograd.profiler import record_function  # noqa: E402
 
 from calibration import opcompare as OC  # noqa: E402
 from calibration import validate as V  # noqa: E402
-from simulator.profile import load_profile  # noqa: E402
+from simulator.hardware.profile import load_profile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "calibration" / "profiles" / "cpu-amd-epyc.json"

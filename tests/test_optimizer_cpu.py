@@ -15,10 +15,10 @@ from calibration import fit as F
 from calibration.benches import optimizer as OB
 from calibration.benches import stepops
 from calibration.build import _faulted_s
-from simulator import fresh_memory
-from simulator.api import simulate
-from simulator.models import get_model
-from simulator.profile import FreshMemory
+from simulator.answer.api import simulate
+from simulator.hardware.profile import FreshMemory
+from simulator.model.presets import get_model
+from simulator.physics import fresh_memory
 from tests.test_calibration_generalizes import _cpu_profile
 
 MIB = 2.0**20

@@ -10,12 +10,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator import communication as comm
-from simulator import compute, memory, parallel, workload
-from simulator.api import run_search, simulate
-from simulator.cli import main
-from simulator.models import get_model
-from simulator.parallel import Parallelism, ShardView
+from simulator.answer.api import run_search, simulate
+from simulator.engine import setup as setup_mod
+from simulator.engine.setup import batch_fits, knob_space, layout_space, split_knobs
+from simulator.frontends.cli import main
+from simulator.model import workload
+from simulator.model.presets import get_model
+from simulator.physics import communication as comm
+from simulator.physics import compute, memory, parallel
+from simulator.physics.parallel import ShardView
+from simulator.strategy import layout
+from simulator.strategy.layout import CP_MIN_SEQ, Parallelism, stage_layers
 
 SETTINGS = settings(max_examples=300 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 40,
                     derandomize=os.environ.get("HYPOTHESIS_PROFILE") != "thorough", deadline=None,
@@ -55,11 +60,11 @@ def test_in_flight_micro_batches_by_hand():
 
 
 def test_stage_layers_are_uneven_only_by_one_and_the_last_stage_is_lightest():
-    assert parallel.stage_layers(80, 3) == (27, 27, 26)
-    assert parallel.stage_layers(32, 4) == (8, 8, 8, 8)
-    assert sum(parallel.stage_layers(105, 35)) == 105
+    assert stage_layers(80, 3) == (27, 27, 26)
+    assert stage_layers(32, 4) == (8, 8, 8, 8)
+    assert sum(stage_layers(105, 35)) == 105
     with pytest.raises(ValueError):
-        parallel.stage_layers(4, 5)
+        stage_layers(4, 5)
 
 
 def test_p2p_time_by_hand():
@@ -101,7 +106,7 @@ def test_activations_per_layer_follow_korthikanti():
 
 
 def test_shard_view_gemm_shapes_split_columns_and_rows():
-    from simulator import workload
+    from simulator.model import workload
 
     spec = get_model("llama-2-70b")  # 64 heads, 8 KV heads, ffn 28672
     v = ShardView(spec, Parallelism(1, 8, 1))
@@ -166,7 +171,7 @@ def test_tp_never_increases_weights_per_gpu(name, pp):
        layers=st.integers(1, 96))
 def test_a_layouts_gpus_always_multiply_to_the_cluster(nodes, per, heads, layers):
     n = nodes * per
-    lay = parallel.layouts(n, per, heads, layers)
+    lay = layout.layouts(n, per, heads, layers)
     assert lay and any(p.tp == 1 and p.pp == 1 for p in lay)
     for p in lay:
         assert p.dp * p.tp * p.pp == n
@@ -201,12 +206,12 @@ def test_pruned_layout_search_finds_the_exhaustive_optimum(model, gpus, knobs):
     """The pruned search (layouts taken in order of a lower bound on their step time, stopped once
     the bound exceeds the best step found) returns the same best plan as evaluating every layout,
     and every layout's bound is below every step time its feasible strategies reach."""
-    from simulator import api, parallel_search
+    from simulator.engine import parallel_search
 
-    sk, pins = api._split(knobs)
-    s = api.setup(model, gpus, **sk)
-    space, _ = api._space(s, pins)
-    pars = api._batch_fits(s, api.layout_space(s, {}, space), None)
+    sk, pins = split_knobs(knobs)
+    s = setup_mod.setup(model, gpus, **sk)
+    space, _ = knob_space(s, pins)
+    pars = batch_fits(s, layout_space(s, {}, space), None)
     pb = s.problem
     full, n_full = parallel_search.evaluate_layouts(pb, space, pars, prune=False)
     pruned, n_pruned = parallel_search.evaluate_layouts(pb, space, pars)
@@ -275,7 +280,7 @@ def test_korthikanti_iteration_times():
     and predicted within 25% (mean absolute error at most 13%). The default A100 profile is fitted
     with these runs among its 19 (measured: 2-20% slow, MAPE 9.2%); fitted on the 11 small
     data-parallel runs alone it predicted them 20-31% slow (MAPE 26.5%)."""
-    from simulator import parallel_validation
+    from simulator.validation import parallel_validation
 
     df = parallel_validation.korthikanti_rows()
     err = (df["predicted"] - df["measured"]) / df["measured"]
@@ -298,7 +303,7 @@ def test_async_tp_time_by_hand():
 
 def test_split_gemms_are_never_faster():
     v = ShardView(get_model("llama-2-70b"), Parallelism(8, 8, 1, sp=True))
-    from simulator.api import setup
+    from simulator.engine.setup import setup
 
     dev = setup("llama-2-70b", "8xh100").problem.device
     tok = np.array([512.0, 4096.0, 32768.0])
@@ -370,10 +375,10 @@ def test_ring_attention_volumes_by_hand():
 
 
 def _cp_rows(model, gpus, seq, cp, **kw):
-    from simulator import api, parallel_search
+    from simulator.engine import parallel_search
 
-    s = api.setup(model, gpus, seq_len=seq, global_batch=16, steps=1)
-    space, _ = api._space(s, {"attention": "sdpa", "compile": True, "precision": "bf16", "offload": "none", **kw})
+    s = setup_mod.setup(model, gpus, seq_len=seq, global_batch=16, steps=1)
+    space, _ = knob_space(s, {"attention": "sdpa", "compile": True, "precision": "bf16", "offload": "none", **kw})
     n = s.problem.n_gpus
     return parallel_search.evaluate_layout(s.problem, space, Parallelism(dp=n // cp, cp=cp), [1])[0]
 
@@ -413,9 +418,9 @@ def test_context_parallelism_is_searched_for_long_sequences_only(capsys):
        layers=st.integers(2, 96), seq=st.sampled_from([2048, 8192, 32768, 131072]))
 def test_a_layouts_gpus_with_context_parallelism_multiply_to_the_cluster(nodes, per, heads, layers, seq):
     n = nodes * per
-    for p in parallel.layouts(n, per, heads, layers, seq_len=seq):
+    for p in layout.layouts(n, per, heads, layers, seq_len=seq):
         assert p.dp * p.tp * p.pp * p.cp == n == p.n_gpus
-        assert p.cp == 1 or (seq >= parallel.CP_MIN_SEQ and seq % (2 * p.cp) == 0)
+        assert p.cp == 1 or (seq >= CP_MIN_SEQ and seq % (2 * p.cp) == 0)
 
 
 def test_offloaded_states_fill_the_host_ram_and_cpu_of_every_gpu_in_the_node():
@@ -430,7 +435,7 @@ def test_offloaded_states_fill_the_host_ram_and_cpu_of_every_gpu_in_the_node():
                                   "adamw", 2)["host"]
     assert plan.memory_gib["host_offload_per_node"] == pytest.approx(8 * per_gpu / 2**30, rel=1e-9)
     # and the node's CPU runs all 8 GPUs' Adam steps: each GPU's share of it is 1/8 of the CPU
-    from simulator.api import setup
+    from simulator.engine.setup import setup
 
     cpu = setup("llama-2-70b", "2x8xa100-80gb").problem.device.profile.cpu_adam_gparams_per_s * 1e9
     assert plan.breakdown_s["offload"] >= P / 2 / (cpu / 8)
@@ -454,8 +459,9 @@ def test_tensor_parallelism_across_nodes_is_costed_not_refused():
     spanning whole nodes is evaluated, its collectives over the nodes' network (slower than any
     TP inside the node), and never searched unpinned; a tp neither dividing the node nor
     spanning whole nodes is still refused, naming the valid choices."""
-    from simulator.errors import UsageError
-    from simulator.parallel import layouts, tp_link
+    from simulator.core.errors import UsageError
+    from simulator.physics.parallel import tp_link
+    from simulator.strategy.layout import layouts
 
     fab = comm.Fabric(nodes=2, gpus_per_node=8, intra_bw=450e9, intra_alpha=5e-6, inter_bw=400e9,
                       inter_alpha=10e-6, hop_alpha=2e-6)

@@ -5,11 +5,12 @@ import math
 import numpy as np
 import pytest
 
-from simulator import communication as comm
-from simulator import kernels, memory, workload
-from simulator.api import simulate
-from simulator.models import get_model
-from simulator.opcost import model_flops_per_token, palm_flops_per_token
+from simulator.answer.api import simulate
+from simulator.model import workload
+from simulator.model.opcost import model_flops_per_token, palm_flops_per_token
+from simulator.model.presets import get_model
+from simulator.physics import communication as comm
+from simulator.physics import kernels, memory
 
 
 def test_gemm_thickness_and_efficiency():
@@ -171,7 +172,8 @@ def test_default_profile_fits_match_current_physics():
     """The fitted default profiles store the in-sample error of their runs under the physics they
     were fitted with; after changing the physics re-run `python -m calibration.from_runs rebuild-defaults`
     (fit, cross-validation and intervals follow)."""
-    from simulator import hardware, published
+    from simulator.hardware import catalog as hardware
+    from simulator.validation import published
 
     res = published.validate()
     for gpu in ("h100-sxm", "a100-80gb-sxm"):

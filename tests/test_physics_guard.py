@@ -10,11 +10,13 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from simulator import parallel
-from simulator.api import simulate
-from simulator.errors import PhysicsError, UsageError
-from simulator.models import ModelSpec, get_model, list_models
-from simulator.workload import attention_layer_weight
+from simulator.answer.api import simulate
+from simulator.core.errors import PhysicsError, UsageError
+from simulator.model.presets import get_model, list_models
+from simulator.model.spec import ModelSpec
+from simulator.model.workload import attention_layer_weight
+from simulator.physics import parallel
+from simulator.strategy.layout import Parallelism, layouts
 from tests.test_properties import SETTINGS
 
 SWEEP_CLUSTERS = ["1x3090", "8x3090", "8xa100", "8xh100", "2x8xh100"]
@@ -54,12 +56,12 @@ def test_sliding_window_pipeline_stage_counts_its_own_windowed_layers():
     every sixth full-attention layer puts at most one in a stage of four (26 layers over PP 8)."""
     gemma3 = get_model("gemma-3-1b")
     assert (gemma3.n_layers, gemma3.n_window_layers) == (26, 22)
-    v = parallel.ShardView(gemma3, parallel.Parallelism(1, 1, 8))
+    v = parallel.ShardView(gemma3, Parallelism(1, 1, 8))
     assert (v.n_layers, v.n_window_layers) == (4, 3)
     assert attention_layer_weight(v, 8192, fused=True) > 0
     # mistral: every layer windowed
     mistral = get_model("mistral-7b")
-    assert parallel.ShardView(mistral, parallel.Parallelism(1, 2, 4)).n_window_layers == 8
+    assert parallel.ShardView(mistral, Parallelism(1, 2, 4)).n_window_layers == 8
     # the per-layer views of the layout search: the model's average share, affine in the layers
     one, two = v.with_layers(1), v.with_layers(2)
     assert two.n_window_layers == pytest.approx(2 * one.n_window_layers) == pytest.approx(2 * 22 / 26)
@@ -116,7 +118,8 @@ def test_guard_is_one_line_with_exit_3(tmp_path):
     script = tmp_path / "broken.py"
     script.write_text(
         "import sys\n"
-        "from simulator import plan, cli\n"
+        "from simulator.answer import plan\n"
+        "from simulator.frontends import cli\n"
         "orig = plan.Plan.check_physics\n"
         "def broken(self):\n"
         "    self.mfu = 2.0\n"
@@ -132,7 +135,7 @@ def test_guard_is_one_line_with_exit_3(tmp_path):
 
 @pytest.mark.parametrize("call", [
     lambda spec: simulate(spec, "8x3090"),
-    lambda spec: __import__("simulator.compare", fromlist=["sweep"]).sweep(spec, ["rtx3090"], counts=(1,),
+    lambda spec: __import__("simulator.frontends.compare", fromlist=["sweep"]).sweep(spec, ["rtx3090"], counts=(1,),
                                                                              progress=False),
 ])
 def test_api_validates_a_spec_it_is_given(call):
@@ -169,7 +172,7 @@ def test_pins_that_are_possible_are_honoured():
 def test_sequence_parallelism_needs_tokens_to_split():
     """Megatron-LM splits each rank's tokens over the tp ranks: at 1 token per sequence no layout
     has sequence parallelism (the search chose TP 4 + SP at --seq-len 1)."""
-    for p in parallel.layouts(8, 8, 32, 32, seq_len=1):
+    for p in layouts(8, 8, 32, 32, seq_len=1):
         assert not p.sp
-    assert all(p.sp == (p.tp > 1) for p in parallel.layouts(8, 8, 32, 32, seq_len=4096))
+    assert all(p.sp == (p.tp > 1) for p in layouts(8, 8, 32, 32, seq_len=4096))
     assert not simulate("llama-2-7b", "8xh100", seq_len=1, global_batch=64, steps=10).strategy["sequence_parallel"]

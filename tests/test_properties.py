@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from simulator.api import run_search, simulate
-from simulator.models import ModelSpec
-from simulator.opcost import model_flops_per_token
-from simulator.strategy import SHARDINGS
+from simulator.answer.api import run_search, simulate
+from simulator.model.opcost import model_flops_per_token
+from simulator.model.spec import ModelSpec
+from simulator.strategy.knobs import SHARDINGS
 
 CLUSTERS = ["1x3090", "2x3090", "8x3090", "4xa100", "8xa100-40gb", "2x8xh100", "8xrtx4090", "4xa6000", "1xh200"]
 # CI runs a fixed (derandomized) sample so a landing never hinges on luck; explore more with
@@ -155,11 +155,11 @@ def test_regression_deeper_model_is_not_faster(gpus, vocab, sharding, layers, hi
     assert deep.step_time_s >= shallow.step_time_s
 
 
-# ---------------------------------------------------------------- every family (simulator/families)
+# ---------------------------------------------------------------- every family (simulator/model/families)
 @st.composite
 def family_models(draw):
     """Random Mamba and ConvNeXt specs, with the knobs that apply to each (their family's)."""
-    from simulator.families import spec_from_dict
+    from simulator.model.families import spec_from_dict
 
     if draw(st.booleans()):
         spec = spec_from_dict(dict(

@@ -5,8 +5,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator import kernels, runs
-from simulator.errors import UsageError
+from simulator.answer import runs
+from simulator.core.errors import UsageError
+from simulator.physics import kernels
 
 
 def test_dev_rows_reproduce_llm_foundry_parameter_counts():
@@ -26,7 +27,7 @@ def test_more_rows_are_normalized_and_excluded_with_reasons():
     reasons = " | ".join(more["excluded"])
     for why in ("no stated micro-batch", "GPU type", "duplicate"):
         assert why in reasons
-    assert "tensor/pipeline" not in reasons  # simulator.parallel models them
+    assert "tensor/pipeline" not in reasons  # simulator.physics.parallel models them
     # hours per 1B tokens converts to the same run's tokens/s within the rounding of the table
     fa = more[more["model"] == "GPT3-125M"]
     tok = fa.set_index("metric")["measured_tok_s"]

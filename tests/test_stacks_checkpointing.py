@@ -6,12 +6,15 @@ import json
 import numpy as np
 import pytest
 
-from simulator import memory, published, stacks, workload
-from simulator.api import run_search, simulate
-from simulator.cli import main
-from simulator.errors import UsageError
-from simulator.models import ModelSpec
-from simulator.strategy import Strategy, checkpointed_layers, parse_checkpointing
+from simulator.answer.api import run_search, simulate
+from simulator.core.errors import UsageError
+from simulator.frontends.cli import main
+from simulator.model import workload
+from simulator.model.spec import ModelSpec
+from simulator.physics import memory
+from simulator.strategy import stacks
+from simulator.strategy.knobs import Strategy, checkpointed_layers, parse_checkpointing
+from simulator.validation import published
 
 # a small decoder whose numbers are easy to follow: h 64, f 256, 4 heads, 6 layers, vocab 1000
 TINY = ModelSpec(name="tiny", family="gpt_neox", kind="decoder", n_layers=6, hidden=64, n_heads=4,
@@ -232,7 +235,7 @@ def _stated_peak_gb(run_id: str) -> float | None:
 
     import pandas as pd
 
-    from simulator import runs
+    from simulator.answer import runs
 
     line = int(run_id.split(":")[1])
     note = str(pd.read_csv(runs.MORE_FILE).iloc[line - 2]["notes"])
@@ -241,7 +244,7 @@ def _stated_peak_gb(run_id: str) -> float | None:
 
 
 def _data_parallel_runs_with_micro_batch():
-    from simulator import runs
+    from simulator.answer import runs
 
     t = runs.default_runs()
     keep = t["micro_batch"].notna() & t["spec"].notna() & t["gpus"].notna() & t["global_batch"].notna() \

@@ -1,6 +1,6 @@
 """Issue 10, bf16 backward on a CPU without bf16 BLAS: PyTorch's reference ``mm`` NN kernel (the
 input gradient g @ W) walks a column of W per dot product; its speed depends on the L1/L2 sets the
-column's stride reaches and on the column's length (simulator.kernels.strided_walk_factor)."""
+column's stride reaches and on the column's length (simulator.physics.kernels.strided_walk_factor)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 from calibration import fit as F
 from calibration.benches import gemm as G
-from simulator import kernels
-from simulator.models import get_model
-from simulator.profile import GemmEfficiency, StridedWalk
+from simulator.hardware.profile import GemmEfficiency, StridedWalk
+from simulator.model.presets import get_model
+from simulator.physics import kernels
 from tests.test_calibration_generalizes import _cpu_profile, _step
 
 GEOMETRY = {"line_bytes": 64, "l1_sets": 64, "l1_ways": 8, "l2_sets": 1024, "l2_ways": 8}
@@ -119,7 +119,8 @@ def test_cache_geometry_reads_sysfs(tmp_path):
 
 
 def test_quick_plan_times_the_walk_shapes_in_bf16_only(monkeypatch):
-    from calibration.benches import RunContext, Settings, plan
+    from calibration.benches import plan
+    from calibration.benches.base import RunContext, Settings
     from calibration.device import detect
 
     monkeypatch.setattr(G, "cache_geometry", lambda root=G.SYSFS_CACHE: dict(GEOMETRY))

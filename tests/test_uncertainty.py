@@ -7,8 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator import hardware, published, runs, uncertainty
-from simulator.api import simulate
+from simulator.answer import runs, uncertainty
+from simulator.answer.api import simulate
+from simulator.hardware import catalog as hardware
+from simulator.validation import published
 
 
 def _pool_by_project():

@@ -18,10 +18,10 @@ torch = pytest.importorskip("torch")
 from calibration import validate as V  # noqa: E402
 from calibration.device import detect  # noqa: E402
 from calibration.torch_model import build_model, count_params  # noqa: E402
-from simulator import hardware  # noqa: E402
-from simulator.api import simulate  # noqa: E402
-from simulator.models import get_model  # noqa: E402
-from simulator.profile import CollectiveFit, DeviceInfo, load_profile, save_profile  # noqa: E402
+from simulator.answer.api import simulate  # noqa: E402
+from simulator.hardware import catalog as hardware  # noqa: E402
+from simulator.hardware.profile import CollectiveFit, DeviceInfo, load_profile, save_profile  # noqa: E402
+from simulator.model.presets import get_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = {"base": "pythia-14m", "n_layers": 2, "hidden": 64, "n_heads": 4, "ffn_hidden": 128,

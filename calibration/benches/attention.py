@@ -5,8 +5,8 @@ reference, materialises the s x s scores). Directions: 'fwd' and 'fwdbwd' (forwa
 backward through ``torch.autograd.grad``). Unsupported backend/dtype combinations (e.g.
 'efficient' on CPU) are recorded as 'unsupported', not errors.
 
-FLOP convention (the same as ``simulator.workload.attention_flops_fwd`` and
-``simulator.compute``): forward = 4*b*heads*s^2*d, halved for causal masking (what fused
+FLOP convention (the same as ``simulator.model.workload.attention_flops_fwd`` and
+``simulator.physics.compute``): forward = 4*b*heads*s^2*d, halved for causal masking (what fused
 kernels execute); backward = 2.5x forward (FlashAttention recomputes the scores), so
 fwd+bwd = 3.5x forward. The 'math' backend computes the full square but is counted the
 same way.
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..device import DTYPES
-from . import Bench, RunContext, ok, unsupported
+from .base import Bench, RunContext, ok, unsupported
 
 BACKENDS = ("flash", "efficient", "math")
 BWD_FLOPS_FACTOR = 2.5  # backward FLOPs / forward FLOPs (fused attention)

@@ -18,7 +18,7 @@ cross_entropy      2NE    2  (log_softmax writes log-probs, nll reads one per ro
 
 MLP activations (``activation/<act>/<precision>/<n>``): GELU, its tanh approximation and SiLU,
 2NE bytes, in fp32 and the device's half type, on layer-sized tensors: each fits its own
-bandwidth class (``simulator.profile.ACTIVATION_CLASSES``), as the tanh approximation is
+bandwidth class (``simulator.hardware.profile.ACTIVATION_CLASSES``), as the tanh approximation is
 compute-bound on a CPU. Their backward kernels (``activation_bwd/...``: ``aten::gelu_backward``,
 ``aten::silu_backward``, what autograd runs) read the output gradient and the input and write
 the input gradient, 3NE bytes, the input read cold (saved a forward earlier), and fit the
@@ -39,10 +39,10 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from simulator.strategy import HALF_PRECISIONS
+from simulator.core.vocab import HALF_PRECISIONS
 
 from ..device import DTYPES
-from . import Bench, RunContext, ok, unsupported
+from .base import Bench, RunContext, ok, unsupported
 from .cold import cold_bytes, cold_inputs, fresh_outputs
 
 VOCAB = 50304

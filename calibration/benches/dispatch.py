@@ -21,9 +21,9 @@ import time
 
 import torch
 
-from simulator.strategy import HALF_PRECISIONS
+from simulator.core.vocab import HALF_PRECISIONS
 
-from . import Bench, RunContext, ok
+from .base import Bench, RunContext, ok
 
 LAYERS = (1, 3)
 TOKENS = 8
@@ -36,7 +36,8 @@ FAMILIES = {  # base preset, its attention backends
 
 def tiny_spec(family: str, layers: int):
     """The tiny decoder of ``family`` with ``layers`` layers (hidden 32, 2 heads, vocab 64)."""
-    from simulator.models import ModelSpec, get_model
+    from simulator.model.presets import get_model
+    from simulator.model.spec import ModelSpec
 
     base = get_model(FAMILIES[family][0]).model_dump()
     base.update(name=f"dispatch-{family}-L{layers}", display=None, hf_id=None, source="calibration dispatch bench",

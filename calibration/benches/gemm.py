@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ..device import DTYPES
 from ..timing import Timing
-from . import Bench, RunContext, ok
+from .base import Bench, RunContext, ok
 from .cold import SYSFS_CACHE, cold_bytes, cold_inputs, fresh_outputs
 
 GRIDS: dict[str, dict[str, list[int]]] = {

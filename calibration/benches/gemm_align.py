@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from ..device import DTYPES
-from . import Bench, RunContext, ok
+from .base import Bench, RunContext, ok
 
 #: (m, n, k) with n a multiple of 64 and not a power of two: the aligned shape; the misaligned one has n + 1
 SHAPES = {"tiny": [(64, 1088, 64)], "quick": [(512, 8256, 128), (512, 12352, 256), (1024, 4160, 256)],

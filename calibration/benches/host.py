@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Bench, RunContext, ok, unsupported
+from .base import Bench, RunContext, ok, unsupported
 
 SIZES: dict[str, list[int]] = {  # bytes, CUDA (small sizes pin down the latency)
     "tiny": [1 << 20],

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from . import Bench, RunContext, ok, unsupported
+from .base import Bench, RunContext, ok, unsupported
 
 ADAM_BYTES_PER_PARAM = 28  # fp32: read p, g, m, v (16 B) + write p, m, v (12 B)
 IMPLS = ("for_loop", "foreach", "fused")

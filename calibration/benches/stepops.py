@@ -3,14 +3,14 @@
 * ``fresh/<size>x<count>``: allocate ``count`` tensors of ``size`` bytes, write them all, free
   them (what a forward does with the activations it stores), against writing one preallocated
   buffer of the same total. The difference is the cost of fresh pages
-  (:class:`simulator.profile.FreshMemory`); on a GPU's caching allocator it is ~0.
+  (:class:`simulator.hardware.profile.FreshMemory`); on a GPU's caching allocator it is ~0.
 * ``loss/t<T>v<V>``: fp32 cross-entropy over (T x V) logits and its gradient (log-softmax, NLL and
   their backward; exp-bound on a CPU, far below the copy bandwidth): the ``loss`` op class.
 * ``embedding/t<T>v<V>h<h>``: ``F.embedding`` forward and its dense weight gradient.
 * ``cast/<n>``: an fp32 weight cast to bf16/fp16 (what ``torch.autocast`` does per micro-batch).
 * ``optmix/<impl>/<mix>``: gradient-norm clipping and AdamW over a model's tensor-size mix: one
   huge embedding-like tensor, or many layer tensors (``foreach`` on a CPU loops over tensors;
-  fresh temporaries per tensor); 28 + 12 bytes per parameter, as ``simulator.estimate`` counts.
+  fresh temporaries per tensor); 28 + 12 bytes per parameter, as ``simulator.engine.estimate`` counts.
   On a CPU each call starts with cold caches, as after a training step's forward and backward
   (:func:`calibration.benches.optimizer.time_cold`), and records the bytes it faulted in.
 
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..device import DTYPES
-from . import Bench, RunContext, ok, unsupported
+from .base import Bench, RunContext, ok, unsupported
 from .cold import cold_bytes, cold_inputs, fresh_outputs
 from .gemm import model_tokens
 from .optimizer import ADAM_BYTES_PER_PARAM, _adamw, counting_faults, layer_shapes, time_cold
@@ -175,8 +175,8 @@ def big_mix(shapes: list[tuple[int, ...]], cold: int) -> list[tuple[int, ...]]:
     memory, as a model's optimizer step does. Two 24 MiB tensors fit a 480 MiB L3 with their
     state: every pass after the first hit the cache, and the bench ran 15% faster per byte than
     the optimizer steps of 20-70M-parameter models measured alone from cold caches. The state is
-    :func:`simulator.memory.state_bytes_per_param` of fp32 AdamW (weight, gradient, two moments)."""
-    from simulator.memory import state_bytes_per_param
+    :func:`simulator.physics.memory.state_bytes_per_param` of fp32 AdamW (weight, gradient, two moments)."""
+    from simulator.physics.memory import state_bytes_per_param
 
     per = sum(state_bytes_per_param("fp32", "ddp", "adamw")) * _numel(shapes[0])
     return [shapes[0]] * max(len(shapes), -(-cold // per))

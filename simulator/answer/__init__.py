@@ -1,0 +1,1 @@
+"""Plans, dollars, prediction intervals (and the published runs behind them), the Python API."""

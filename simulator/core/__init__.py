@@ -1,0 +1,1 @@
+"""Errors, atomic file writes, user files and the vocabularies every layer shares."""

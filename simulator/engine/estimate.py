@@ -1,0 +1,595 @@
+"""Vectorized evaluation of a whole strategy space for one model, recipe and cluster.
+
+Every strategy (precision x attention x compile x checkpointing x sharding x offload x
+micro-batch) becomes one element of the flat numpy columns of a :class:`Table`: step time and its
+parts (seconds), memory per GPU by component (bytes), feasibility. :func:`evaluate` runs named
+steps, each a pure function over arrays shaped (packs K, micro-batches M, shardings Z, offloads
+NO): micro-batch candidates, compute per pack, model states, the sharding schedule's
+communication, optimizer and offload (:mod:`simulator.physics.optimizer_time`), assembly with
+feasibility, and ranking. No I/O. docs/architecture.md, physics 1-7.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields, replace
+from functools import partial
+from itertools import product
+
+import numpy as np
+
+from ..core.memo import cached, frozen, store
+from ..core.vocab import HALF_PRECISIONS
+from ..hardware.device import Device
+from ..model import workload
+from ..physics import communication as comm
+from ..physics import fresh_memory, memory, optimizer_time
+from ..physics.compute import micro_batch_time
+from ..strategy.knobs import (
+    SHARD_STAGE,
+    Strategy,
+    checkpointed_layers,
+    checkpointing_rank,
+    offload_allowed,
+)
+from ..strategy.layout import Parallelism
+from ..strategy.stacks import Stack, default_stack
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is being trained on what: everything but the strategy."""
+
+    model: object  # ModelSpec
+    seq_len: int
+    global_batch: int  # sequences per optimizer step
+    optimizer: str
+    device: Device
+    fabric: comm.Fabric
+    host_memory: float  # bytes of host RAM per node available for offloaded states
+    gpu_label: str  # e.g. "RTX 3090 24 GB" for messages
+    stack: Stack = field(default_factory=default_stack)  # the training software (not searched)
+    dp: int | None = None  # data-parallel ranks; None: every GPU of the fabric
+
+    @property
+    def n_gpus(self) -> int:
+        return self.fabric.n
+
+    @property
+    def dp_ranks(self) -> int:
+        """Data-parallel ranks: the batch is split and the states are sharded over them (the
+        fabric's GPUs unless a layout says otherwise; the fabric then describes the links of one
+        data-parallel group, whose node count may round up)."""
+        return self.dp if self.dp is not None else self.n_gpus
+
+    @property
+    def per_gpu_batch(self) -> int:
+        """Samples each data-parallel rank processes per optimizer step (the slowest rank's share)."""
+        return math.ceil(self.global_batch / self.dp_ranks)
+
+
+@dataclass
+class Space:
+    """Values of each knob to evaluate (a pinned knob has one value)."""
+
+    precisions: list[str]
+    attentions: list[str]
+    compiles: list[bool]
+    checkpointings: list[str]
+    shardings: list[str]
+    offloads: list[str]
+    micro_batches: np.ndarray | None = None  # None = 1..per-GPU batch
+
+    @property
+    def size_without_mb(self) -> int:
+        return (len(self.precisions) * len(self.attentions) * len(self.compiles)
+                * len(self.checkpointings) * len(self.shardings) * len(self.offloads))
+
+
+@dataclass(frozen=True, eq=False)
+class Table:
+    """Every evaluated strategy, one element of each column per strategy (flat numpy arrays of
+    equal length). Units: seconds per optimizer step (times), FLOPs per step on the busiest GPU
+    (``hw_flops``), bytes per GPU (``mem_*``), bytes of host RAM per node (``host_need``)."""
+
+    problem: Problem
+    packs: list[tuple[str, str, bool, str]]  # (precision, attention, compile, checkpointing)
+    shardings: list[str]
+    offloads: list[str]
+    # the strategy: indices into packs, shardings and offloads; micro-batch size (samples) and count
+    pack: np.ndarray
+    sharding: np.ndarray
+    offload: np.ndarray
+    micro_batch: np.ndarray
+    grad_accum: np.ndarray
+    # step time and its parts (s per optimizer step); compute = forward + backward + recompute (forward
+    # and backward each hold half of autocast's casts, recompute its re-casts)
+    step_time: np.ndarray
+    compute: np.ndarray
+    forward: np.ndarray
+    backward: np.ndarray
+    recompute: np.ndarray
+    exposed_comm: np.ndarray
+    optimizer: np.ndarray
+    offload_time: np.ndarray
+    hw_flops: np.ndarray
+    # memory per GPU (bytes) and offloaded states per node (bytes)
+    mem_weights: np.ndarray
+    mem_gradients: np.ndarray  # live at the peak (memory.gradients_at_peak)
+    mem_optimizer: np.ndarray
+    mem_activations: np.ndarray
+    mem_logits: np.ndarray
+    mem_other: np.ndarray
+    mem_total: np.ndarray
+    host_need: np.ndarray
+    # feasibility: a combination the frameworks offer, fits the GPU, fits the host RAM; all three
+    valid: np.ndarray
+    fits: np.ndarray
+    host_ok: np.ndarray
+    feasible: np.ndarray
+    # ordering: simplicity rank (ties), and the sort key (step time, inf when infeasible)
+    rank: np.ndarray
+    rank_key: np.ndarray
+    # layout (simulator.physics.parallel): degrees, sequence parallelism, and what the layout adds (s per step)
+    dp: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    vp: np.ndarray
+    sp: np.ndarray
+    async_tp: np.ndarray  # tensor-parallel collectives overlapped with the GEMMs
+    cp: np.ndarray  # context-parallel degree (ring attention)
+    bubble: np.ndarray
+    tp_comm: np.ndarray  # exposed
+    tp_comm_hidden: np.ndarray  # hidden behind the GEMMs by asynchronous TP
+    pp_comm: np.ndarray
+    cp_comm: np.ndarray  # ring attention's exposed K/V exchange
+    ep: np.ndarray  # expert-parallel degree (a mixture of experts)
+    ep_comm: np.ndarray  # expert-parallel all-to-all (exposed)
+
+    def __len__(self) -> int:
+        return int(self.step_time.size)
+
+    def with_columns(self, **cols: np.ndarray) -> Table:
+        """The same strategies with some columns replaced."""
+        return replace(self, **cols)
+
+    @classmethod
+    def concat(cls, parts: list[Table], problem: Problem, packs: list, shardings: list[str],
+               offloads: list[str]) -> Table:
+        """One table of the rows of ``parts`` (whose pack, sharding and offload indices refer to
+        ``packs``, ``shardings``, ``offloads``) for ``problem``."""
+        return cls(problem=problem, packs=packs, shardings=shardings, offloads=offloads,
+                   **{k: np.concatenate([getattr(p, k) for p in parts]) for k in _COLUMNS})
+
+    @classmethod
+    def of_grids(cls, grids: list[Grid], problem: Problem, packs: list, shardings: list[str],
+                 offloads: list[str]) -> Table:
+        """One table of the strategies of ``grids`` in order, each flattened in C order over its
+        axes (indices referring to ``packs``, ``shardings``, ``offloads``), for ``problem``: each
+        column is written once (as :meth:`concat` of the grids' flattened tables). A single
+        grid's 0-d column stays a read-only view of its one value."""
+        sizes = [math.prod(g.shape) for g in grids]
+        ends = np.cumsum([0] + sizes)
+        cols = {}
+        for k in _COLUMNS:
+            parts = [g.cols[k] for g in grids]
+            if len(grids) == 1 and parts[0].ndim == 0:
+                cols[k] = np.broadcast_to(parts[0], (int(ends[-1]),))
+                continue
+            dtype = np.result_type(*(x.dtype for x in parts))
+            if all(x.size == 1 for x in parts):  # one value per grid (a layout's degrees)
+                cols[k] = np.repeat(np.array([x.flat[0] for x in parts], dtype=dtype), sizes)
+                continue
+            out = np.empty(int(ends[-1]), dtype=dtype)
+            for g, x, lo, hi in zip(grids, parts, ends[:-1], ends[1:], strict=True):
+                out[lo:hi].reshape(g.shape)[...] = x
+            cols[k] = out
+        return cls(problem=problem, packs=packs, shardings=shardings, offloads=offloads, **cols)
+
+    def parallelism(self, i: int) -> Parallelism:
+        """The layout of strategy ``i``."""
+        return Parallelism(int(self.dp[i]), int(self.tp[i]), int(self.pp[i]), int(self.vp[i]), bool(self.sp[i]),
+                           bool(self.async_tp[i]), int(self.cp[i]), int(self.ep[i]))
+
+    def strategy(self, i: int) -> Strategy:
+        """Strategy ``i`` with its knob values and layout."""
+        p, att, c, ck = self.packs[int(self.pack[i])]
+        return Strategy(precision=p, attention=att, compile=c, checkpointing=ck,
+                        sharding=self.shardings[int(self.sharding[i])],
+                        offload=self.offloads[int(self.offload[i])],
+                        micro_batch=int(self.micro_batch[i]), grad_accum=int(self.grad_accum[i]),
+                        parallelism=self.parallelism(i))
+
+
+#: The per-strategy columns: every field of Table after the problem and the knob values.
+_COLUMNS = tuple(f.name for f in fields(Table))[4:]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The strategies of one evaluation before flattening into a :class:`Table`: laid out on the
+    axes (packs K, micro-batches M, shardings Z, offloads NO), every column of :data:`_COLUMNS`
+    an array broadcastable to ``shape`` that spans only the axes it varies along (0-d for a
+    constant). Elementwise arithmetic on these gives each strategy the same numbers as on the
+    flat rows, on far fewer elements. Units as in :class:`Table`."""
+
+    problem: Problem
+    packs: list[tuple[str, str, bool, str]]
+    shardings: list[str]
+    offloads: list[str]
+    shape: tuple[int, int, int, int]
+    cols: dict[str, np.ndarray]
+
+    def table(self) -> Table:
+        """The flat :class:`Table` of these strategies."""
+        return Table.of_grids([self], self.problem, self.packs, self.shardings, self.offloads)
+
+
+def _layer_params(model) -> float:
+    emb = model.n_embedding_params() if hasattr(model, "n_embedding_params") else 0
+    return max(1.0, (model.n_params() - emb) / model.n_layers)
+
+
+@dataclass(frozen=True)
+class MicroBatches:
+    """Micro-batch candidates of one search (sizes in samples) and the sizes evaluated: every
+    candidate and the last, possibly smaller, micro-batch of each step."""
+
+    sizes: np.ndarray  # (M,) candidate micro-batch sizes
+    grad_accum: np.ndarray  # (M,) micro-batches per optimizer step
+    evaluated: np.ndarray  # (E,) sizes to evaluate, float
+    mi: np.ndarray  # (M,) index of each candidate in ``evaluated``
+    li: np.ndarray  # (M,) index of each candidate's last micro-batch in ``evaluated``
+
+    def per_step(self, x: np.ndarray) -> np.ndarray:
+        """A (K, E) per-micro-batch quantity summed over one optimizer step: (K, M)."""
+        return (self.grad_accum - 1) * x[:, self.mi] + x[:, self.li]
+
+
+def micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray) -> MicroBatches:
+    """The pinned micro-batch sizes, or every size from 1 whose activations could fit at all next
+    to the least model states any precision allows (ZeRO-3, everything offloaded): activation and
+    logit memory are linear in the micro-batch, so one sample decides the bound. Units: samples.
+    Kept per process, keyed by every input it reads."""
+    pinned = None if space.micro_batches is None else np.asarray(space.micro_batches, dtype=int)
+    key = (pb.model, pb.seq_len, pb.stack, pb.optimizer, pb.dp_ranks, pb.per_gpu_batch, pb.device.usable_memory,
+           tuple(packs), supported.tobytes(), tuple(space.precisions), None if pinned is None else pinned.tobytes())
+    return cached(_MICRO_BATCHES, key, lambda: _micro_batch_candidates(pb, space, packs, supported, pinned))
+
+
+_MICRO_BATCHES = store()
+
+
+def _micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray,
+                            pinned: np.ndarray | None) -> MicroBatches:
+    model, dev, n = pb.model, pb.device, pb.dp_ranks
+    if pinned is not None:
+        mbs = pinned
+    else:
+        one = np.array([1.0])
+        per_sample = min(float((memory.activations(model, pb.seq_len, one, p, att, ck, c, pb.stack)
+                                + memory.logits_bytes(model, pb.seq_len, one, p, c, pb.stack))[0])
+                         for (p, att, c, ck), ok in zip(packs, supported, strict=True) if ok) \
+            if supported.any() else 1.0
+        P, PL = float(model.n_params()), _layer_params(model)
+        floor_states = min(sum(memory.model_states(P, PL, p, "zero3", "all", pb.optimizer, n)[k]
+                               for k in ("weights", "gradients", "optimizer")) for p in space.precisions)
+        room = dev.usable_memory - floor_states
+        last_fit = int(room // (per_sample * (1 + pb.stack.fragmentation))) if room > 0 else 1
+        mbs = np.arange(1, min(pb.per_gpu_batch, max(1, last_fit)) + 1)
+    ga = np.ceil(pb.per_gpu_batch / mbs).astype(int)
+    last = pb.per_gpu_batch - (ga - 1) * mbs  # size of the last (possibly smaller) micro-batch
+    mb_eval = np.unique(np.concatenate([mbs, last])).astype(float)
+    out = MicroBatches(mbs, ga, mb_eval, np.searchsorted(mb_eval, mbs), np.searchsorted(mb_eval, last))
+    frozen(*(getattr(out, f.name) for f in fields(out)))
+    return out
+
+
+@dataclass(frozen=True)
+class PackCompute:
+    """Per pack (precision, attention, compile, checkpointing) and evaluated micro-batch size, (K, E):
+    seconds of forward, backward and recompute, executed FLOPs, activation and logit bytes; and
+    seconds of autocast's weight casts per micro-batch (K,), in forward and backward (``cast``) and
+    again in recomputation (``rec_cast``: whole checkpointed layers re-cast their weights).
+    Unsupported precisions: inf."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    rec: np.ndarray
+    hw: np.ndarray
+    act: np.ndarray
+    logit: np.ndarray
+    cast: np.ndarray
+    rec_cast: np.ndarray
+    act_outside: np.ndarray
+
+
+def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, sizes: np.ndarray) -> PackCompute:
+    """Compute time and activation memory of one micro-batch of each of ``sizes`` samples, for
+    every pack (:class:`PackCompute`); kept per process, keyed by the model (or view), sequence
+    length, sizes, packs, stack and device."""
+    key = (pb.model, pb.seq_len, sizes.tobytes(), tuple(packs), supported.tobytes(), pb.stack, pb.device.name)
+    return cached(_PACK_COMPUTE, key, lambda: _compute_per_pack(pb, packs, supported, sizes), pb.device)
+
+
+_PACK_COMPUTE = store()
+
+
+def _compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, sizes: np.ndarray) -> PackCompute:
+    model, dev, seq = pb.model, pb.device, pb.seq_len
+    P = float(model.n_params())
+    K, E = len(packs), sizes.size
+    fwd, bwd, rec, hw, act, logit, act_out = (np.full((K, E), np.inf) for _ in range(7))
+    cast, rec_cast = np.zeros(K), np.zeros(K)
+    rate = dev.mem_bw * dev.profile.bw_eff("cast")
+    memo: dict = {}
+    for i, (p, att, c, ck) in enumerate(packs):
+        if not supported[i]:
+            continue
+        t = micro_batch_time(model, seq, sizes, p, att, c, ck, dev, memo, pb.stack)
+        fwd[i], bwd[i], rec[i], hw[i] = t.fwd, t.bwd, t.recompute, t.hw_flops
+        act[i] = memory.activations(model, seq, sizes, p, att, ck, c, pb.stack)
+        logit[i] = memory.logits_bytes(model, seq, sizes, p, c, pb.stack)
+        act_out[i] = memory.outside_activations(model, seq, sizes, p, att, c, pb.stack)
+        # autocast weight casts (and their gradients' casts back) once per micro-batch, only where
+        # the weights stay fp32 (DDP)
+        cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / rate
+        rerun = checkpointed_layers(ck, model.n_layers) * _layer_params(model)  # forward casts again
+        rec_cast[i] = 0.5 * float(workload.autocast_cast_bytes(rerun, p, half_params=False).nbytes) / rate
+    frozen(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out)
+    return PackCompute(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out)
+
+
+@dataclass(frozen=True)
+class States:
+    """Model states per pack, sharding and offload (K, Z, NO): bytes per GPU of weights, gradients
+    and optimizer states, and bytes each GPU puts in host RAM. Per pack and sharding (K, Z): bytes
+    per parameter of weights and gradients before sharding, whether autocast keeps fp32 weights,
+    and bytes of communication buffers and autocast weight copies."""
+
+    weights: np.ndarray
+    gradients: np.ndarray
+    optimizer: np.ndarray
+    host: np.ndarray
+    weight_bpp: np.ndarray
+    grad_bpp: np.ndarray
+    fp32_params: np.ndarray
+    buffers: np.ndarray
+
+
+def model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
+    """Weights, gradients, optimizer states and buffers of every pack, sharding and offload
+    (:class:`States`). They depend on the precision only (not attention, compile or
+    checkpointing): one row per distinct precision, gathered to packs. Kept per process, keyed by
+    the model (or view), ranks, stack, optimizer, shardings, offloads and precisions."""
+    key = (pb.model, pb.dp_ranks, pb.stack, pb.optimizer, tuple(space.shardings), tuple(space.offloads),
+           tuple(pk[0] for pk in packs))
+    return cached(_STATES, key, lambda: _model_states(pb, space, packs))
+
+
+_STATES = store()
+
+
+def _model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
+    model, n, stack = pb.model, pb.dp_ranks, pb.stack
+    P, PL = float(model.n_params()), _layer_params(model)
+    prec = [pk[0] for pk in packs]
+    precs = list(dict.fromkeys(prec))
+    pi = np.array([precs.index(p) for p in prec])
+    D, Z, NO = len(precs), len(space.shardings), len(space.offloads)
+    # weights kept fp32 and cast by autocast each micro-batch (DDP; PyTorch's ZeRO in some stacks)
+    fp32p = np.array([[memory.autocast_fp32_params(p, s, stack) for s in space.shardings] for p in precs])
+    w, g, o, host = (np.zeros((D, Z, NO)) for _ in range(4))
+    gc, wc = np.zeros((D, Z)), np.zeros((D, Z))
+    for i, p in enumerate(precs):
+        for j, s in enumerate(space.shardings):
+            wb, gb, _ = memory.state_bytes_per_param(p, s, pb.optimizer, stack)
+            gc[i, j], wc[i, j] = gb, wb
+            for k, off in enumerate(space.offloads):
+                st = memory.layout_states(model, PL, p, s, off, pb.optimizer, n, stack)
+                w[i, j, k], g[i, j, k], o[i, j, k], host[i, j, k] = (
+                    st["weights"], st["gradients"], st["optimizer"], st["host"])
+    buffers = np.array([[memory.comm_buffers(P, p, sh, n, stack) + memory.autocast_weight_copies(P, p, sh, stack)
+                         for sh in space.shardings] for p in precs])
+    out = States(w[pi], g[pi], o[pi], host[pi], wc[pi], gc[pi], fp32p[pi], buffers[pi])
+    frozen(*(getattr(out, f.name) for f in fields(out)))
+    return out
+
+
+def sharding_schedule(pb: Problem, shardings: list[str], st: States, pc: PackCompute,
+                      mb: MicroBatches) -> np.ndarray:
+    """Seconds per optimizer step of data-parallel communication not hidden behind compute, (K, M, Z).
+
+    DDP all-reduces the gradients once per step behind the last backward; ZeRO-1 reduce-scatters
+    them there and all-gathers the updated weights after the step; ZeRO-2 reduce-scatters every
+    micro-batch; FSDP shard-grad-op and ZeRO-3 / FSDP full shard gather weights unit by unit in
+    forward (and again in backward under full sharding) and reduce-scatter gradients in
+    backward. Collectives are issued in pieces, each paying the latency and each a unit of
+    overlap: DDP buckets of 25 MiB (bucket_cap_mb default), DeepSpeed ZeRO buckets of 5e8
+    elements, ZeRO-3 / FSDP one gather / reduce-scatter per unit (L layers + the root)."""
+    model, fab, n = pb.model, pb.fabric, pb.dp_ranks
+    K, M, Z = len(pc.cast), mb.sizes.size, len(shardings)
+    out = np.zeros((K, M, Z))
+    if n <= 1:
+        return out
+    P, PL, L = float(model.n_params()), _layer_params(model), model.n_layers
+    mi, li = mb.mi, mb.li
+    bwd_mb = (pc.bwd + pc.rec)[:, mi][:, :, None]
+    bwd_last = (pc.bwd + pc.rec)[:, li][:, :, None]
+    fwd_mb = pc.fwd[:, mi][:, :, None]
+    fwd_last = pc.fwd[:, li][:, :, None]
+    gaz = mb.grad_accum[None, :, None]
+    gc = st.grad_bpp
+    grad_bytes = (P * gc)[:, None, :]
+    w_bytes = (P * st.weight_bpp)[:, None, :]
+    exposed = partial(comm.exposed, overlap=fab.overlap)
+    # each family's collectives, where a sharding of it is searched; the last bucket to fill
+    # cannot overlap: at worst a full bucket (monotone in model size)
+    if "ddp" in shardings:
+        buckets = np.maximum(1.0, np.ceil(grad_bytes / (25.0 * memory.MIB)))
+        ar = comm.all_reduce(fab, grad_bytes, buckets)
+        ar_bucket = comm.all_reduce(fab, np.minimum(grad_bytes, 25.0 * memory.MIB))
+    if "zero1" in shardings or "zero2" in shardings:
+        zbuckets = max(1.0, math.ceil(P / memory.ZERO_BUCKET_ELEMENTS))
+        rs_z = comm.gather_or_scatter(fab, grad_bytes, zbuckets)
+        ag_z = comm.gather_or_scatter(fab, w_bytes, zbuckets)
+        rs_bucket = comm.gather_or_scatter(fab, np.minimum(grad_bytes, memory.ZERO_BUCKET_ELEMENTS * gc[:, None, :]))
+    if any(s not in ("ddp", "zero1", "zero2") for s in shardings):
+        rs_l = comm.gather_or_scatter(fab, grad_bytes, L + 1)
+        ag_l = comm.gather_or_scatter(fab, w_bytes, L + 1)
+        # ZeRO-3 / FSDP gather and reduce unit by unit: L layers and the root unit (embeddings,
+        # head); the root is gathered first and reduced last, so its collective (or one layer's,
+        # if larger) can never hide behind compute
+        unit = max(P - L * PL, PL) / P
+        ag_unit = comm.gather_or_scatter(fab, w_bytes * unit)
+        rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
+
+    def per_mb(c, win_mb, win_last, floor):  # every micro-batch communicates
+        return (gaz - 1) * exposed(c, win_mb, floor) + exposed(c, win_last, floor)
+
+    for j, s in enumerate(shardings):
+        sl = (slice(None), slice(None), slice(j, j + 1))
+        if s == "ddp":
+            e = exposed(ar[sl], bwd_last, ar_bucket[sl])
+        elif s == "zero1":
+            e = exposed(rs_z[sl], bwd_last, rs_bucket[sl]) + ag_z[sl]
+        elif s == "zero2":
+            e = per_mb(rs_z[sl], bwd_mb, bwd_last, rs_bucket[sl]) + ag_z[sl]
+        elif s == "fsdp-grad-op":
+            e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) + per_mb(rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
+        else:  # zero3 / fsdp-full: gather in forward, gather + reduce-scatter in backward
+            e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) \
+                + per_mb(ag_l[sl] + rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
+        out[:, :, j] = np.broadcast_to(e, (K, M, 1))[:, :, 0]
+    return out
+
+
+def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: States, pc: PackCompute,
+                          mb: MicroBatches, opt_fresh: float) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds per optimizer step of the optimizer step on the GPU (K, Z, NO; 0 where it runs on
+    the CPU) and of offload (K, M, Z, NO): the CPU step and the host-link traffic
+    (:mod:`simulator.physics.optimizer_time`). Each rank updates its shard under ZeRO-1 and above."""
+    model, dev, fab, n = pb.model, pb.device, pb.fabric, pb.dp_ranks
+    prof = dev.profile
+    P, L = float(model.n_params()), model.n_layers
+    K, Z, NO = len(packs), len(space.shardings), len(space.offloads)
+    stage = np.array([SHARD_STAGE[s] for s in space.shardings])
+    local = np.where(stage >= 1, memory.sharded_params(model, n), P)[None, :, None]  # params each rank updates
+    share = local / P  # (1, Z, 1) fraction of the parameters each rank updates
+    # a half copy of the updated weights, where ZeRO/FSDP keep fp32 masters (DDP's casts happen
+    # per micro-batch, see assemble)
+    half = np.array([pk[0] in HALF_PRECISIONS for pk in packs])[:, None] & ~st.fp32_params
+    step_bytes = optimizer_time.bytes_per_param(pb.optimizer, st.grad_bpp, np.where(half, 2.0, 0.0))[:, :, None]
+    opt_eff = prof.optimizer_bw_eff.get("foreach", min(prof.optimizer_bw_eff.values()))
+    loop = fresh_memory.optimizer_loop_time(model, prof)  # per-tensor host loop, where calibrated
+    gpu_opt = optimizer_time.gpu_step_time(local, share, step_bytes, dev.mem_bw, opt_eff, opt_fresh, loop, L,
+                                           prof.launch_overhead_us)
+    offl = np.array(space.offloads)[None, None, :]
+    cpu_rate = prof.cpu_adam_gparams_per_s * 1e9 / fab.gpus_per_node  # node's CPU shared by its GPUs
+    off_step = np.where(offl != "none", optimizer_time.offload_step_time(
+        local, st.grad_bpp[:, :, None], st.weight_bpp[:, :, None], cpu_rate, dev.host_bw), 0.0)
+    optimizer_t = np.broadcast_to(np.where(offl == "none", gpu_opt, 0.0), (K, Z, NO))
+    stream = optimizer_time.offload_stream_time(P, st.weight_bpp, st.grad_bpp, n, dev.host_bw)[:, :, None]
+    tmb = pc.fwd + pc.bwd + pc.rec
+    stream4 = np.where(offl == "all", stream, 0.0)[:, None, :, :]
+    offload_t = optimizer_time.offload_time(off_step[:, None, :, :], stream4, tmb[:, mb.mi][:, :, None, None],
+                                            tmb[:, mb.li][:, :, None, None], mb.grad_accum[None, :, None, None], L)
+    return optimizer_t, offload_t
+
+
+def simplicity_rank(packs: list[tuple], shardings: list[str], pack: np.ndarray, sharding: np.ndarray,
+                    offload: np.ndarray, micro_batch: np.ndarray, largest_micro_batch: int) -> np.ndarray:
+    """Simplicity rank: ties are broken towards no offload, no checkpointing, plain DDP, a larger
+    micro-batch (float; the arrays broadcast together)."""
+    ck_rank = np.array([checkpointing_rank(pk[3]) for pk in packs])
+    stage = np.array([SHARD_STAGE[s] for s in shardings])
+    return offload * 100 + ck_rank[pack] * 10 + stage[sharding] + 1.0 - micro_batch / (largest_micro_batch + 1.0)
+
+
+def ranked(cols: dict[str, np.ndarray], usable_memory: float, simpler: float = 0.0) -> dict[str, np.ndarray]:
+    """``cols`` (of a :class:`Grid`) with feasibility and the sort key added: ``fits`` (the total
+    within ``usable_memory`` bytes), ``feasible`` (valid, fits and host_ok) and ``rank_key``, the
+    step time (s) nudged by the simplicity rank plus 1000 x ``simpler`` (a layout's complexity),
+    inf when infeasible."""
+    fits = cols["mem_total"] <= usable_memory
+    feasible = cols["valid"] & fits & cols["host_ok"]
+    rank = cols["rank"] + 1000 * simpler if simpler else cols["rank"]  # + 0.0 would change no rank (> 0)
+    return {**cols, "fits": fits, "feasible": feasible,
+            "rank_key": np.where(feasible, cols["step_time"] * (1 + 1e-9 * rank), np.inf)}
+
+
+def evaluate(pb: Problem, space: Space) -> Table:
+    """Evaluate every strategy of ``space`` on ``pb``: micro-batch candidates, compute per pack,
+    model states, the sharding schedule's communication, optimizer and offload, then assembly,
+    feasibility and ranking. Returns a :class:`Table`, plain data parallelism over all GPUs."""
+    grid = evaluate_grid(pb, space)
+    return replace(grid, cols=ranked(grid.cols, pb.device.usable_memory)).table()
+
+
+def evaluate_grid(pb: Problem, space: Space) -> Grid:
+    """:func:`evaluate`'s strategies as a :class:`Grid` (not yet flattened) without the columns
+    :func:`ranked` adds (a layout changes what they derive from)."""
+    dev = pb.device
+    packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
+    supported = np.array([dev.gemm_peak(pk[0]) is not None for pk in packs])
+    mb = micro_batch_candidates(pb, space, packs, supported)
+    pc = compute_per_pack(pb, packs, supported, mb.evaluated)
+    st = model_states(pb, space, packs)
+    grad_fresh, opt_fresh = fresh_memory.step_fresh(pb.model, dev.profile)  # fresh pages (CPU), per step
+    exposed_comm = sharding_schedule(pb, space.shardings, st, pc, mb)
+    optimizer_t, offload_t = optimizer_and_offload(pb, space, packs, st, pc, mb, opt_fresh)
+    return assemble(pb, space, packs, supported, mb, pc, st, grad_fresh, exposed_comm, optimizer_t, offload_t)
+
+
+def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray, mb: MicroBatches,
+             pc: PackCompute, st: States, grad_fresh: float, exposed_comm: np.ndarray,
+             optimizer_t: np.ndarray, offload_t: np.ndarray) -> Grid:
+    """The step (s) = compute (micro-batches, gradient first touches, autocast casts) + exposed
+    communication + optimizer + offload; memory per GPU (bytes) = states + activations + logits +
+    buffers and fragmentation; whether valid and the host RAM holds the offloaded states; the
+    simplicity rank; all on the (K, M, Z, NO) axes of a :class:`Grid` (not yet :func:`ranked`)."""
+    K, M, Z, NO = len(packs), mb.sizes.size, len(space.shardings), len(space.offloads)
+    shape = (K, M, Z, NO)
+    mi, ga = mb.mi, mb.grad_accum
+    compute = mb.per_step(pc.fwd + pc.bwd + pc.rec) + grad_fresh  # gradients are allocated once per step
+    fb_cast = (pc.cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]  # (K,M,Z)
+    rec_cast = (pc.rec_cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]
+    comp4 = (compute[:, :, None] + fb_cast + rec_cast)[..., None]
+    step = np.broadcast_to(comp4 + exposed_comm[..., None] + optimizer_t[:, None] + offload_t, shape)
+    act4 = pc.act[:, mi][:, :, None, None]
+    log4 = pc.logit[:, mi][:, :, None, None]
+    mem_w = st.weights[:, None]
+    # gradients of a single-micro-batch DDP step are written during backward as activations go
+    fresh = (ga == 1)[None, :, None, None] & np.array([s == "ddp" for s in space.shardings])[None, None, :, None]
+    mem_g = memory.gradients_at_peak(st.gradients[:, None], act4, pc.act_outside[:, mi][:, :, None, None],
+                                     log4, fresh)
+    mem_o = st.optimizer[:, None]
+    other = st.buffers[:, None, :, None] + pb.stack.fragmentation * act4
+    total = np.broadcast_to(mem_w + mem_g + mem_o + act4 + log4 + other, shape)
+    valid = np.array([[offload_allowed(s, off) for off in space.offloads] for s in space.shardings])
+    valid4 = valid[None, None] & supported[:, None, None, None]
+    host_need = st.host[:, None] * pb.fabric.gpus_per_node  # per node
+    host_ok = host_need <= pb.host_memory
+
+    pack, sharding, offload = (np.arange(n).reshape([n if a == i else 1 for a in range(4)])
+                               for i, n in ((0, K), (2, Z), (3, NO)))
+    micro_batch = mb.sizes[None, :, None, None]
+    rank = simplicity_rank(packs, space.shardings, pack, sharding, offload, micro_batch, mb.sizes.max())
+    zero = np.asarray(0.0)
+    cols = dict(
+        pack=pack, sharding=sharding, offload=offload, micro_batch=micro_batch,
+        grad_accum=ga[None, :, None, None],
+        step_time=step, compute=comp4,
+        forward=mb.per_step(pc.fwd)[:, :, None, None] + 0.5 * fb_cast[..., None],
+        backward=(mb.per_step(pc.bwd) + grad_fresh)[:, :, None, None] + 0.5 * fb_cast[..., None],
+        recompute=mb.per_step(pc.rec)[:, :, None, None] + rec_cast[..., None], exposed_comm=exposed_comm[..., None],
+        optimizer=optimizer_t[:, None], offload_time=offload_t, hw_flops=mb.per_step(pc.hw)[:, :, None, None],
+        mem_weights=mem_w, mem_gradients=mem_g, mem_optimizer=mem_o, mem_activations=act4,
+        mem_logits=log4, mem_other=other, mem_total=total, host_need=host_need,
+        valid=valid4, host_ok=host_ok, rank=rank,
+        dp=np.asarray(pb.dp_ranks), tp=np.asarray(1), pp=np.asarray(1), vp=np.asarray(1), sp=np.asarray(False),
+        async_tp=np.asarray(False), cp=np.asarray(1),
+        bubble=zero, tp_comm=zero, tp_comm_hidden=zero, pp_comm=zero, cp_comm=zero, ep=np.asarray(1),
+        ep_comm=zero,
+    )
+    return Grid(pb, packs, list(space.shardings), list(space.offloads), shape, cols)

@@ -1,0 +1,1 @@
+"""The ``simulate`` command and its subcommands."""

@@ -1,0 +1,1 @@
+"""The hardware catalog, efficiency profiles, the device the physics sees and fitted device rates."""

@@ -1,0 +1,1 @@
+"""Time and memory of one training step: kernels, compute, memory, communication, parallelism."""

@@ -1,0 +1,325 @@
+"""Time of one micro-batch's forward and backward on one device: the operations of the model's
+family (``simulator/model/families``, built by :func:`simulator.model.opcost.graph`) at the profile's
+efficiencies (roofline; docs/architecture.md, physics 1-3).
+
+Pure and vectorized over the micro-batch size. Seconds and FLOPs. Parts that do not depend on
+a knob are computed once per search (``memo``): a GEMM's time depends on its shape and the
+precision only, the rest of the graph on precision, attention, compilation and stack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..core.vocab import HALF_PRECISIONS
+from ..hardware.device import Device
+from ..hardware.rates import atomic_rate
+from ..model import workload
+from ..model.families.base import Graph, Op
+from ..model.opcost import graph
+from ..strategy.knobs import checkpointed_layers
+from ..strategy.stacks import Stack, get_stack
+from . import fresh_memory, kernels
+
+#: Half-efficiency sequence length of FlashAttention-2 without the causal mask, relative to causal:
+#: 91 / 381 tokens, least-squares fits of e * d/(d + d_half) * s/(s + s_half) to the FA2 forward
+#: bars (head dim 64 and 128, seq 512-16k, H100 SXM5 BF16) of Shah et al. 2024 (FlashAttention-3,
+#: arXiv 2407.08608, fig. 5), non-causal and causal panels.
+NONCAUSAL_SEQ_HALF = 0.24
+#: Cache-line size of x86-64 and most ARM server cores, bytes (Intel 64 and IA-32 Architectures
+#: Optimization Reference Manual; AMD Software Optimization Guide for EPYC): output rows whose length
+#: is not a multiple of it take the profile's ``gemm_misaligned`` factor.
+CACHE_LINE_BYTES = 64
+
+
+@dataclass(frozen=True)
+class MicroBatchTime:
+    """Per micro-batch: seconds of forward, backward, recomputation; executed FLOPs."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    recompute: np.ndarray
+    hw_flops: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.fwd + self.bwd + self.recompute
+
+
+def fused_attention_rate(dev: Device, precision: str, head_dim: float, seq_len: float,
+                         causal: bool) -> tuple[float, np.ndarray, np.ndarray]:
+    """(peak FLOP/s, forward efficiency, backward efficiency) of fused attention (SDPA) for one
+    head size (elements), sequence length (tokens) and mask: FlashAttention on the tensor peak in
+    half precision, the memory-efficient kernel on CUDA cores on fp32 inputs; the profile's
+    efficiencies scaled by :func:`simulator.physics.kernels.attention_efficiency`. ``seq_half`` describes
+    causal kernels (decoder training); without the mask the score tiles are full from the first
+    one, so the sequence dependence is weaker (:data:`NONCAUSAL_SEQ_HALF`)."""
+    a = dev.profile.attention
+    if precision in ("bf16", "fp16"):
+        peak, e_f, e_b = dev.gemm_peak(precision), a.flash_fwd, a.flash_bwd
+    else:
+        peak, e_f, e_b = dev.peak_flops["fp32"], a.mem_efficient_fwd, a.mem_efficient_bwd
+    shape = (head_dim, seq_len, a.head_dim_half, a.seq_half * (1.0 if causal else NONCAUSAL_SEQ_HALF))
+    return peak, kernels.attention_efficiency(e_f, *shape), kernels.attention_efficiency(e_b, *shape)
+
+
+def op_times(op: Op, dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of one repetition of ``op``, without kernel launches.
+
+    GEMMs: :func:`gemm_times`. Fused attention: its FLOPs at :func:`fused_attention_rate`.
+    Scan, conv and elementwise ops: roofline of their FLOPs on the CUDA-core fp32 peak and their
+    bytes at the profile's bandwidth efficiency (of the op's ``bandwidth`` class where the
+    profile calibrates one); fp32 atomic adds of a backward (``atomics_bwd``) add their time at
+    the GPU's atomic rate (:func:`simulator.hardware.rates.atomic_rate`).
+    """
+    if op.kind == "gemm":
+        t_f, t_b = gemm_times([op], dev, precision)
+        return t_f[0], t_b[0]
+    prof = dev.profile
+    bw, bw_eff = dev.mem_bw, prof.memory_bw_eff
+    if op.kind == "attention":
+        peak, e_f, e_b = fused_attention_rate(dev, precision, op.head_dim, op.seq, op.causal)
+        return op.fwd_flops() / (peak * e_f), op.bwd_flops() / (peak * e_b)
+    peak = dev.peak_flops["fp32"]
+    eff_bw = bw * (prof.bw_eff(op.bandwidth) if op.bandwidth else bw_eff)
+    eff_bw_b = bw * prof.bw_eff(op.bandwidth_bwd) if op.bandwidth_bwd else eff_bw
+    t_f = np.maximum(op.fwd_flops() / peak, np.asarray(op.bytes_fwd, float) / eff_bw)
+    t_b = np.maximum(op.bwd_flops() / peak, np.asarray(op.bytes_bwd, float) / eff_bw_b)
+    if np.any(np.asarray(op.atomics_bwd) > 0):  # serialized behind the kernel's scans (see Op)
+        t_b = t_b + np.asarray(op.atomics_bwd, float) / (atomic_rate(prof) * 1e9)
+    return t_f, t_b
+
+
+def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attention: str, compiled: bool,
+                     checkpointing: str, dev: Device, memo: dict | None = None,
+                     stack: Stack | str | None = None) -> MicroBatchTime:
+    """Seconds of one micro-batch of ``mb`` samples (array) under the given knobs (forward,
+    backward, recomputation) and executed FLOPs, any family.
+
+    A host CPU dispatches kernels asynchronously to an accelerator: a pass takes the longer of the
+    device's kernel time and the host's dispatch time (kernel launches x the profile's overhead,
+    eager or per fused kernel under torch.compile; small models in eager mode are
+    dispatch-bound). On a CPU device the same cores do both, one after the other. Each block
+    repetition adds the profile's host time (``layer_overhead_us``: module dispatch, FSDP/DDP
+    hooks; fitted end to end, 0 in microbenchmark profiles) to every pass.
+
+    Recomputation during backward: full and every:K re-run the whole forward (and its host time)
+    of the checkpointed repetitions of each block (all, floor(R/K)); selective and op re-run the
+    ops that name them (the transformer: selective its attention core, Korthikanti et al. 2022;
+    op, torchtitan's op-level policy, what is not a matmul or fused attention); ops marked
+    ``always`` (kernels that recompute by design, e.g. mamba-ssm's conv and delta) re-run in every
+    backward, on top of any checkpointing. ``stack`` (default hf-trainer) decides whether eager
+    norms write fp32 and whether the loss is one fused kernel. On CPU devices with a
+    ``fresh_memory`` fit, first touches of fresh pages are added (:mod:`simulator.physics.fresh_memory`).
+    ``memo``: a dict shared by the calls of one search (one model, sequence length and ``mb``).
+    """
+    mb = np.asarray(mb, dtype=float)
+    memo = {} if memo is None else memo
+    stack = get_stack(stack)
+    key = ("ops", precision, attention, compiled, stack)
+    if key not in memo:
+        memo[key] = _timed(graph(model, seq_len, mb, precision, attention, compiled, stack), dev, precision,
+                           compiled, memo)
+    tm: _Timed = memo[key]
+    g = tm.graph
+    share = {i: checkpointed_layers(checkpointing, b.repeat) / max(b.repeat, 1) for i, b in enumerate(g.blocks)}
+    if any(share.values()):  # layer-granular: whole repetitions re-run
+        rerun = [r for r in tm.rows if r.block is not None and share[r.block]]
+        scale = [share[r.block] for r in rerun]
+        rec = tm.pass_time(rerun, "fwd", scale) + tm.host * sum(share[i] * b.repeat for i, b in enumerate(g.blocks))
+    else:
+        rerun = [r for r in tm.rows if r.block is not None and checkpointing in r.recompute]
+        scale = [1.0] * len(rerun)
+        rec = tm.pass_time(rerun, "fwd", scale) if rerun else 0.0 * mb
+    rec = rec + tm.always_time
+    hw = tm.hw + sum((s * r.fl_fwd for s, r in zip(scale, rerun, strict=True)), 0.0 * mb)
+    fwd, bwd = tm.fwd, tm.bwd
+    prof = dev.profile
+    if prof.fresh_memory is not None:  # first touches of fresh host pages (CPU devices)
+        key = ("fresh", precision, attention, checkpointing)
+        if key not in memo:
+            memo[key] = fresh_memory.micro_batch_fresh(model, seq_len, mb, precision, attention, checkpointing, prof)
+        fwd, bwd, rec = fwd + memo[key][0], bwd + memo[key][1], rec + memo[key][2]
+    z = np.zeros_like(mb)
+    return MicroBatchTime(fwd + z, bwd + z, rec + z, hw + z)
+
+
+@dataclass(frozen=True)
+class CoreTime:
+    """Seconds of the forward and backward (without kernel launches) and FLOPs of a group of ops."""
+
+    t_fwd: np.ndarray
+    t_bwd: np.ndarray
+    fl_fwd: np.ndarray
+    fl_bwd: np.ndarray
+
+
+def attention_core(model, seq_len: int, mb: np.ndarray, precision: str, attention: str, dev: Device) -> CoreTime:
+    """The attention core of one micro-batch of ``mb`` samples (array), all blocks: the ops that
+    selective checkpointing re-runs (Korthikanti et al. 2022: the fused kernel, or eager
+    attention's scores, softmax and values). Context parallelism runs it once more per further
+    key/value block of the ring."""
+    mb = np.asarray(mb, dtype=float)
+    tm = _timed(graph(model, seq_len, mb, precision, attention, False), dev, precision, False, {})
+    core = [r for r in tm.rows if r.block is not None and "selective" in r.recompute]
+    z = np.zeros_like(mb)
+    return CoreTime(*(sum((getattr(r, f) for r in core), z) for f in ("t_fwd", "t_bwd", "fl_fwd", "fl_bwd")))
+
+
+def _timed(g: Graph, dev: Device, precision: str, compiled: bool, memo: dict) -> _Timed:
+    """The graph's ops timed on ``dev``; the last few are kept (with their graph and device), so
+    a search repeated with other pins, or the same layout's view asked again, times them once."""
+    key = (id(g), precision, compiled)
+    hit = _TIMED.get(key)
+    if hit is not None and hit[0] is g and (hit[1] is dev or hit[1] == dev):
+        return hit[2]
+    tm = _Timed(g, dev, precision, compiled, memo)
+    if len(_TIMED) >= 256:
+        _TIMED.pop(next(iter(_TIMED)))
+    _TIMED[key] = (g, dev, tm)
+    return tm
+
+
+_TIMED: dict = {}
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One op per micro-batch: seconds and kernel launches of each pass, FLOPs, its block (None:
+    outside the trunk) and the policies that re-run it."""
+
+    t_fwd: np.ndarray
+    k_fwd: float
+    t_bwd: np.ndarray
+    k_bwd: float
+    fl_fwd: np.ndarray
+    fl_bwd: np.ndarray
+    block: int | None
+    recompute: frozenset[str]
+
+
+class _Timed:
+    """A graph's ops timed on a device, and what does not depend on checkpointing: the forward
+    and backward passes with the host time per block repetition, the FLOPs of both, and the
+    re-runs of ops marked ``always``."""
+
+    def __init__(self, g: Graph, dev: Device, precision: str, compiled: bool, memo: dict):
+        prof = dev.profile
+        self.graph = g
+        self.launch = 1e-6 * (prof.compiled_launch_overhead_us if compiled else prof.launch_overhead_us)
+        # eager training passes: host work around each kernel (module calls, views, autograd), where calibrated
+        fwd_us, bwd_us = prof.train_fwd_kernel_us, prof.train_bwd_kernel_us
+        if precision in HALF_PRECISIONS and prof.train_fwd_kernel_us_amp is not None:  # autocast's own
+            fwd_us, bwd_us = prof.train_fwd_kernel_us_amp, prof.train_bwd_kernel_us_amp
+        self.extra = {"fwd": 0.0 if compiled else 1e-6 * (fwd_us or 0.0),
+                      "bwd": 0.0 if compiled else 1e-6 * (bwd_us or 0.0)}
+        self.serial = prof.device.kind == "cpu"
+        self.host = 1e-6 * prof.layer_overhead_us
+        placed = [(op, float(b.repeat) * op.count, i, b.name) for i, b in enumerate(g.blocks) for op in b.ops]
+        placed += [(op, op.count, None, "") for op in g.outside]
+        _time_gemms([(op, where) for op, _, _, where in placed if op.kind == "gemm"], dev, precision, memo)
+        self.rows = [_row(op, reps, i, dev, precision, memo, where) for op, reps, i, where in placed]
+        reps = sum(b.repeat for b in g.blocks)
+        self.fwd = self.pass_time(self.rows, "fwd") + self.host * reps
+        self.bwd = self.pass_time(self.rows, "bwd") + self.host * reps
+        always = [r for r in self.rows if "always" in r.recompute]
+        self.always_time = self.pass_time(always, "fwd") if always else 0.0
+        self.hw = sum(r.fl_fwd + r.fl_bwd for r in self.rows) + sum(r.fl_fwd for r in always)
+
+    def pass_time(self, rows: list[_Row], which: str, scale: list[float] | None = None) -> np.ndarray:
+        """Seconds of one pass over ``rows`` (each x its ``scale``): the longer of the device's
+        kernel time and the host's dispatch time (on a CPU device, their sum)."""
+        w = [1.0] * len(rows) if scale is None else scale
+        t = sum(s * (r.t_fwd if which == "fwd" else r.t_bwd) for s, r in zip(w, rows, strict=True))
+        k = sum(s * (r.k_fwd if which == "fwd" else r.k_bwd) for s, r in zip(w, rows, strict=True))
+        per_kernel = self.launch + self.extra[which]
+        return t + k * per_kernel if self.serial else np.maximum(t, k * per_kernel)
+
+
+def layer_gemm_times(model, tokens, precision: str, dev: Device, chunks: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds per micro-batch of the view's layer GEMMs (all its layers) on ``tokens`` rows
+    (array): forward, and backward (input gradient + weight gradient), timed as
+    :func:`gemm_pass_times` times every GEMM. ``chunks``: the forward and input-gradient GEMMs
+    run as that many pieces of tokens/chunks rows each (asynchronous TP's decomposition); the
+    weight gradient, a reduction over the tokens, is not split."""
+    t = np.asarray(tokens, dtype=float)
+    gemms = workload.layer_gemms(model, t)
+    count = np.array([float(g.count) for g in gemms]).reshape((-1,) + (1,) * t.ndim)
+    t_f, t_d, t_w = gemm_pass_times([dataclasses.replace(g, m=t / chunks) for g in gemms], dev, precision)
+    if chunks != 1:
+        t_w = gemm_pass_times(gemms, dev, precision)[2]
+    return (count * chunks * t_f).sum(axis=0), (count * (chunks * t_d + t_w)).sum(axis=0)
+
+
+def _gemm_key(precision: str, where: str, op: Op) -> tuple:
+    return ("gemm", precision, where, op.name)
+
+
+def gemm_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of one repetition of each GEMM op (first axis), all at once:
+    :func:`gemm_pass_times` with the backward's two GEMMs added."""
+    t_f, t_d, t_w = gemm_pass_times(ops, dev, precision)
+    return t_f, t_d + t_w
+
+
+def gemm_pass_times(ops: Sequence[Op | workload.Gemm], dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, input-gradient, weight-gradient) seconds of one repetition of each GEMM op
+    (first axis): the profile's shape-dependent efficiency (forward layout; the input gradient
+    (m,k,n) in the backward layout, the weight gradient (n,k,m) in the weight-gradient layout),
+    or the operand traffic if slower; forward outputs whose rows are not whole cache lines take
+    the profile's ``gemm_misaligned`` factor."""
+    prof = dev.profile
+    g, gb, gw = prof.gemm_for(precision), prof.gemm_bwd_for(precision), prof.gemm_wgrad_for(precision)
+    peak, e = dev.gemm_peak(precision), workload.act_bytes(precision)
+    bw, bw_eff = dev.mem_bw, prof.bw_eff("gemm")
+    shape = np.broadcast_shapes(*(np.shape(op.m) for op in ops), *(np.shape(op.batch) for op in ops))
+    m = np.stack([np.broadcast_to(np.asarray(op.m, float), shape) for op in ops])
+    w = np.stack([np.broadcast_to(np.asarray(op.batch, float), shape) for op in ops])
+    n = np.array([float(op.n) for op in ops]).reshape((-1,) + (1,) * len(shape))
+    k = np.array([float(op.k) for op in ops]).reshape(n.shape)
+
+    weight = n * k * e  # the layer's weight: the operand or output unblocked kernels stream
+
+    def t(mm, nn, kk, eff, walks=False):
+        # input gradient g @ W: a reference kernel's dot products walk a column of W (kk long, nn apart)
+        walk = kernels.strided_walk_factor(nn, kk, e, eff.strided) if walks and eff.strided else 1.0
+        return w * kernels.gemm_time(mm, nn, kk, peak, eff.e_max, eff.x_half, e, bw, bw_eff, 0.0,
+                                     eff.operand_half_bytes, eff.operand_floor, weight, walk, eff.halves, eff.k_power)
+
+    t_f = t(m, n, k, g)
+    mis = prof.gemm_misaligned.get(precision)
+    if mis:  # output rows that are not whole cache lines (GPT-2's 50257-token head)
+        t_f = t_f * np.where(np.mod(n * e, CACHE_LINE_BYTES) != 0, mis, 1.0)
+    return t_f, t(m, k, n, gb, walks=True), t(n, k, m, gw)
+
+
+def _gemm_key(precision: str, where: str, op: Op) -> tuple:
+    return ("gemm", precision, where, op.name)
+
+
+def _time_gemms(ops: list[tuple[Op, str]], dev: Device, precision: str, memo: dict) -> None:
+    """Times the GEMM ops (each with its block's name) not yet in ``memo`` in one call: a GEMM's
+    time depends on its shape and the precision only, so a search times each once."""
+    todo = [(op, where) for op, where in ops if _gemm_key(precision, where, op) not in memo]
+    if todo:
+        t_f, t_b = gemm_times([op for op, _ in todo], dev, precision)
+        for i, (op, where) in enumerate(todo):
+            memo[_gemm_key(precision, where, op)] = (t_f[i], t_b[i])
+
+
+def _row(op: Op, reps: float, block: int | None, dev: Device, precision: str, memo: dict, where: str) -> _Row:
+    if op.kind == "gemm":  # the same shape in every graph of a search: one row
+        key = ("gemm-row", precision, where, op.name)
+        if key not in memo:
+            t_f, t_b = memo[_gemm_key(precision, where, op)]
+            fl = reps * op.fwd_flops()
+            memo[key] = _Row(reps * t_f, reps * op.kernels_fwd, reps * t_b, reps * op.kernels_bwd, fl, 2.0 * fl,
+                             block, op.recompute)
+        return memo[key]
+    t_f, t_b = op_times(op, dev, precision)
+    return _Row(reps * t_f, reps * op.kernels_fwd, reps * t_b, reps * op.kernels_bwd, reps * op.fwd_flops(),
+                reps * op.bwd_flops(), block, op.recompute)

@@ -1,0 +1,210 @@
+"""Memory per GPU (bytes): model states by precision/optimizer/sharding, communication buffers,
+and the activations and logits a micro-batch's operations save (any family).
+
+Pure functions; arrays broadcast. docs/architecture.md, physics 4.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core.vocab import HALF_PRECISIONS
+from ..model.families import family_of
+from ..model.opcost import graph
+from ..strategy.knobs import SHARD_STAGE, checkpointed_layers
+from ..strategy.stacks import Stack
+
+MIB = 1024**2
+#: DeepSpeed ZeRO's default reduce_bucket_size and allgather_bucket_size (5e8 elements each,
+#: DeepSpeed configuration docs, "ZeRO optimizations"): buffers at the communication dtype.
+ZERO_BUCKET_ELEMENTS = 5e8
+
+OPTIMIZER_MOMENTS = {"adam": 2, "adamw": 2, "lion": 1, "sgd": 1}
+
+
+def moment_bytes(optimizer: str) -> int:
+    """Bytes of optimizer moments per parameter: fp32 (4 bytes) per moment."""
+    return 4 * OPTIMIZER_MOMENTS[optimizer]
+
+
+def autocast_fp32_params(precision: str, sharding: str, stack=None) -> bool:
+    """Whether mixed precision keeps fp32 weights and gradients that torch.autocast casts to half
+    (DDP; and ZeRO-1/2 where the stack's ZeRO is PyTorch's ZeroRedundancyOptimizer or apex's
+    DistributedFusedAdam over autocast, ``stack.torch_zero``). Otherwise ZeRO/FSDP
+    keep half weights and gradients with an fp32 master copy in the optimizer, as do stacks that
+    cast the model itself (:attr:`simulator.strategy.stacks.Stack.half_model`)."""
+    if precision not in HALF_PRECISIONS or (stack is not None and stack.half_model):
+        return False
+    if sharding == "ddp":
+        return True
+    return stack is not None and stack.torch_zero and sharding in ("zero1", "zero2")
+
+
+def state_bytes_per_param(precision: str, sharding: str, optimizer: str, stack=None) -> tuple[int, int, int]:
+    """(weights, gradients, optimizer) bytes per parameter before sharding.
+
+    fp32/tf32: 4 + 4 + 4*moments. Mixed precision with fp32 weights under autocast (DDP; see
+    :func:`autocast_fp32_params`): 4 + 4 + 4*moments. Mixed precision under DeepSpeed ZeRO / FSDP
+    (half weights and gradients, fp32 master copy in the optimizer), or a stack that keeps the
+    model in half with fp32 main weights in its optimizer (Megatron-LM, ``states: master``):
+    2 + 2 + (4 + 4*moments).
+    Adam: 16 B/param either way. A stack that casts the model itself to half
+    (:attr:`simulator.strategy.stacks.Stack.half_states`): 2 + 2 + 2*moments (the moments in the weights'
+    dtype), 8 B/param with Adam.
+    """
+    k = moment_bytes(optimizer)
+    if precision in HALF_PRECISIONS and stack is not None and stack.half_states:
+        return 2, 2, k // 2
+    if precision in HALF_PRECISIONS and not autocast_fp32_params(precision, sharding, stack):
+        return 2, 2, 4 + k
+    return 4, 4, k
+
+
+def model_states(n_params: float, layer_params: float, precision: str, sharding: str,
+                 offload: str, optimizer: str, n_gpus: int, stack=None) -> dict[str, float]:
+    """Per-GPU bytes of weights, gradients and optimizer states; and bytes put in host RAM.
+
+    Sharding over n data-parallel ranks (ZeRO-1 optimizer states; ZeRO-2/shard-grad-op also
+    gradients; ZeRO-3/full-shard also weights, plus the gathered working set of ~2 layers of
+    weights (current + prefetched) and 1 layer of unsharded gradients). Offload moves optimizer
+    states (and, with 'all', the weight shards) to host memory.
+    """
+    w, g, o = state_bytes_per_param(precision, sharding, optimizer, stack)
+    n = n_gpus
+    stage = SHARD_STAGE[sharding]
+    frac = (n - 1) / n
+    if stage >= 3:
+        weights = n_params * w / n + min(n_params, 2 * layer_params) * w * frac
+    else:
+        weights = n_params * w
+    if stage >= 2:
+        grads = n_params * g / n + min(n_params, layer_params) * g * frac
+    else:
+        grads = n_params * g
+    opt = n_params * o / (n if stage >= 1 else 1)
+    host = 0.0
+    if offload in ("optimizer", "all"):
+        host += opt
+        opt = 0.0
+    if offload == "all":
+        shard = n_params * w / n
+        host += shard + n_params * g / n
+        weights = max(weights - shard, min(n_params, 2 * layer_params) * w)
+        grads = min(n_params, layer_params) * g
+    return {"weights": weights, "gradients": grads, "optimizer": opt, "host": host}
+
+
+def autocast_weight_copies(n_params: float, precision: str, sharding: str, stack=None) -> float:
+    """Bytes of half-precision weight copies torch.autocast caches from forward to backward
+    (cache_enabled=True, the default) where the weights themselves stay fp32 (DDP)."""
+    return 2.0 * n_params if autocast_fp32_params(precision, sharding, stack) else 0.0
+
+
+def comm_buffers(n_params: float, precision: str, sharding: str, n_gpus: int, stack=None) -> float:
+    """Communication buffers per GPU (bytes). PyTorch DDP (gradient_as_bucket_view=False, the
+    default) copies every gradient into flat buckets: one more gradient-sized buffer. DeepSpeed
+    ZeRO keeps a reduce and an all-gather bucket of up to 5e8 elements each; FSDP communicates
+    from its flat per-unit parameters (counted in the gathered working set). PyTorch's
+    ZeroRedundancyOptimizer runs under DDP (``stack.torch_zero``): DDP's buckets."""
+    if n_gpus <= 1:
+        return 0.0
+    w, g, _ = state_bytes_per_param(precision, sharding, "sgd", stack)
+    if sharding == "ddp" or (sharding.startswith("zero") and stack is not None and stack.torch_zero):
+        return n_params * g
+    if sharding.startswith("zero"):
+        return min(n_params, ZERO_BUCKET_ELEMENTS) * (g + w)
+    return 0.0
+
+
+def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: str, checkpointing: str,
+                compiled: bool = False, stack: Stack | str | None = None) -> np.ndarray:
+    """Bytes of one micro-batch's activations at the start of backward (all blocks and the ops
+    outside them), plus the working set of the one block repetition being rebuilt during
+    backward, from the family's operations (:func:`simulator.model.opcost.graph`).
+
+    Per block of R repetitions that each save S bytes: none keeps R x S. full / every:K: the c
+    checkpointed repetitions (R, floor(R/K)) keep only their input, the others S. selective /
+    op: every repetition keeps what the policy keeps of each op (:meth:`Op.kept_under`; the
+    transformer under selective drops eager attention's s x s tensors, Korthikanti et al. 2022;
+    under op keeps its matmul and fused-attention outputs). Where a policy drops something, one
+    repetition at a time is rebuilt around what it kept (S less that), the largest such block's.
+    With one repetition every policy holds what none holds. ``compiled`` and ``stack`` pick the
+    graph: a stack running Hugging Face's eager modules saves what :mod:`simulator.model.hf_eager` counts,
+    fused stacks and compiled steps the textbook count.
+    """
+    g = graph(model, seq_len, mb, precision, attention, compiled, stack)
+    z = np.zeros_like(np.asarray(mb, dtype=float))
+    trunk, live = z, [z]
+    for b in g.blocks:
+        full = b.kept_under("none") + z
+        c = checkpointed_layers(checkpointing, b.repeat)
+        if c:
+            kept = np.asarray(b.input_bytes, float) + z
+        elif checkpointing != "none":
+            c, kept = b.repeat, b.kept_under(checkpointing) + z
+        else:
+            kept = full
+        trunk = trunk + (b.repeat - c) * full + c * kept
+        if c:
+            live.append(full - kept)
+    outside = sum((op.count * np.asarray(op.kept_under("none"), float) for op in g.outside), z)
+    return trunk + np.max(live, axis=0) + outside
+
+
+def outside_activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
+                        compiled: bool = False, stack: Stack | str | None = None) -> np.ndarray:
+    """Bytes of one micro-batch's activations saved outside the repeated blocks (embedding output,
+    final norm, head input): the part of :func:`activations` still held when backward has left the
+    last block."""
+    g = graph(model, seq_len, mb, precision, attention, compiled, stack)
+    z = np.zeros_like(np.asarray(mb, dtype=float))
+    return sum((op.count * np.asarray(op.kept_under("none"), float) for op in g.outside), z)
+
+
+def gradients_at_peak(grads: np.ndarray, act: np.ndarray, act_outside: np.ndarray, logits: np.ndarray,
+                      fresh: np.ndarray) -> np.ndarray:
+    """Gradient bytes live at a step's memory peak. Where a step's one micro-batch starts with no
+    gradients (``fresh``: no accumulation, and PyTorch autograd writes each ``.grad`` during
+    backward after ``zero_grad(set_to_none=True)``, as DDP and a single GPU do), backward frees
+    each block's saved activations as it writes that block's gradients, so the live bytes move
+    linearly from (activations + logits) at its start to (gradients + activations outside the
+    blocks) at its end, and the peak holds max(0, gradients + outside - activations - logits)
+    gradient bytes on top of activations and logits (autocast's weight copies, freed too, are
+    left in: conservative). Otherwise (accumulation, sharded gradient buffers) all of them."""
+    return np.where(fresh, np.maximum(0.0, grads + act_outside - act - logits), grads)
+
+
+def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool,
+                 stack: Stack | str | None = None) -> np.ndarray:
+    """Logits and loss buffers of one micro-batch (bytes), from the family's graph (the stack's
+    bytes per logit, :meth:`simulator.strategy.stacks.Stack.loss_bytes_per_logit`)."""
+    g = graph(model, seq_len, mb, precision, family_of(model).attentions[-1], compiled, stack)
+    return np.asarray(g.logits_bytes, float) + np.zeros_like(np.asarray(mb, dtype=float))
+
+
+def layout_states(model, layer_params: float, precision: str, sharding: str, offload: str, optimizer: str,
+                  n_gpus: int, stack=None) -> dict[str, float]:
+    """:func:`model_states` of a GPU's view of the model (``parallel.ShardView``) over ``n_gpus``
+    data-parallel ranks. Under expert parallelism (a mixture of experts, ``ep`` > 1) the GPU's
+    experts (``n_expert_params``) are replicated only over the n/ep ranks holding the same experts
+    (Megatron-Core's expert data-parallel group), so their sharded states are divided by n/ep,
+    the rest of the model's by n; otherwise exactly :func:`model_states`."""
+    P, ep = float(model.n_params()), getattr(model, "ep", 1)
+    if ep <= 1:
+        return model_states(P, layer_params, precision, sharding, offload, optimizer, n_gpus, stack)
+    X = float(model.n_expert_params())
+    dense = model_states(P - X, layer_params, precision, sharding, offload, optimizer, n_gpus, stack)
+    experts = model_states(X, X / max(model.n_layers, 1), precision, sharding, offload, optimizer,
+                           max(1, n_gpus // ep), stack)
+    return {k: dense[k] + experts[k] for k in dense}
+
+
+def sharded_params(model, n_gpus: int) -> float:
+    """Parameters whose optimizer states one of ``n_gpus`` data-parallel ranks holds when they
+    are sharded (ZeRO-1 and above): P / n, and a GPU's experts over the n/ep ranks that share them
+    under expert parallelism (:func:`layout_states`)."""
+    P, ep = float(model.n_params()), getattr(model, "ep", 1)
+    if ep <= 1:
+        return P / n_gpus
+    X = float(model.n_expert_params())
+    return (P - X) / n_gpus + X / max(1, n_gpus // ep)

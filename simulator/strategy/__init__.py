@@ -1,0 +1,1 @@
+"""The training knobs, the software stacks and the parallel layout."""

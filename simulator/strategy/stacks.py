@@ -1,0 +1,164 @@
+"""Training stacks (the user's software): what each keeps in fp32, fuses, and offers.
+
+Presets live in ``simulator/data/stacks.yaml``, each field with the code of that stack it comes
+from. A stack is not searched: it is chosen (``stack=`` / ``--stack NAME``), default
+``hf-trainer`` (the $100K study's Hugging Face Trainer).
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..core.errors import unknown
+from .knobs import SHARDINGS
+
+#: The fraction of the tensor-parallel collectives asynchronous TP hides at most (the transfers
+#: contend with the GEMMs for memory bandwidth and SMs; simulator.physics.parallel.async_tp_time). Fitted to
+#: the two bf16 rows of torchtitan's published async-TP benchmark, the only published pair of runs
+#: with and without it that we found (tests/test_parallel.py checks both).
+ASYNC_TP_OVERLAP = 0.42
+ASYNC_TP_OVERLAP_SOURCE = (
+    "fitted: pytorch/torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md, bf16 rows: Llama 3 70B "
+    "on 256 H100 (FSDP 32, TP 8, compiled, full AC, local batch 16) 597.3 -> 652.4 tokens/s per GPU (1.09x; "
+    "predicted 1.08x) and Llama 3 8B on 64 H100 (FSDP 8, TP 8, per-op SAC, local batch 12) 4378 -> 4809 "
+    "(1.10x; predicted 1.11x)")
+
+
+class Stack(BaseModel):
+    """One training stack; see the field notes in data/stacks.yaml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    display: str
+    description: str
+    loss: Literal["upcast", "fused", "fused-inplace"]
+    loss_source: str
+    norm: Literal["fp32", "half"]
+    norm_source: str
+    saves: Literal["hf-eager", "textbook"] = "textbook"
+    saves_source: str = ("the stack's own fused modules: what Korthikanti et al. 2022 count per layer "
+                         "(simulator.model.workload.layer_activation_bytes_per_token)")
+    fragmentation: float = Field(ge=0.0, le=1.0)
+    fragmentation_source: str
+    shardings: tuple[str, ...]
+    shardings_source: str
+    zero_params: Literal["half", "fp32"] = "half"
+    zero_params_source: str = "DeepSpeed ZeRO (bf16/fp16 mode: half module weights, fp32 master copy in the optimizer)"
+    parallelisms: tuple[Literal["tp", "pp", "cp", "ep"], ...] = ("tp", "pp", "cp", "ep")
+    parallelisms_source: str = "not limited: the Megatron-style layouts are searched"
+    async_tp: Literal["no", "compiled", "yes"] = "no"
+    async_tp_source: str = "not offered"
+    async_tp_overlap: float = Field(ASYNC_TP_OVERLAP, ge=0.0, le=1.0)
+    async_tp_overlap_source: str = ASYNC_TP_OVERLAP_SOURCE
+    states: Literal["mixed", "half", "master"] = "mixed"
+    states_source: str = "torch.autocast over fp32 parameters (mixed precision): fp32 weights, gradients and moments"
+    moe_experts: Literal["grouped", "loop"] = "grouped"
+    moe_experts_source: str = ("Megatron-LM --moe-grouped-gemm with the all-to-all dispatcher; torchtitan's "
+                               "grouped_mm experts: one kernel per GEMM for all of a GPU's experts")
+    aliases: tuple[str, ...] = ()
+
+    @field_validator("shardings")
+    @classmethod
+    def _known_shardings(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [s for s in v if s not in SHARDINGS]
+        if bad or not v:
+            raise ValueError(f"shardings {bad or '[]'} not among {', '.join(SHARDINGS)}")
+        return v
+
+    def loss_bytes_per_logit(self, e: int, compiled: bool) -> float:
+        """Bytes per logit element held at the loss's peak (logits, loss buffers, their gradient),
+        with ``e`` bytes per activation element. A fused kernel writing the gradient over the
+        logits: e. Compiled (Inductor fuses the upcast and log-softmax) or a fused loss kernel: the
+        half logits and their half gradient (2e). Eager upcast (``F.cross_entropy(logits.float())``):
+        forward holds the logits, their fp32 copy and the saved fp32 log-probabilities (e + 4 + 4
+        under mixed precision; the fp32 logits are the copy in fp32); in backward ``nll_loss``'s
+        fp32 gradient and ``log_softmax``'s fp32 input gradient live beside the saved
+        log-probabilities (12): max(e + 8, 12)."""
+        if self.loss == "fused-inplace":
+            return float(e)
+        return 2.0 * e if (compiled or self.loss == "fused") else max(e + 8.0, 12.0)
+
+    @property
+    def torch_zero(self) -> bool:
+        """Whether the stack's ZeRO keeps fp32 module weights that torch.autocast casts
+        (PyTorch's ZeroRedundancyOptimizer under DDP, apex's DistributedFusedAdam), not
+        DeepSpeed's half weights with an fp32 master copy."""
+        return self.zero_params == "fp32"
+
+    @property
+    def half_states(self) -> bool:
+        """Whether the model itself is cast to the half precision (``model.to(torch.bfloat16)``):
+        half weights and gradients, and an optimizer keeping its moments in the parameters'
+        dtype (torch.optim.AdamW), no fp32 copy anywhere."""
+        return self.states == "half"
+
+    @property
+    def half_model(self) -> bool:
+        """Whether the model's weights are half (``states`` half or master), so torch.autocast
+        casts nothing per micro-batch."""
+        return self.states in ("half", "master")
+
+    @property
+    def fused_loss(self) -> bool:
+        """Whether the eager loss is one fused kernel (reads and writes the logits about twice)."""
+        return self.loss != "upcast"
+
+    @property
+    def hf_eager(self) -> bool:
+        """Whether the stack runs Hugging Face transformers' eager modules, whose saved tensors
+        :mod:`simulator.model.hf_eager` counts (``saves: hf-eager``)."""
+        return self.saves == "hf-eager"
+
+    def fp32_norm(self, e: int, compiled: bool) -> bool:
+        """Whether eager norms write fp32 outputs under mixed precision (autocast layer_norm)."""
+        return e == 2 and not compiled and self.norm == "fp32"
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> tuple[dict[str, Stack], str]:
+    raw = yaml.safe_load(resources.files("simulator").joinpath("data/stacks.yaml").read_text(encoding="utf-8"))
+    stacks = {name: Stack(name=name, **body) for name, body in raw["stacks"].items()}
+    if raw["default"] not in stacks:
+        raise ValueError(f"stacks.yaml: default {raw['default']!r} is not a stack")
+    return stacks, raw["default"]
+
+
+def list_stacks() -> list[str]:
+    """Names of the stack presets."""
+    return list(_load()[0])
+
+
+def default_stack() -> Stack:
+    """The default stack (hf-trainer)."""
+    stacks, default = _load()
+    return stacks[default]
+
+
+def for_published(name: str) -> Stack:
+    """The preset for a stack name found in published run tables (its name or an alias);
+    UsageError if none claims it."""
+    stacks, _ = _load()
+    key = str(name).strip().lower()
+    for s in stacks.values():
+        if key == s.name or key in s.aliases:
+            return s
+    raise unknown("stack", str(name), [a for s in stacks.values() for a in (s.name, *s.aliases)])
+
+
+def get_stack(name: str | Stack | None) -> Stack:
+    """A stack by name (None: the default); UsageError naming the valid choices otherwise."""
+    if isinstance(name, Stack):
+        return name
+    if name is None:
+        return default_stack()
+    stacks, _ = _load()
+    key = str(name).strip().lower()
+    if key not in stacks:
+        raise unknown("stack", str(name), list(stacks))
+    return stacks[key]

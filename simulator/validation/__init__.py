@@ -1,0 +1,1 @@
+"""Predicted against published: end-to-end runs, parallel layouts, other families."""

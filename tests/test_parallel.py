@@ -480,3 +480,21 @@ def test_tensor_parallelism_across_nodes_is_costed_not_refused():
     assert plan.breakdown_s["tp_comm"] > inside.breakdown_s["tp_comm"]
     with pytest.raises(UsageError, match="span whole nodes; valid choices: 1, 2, 4, 8, 16"):
         simulate("llama-2-70b", "2x8xh100", tp=12)
+
+
+@pytest.mark.parametrize("stack", ["megatron-lm", "hf-trainer"])
+def test_pipeline_stored_activations_count_the_packs_compile_and_the_stack(stack):
+    """A pipeline stage keeps layers x (act(L) - act(L-1)) per micro-batch in flight, both terms under
+    the same compilation and stack: the one-layer-fewer term was once taken uncompiled on the default
+    stack, which under-promised Llama-2-13B's PP 2 stage on Megatron-LM by 19 GiB."""
+    from simulator.engine.parallel_search import stored_activations
+    from simulator.strategy.stacks import get_stack
+
+    st_ = get_stack(stack)
+    m, seq, mb = parallel.view(get_model("llama-2-13b"), Parallelism(dp=8, pp=2)), 4096, np.array([1.0, 2.0])
+    packs = [("bf16", "sdpa", True, "none"), ("bf16", "sdpa", False, "none")]
+    for k, (p, att, c, ck) in enumerate(packs):
+        act = memory.activations(m, seq, mb, p, att, ck, c, st_)
+        fewer = memory.activations(m.with_layers(m.n_layers - 1), seq, mb, p, att, ck, c, st_)
+        got = stored_activations(m, seq, packs, np.array([k, k]), mb, act, st_)
+        assert np.allclose(got, np.minimum(m.n_layers * (act - fewer), act), rtol=1e-12)

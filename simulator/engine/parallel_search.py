@@ -22,6 +22,7 @@ from ..physics import compute, memory, parallel
 from ..physics.compute import attention_core, micro_batch_time
 from ..strategy.knobs import SHARD_STAGE, checkpointed_layers, offload_allowed
 from ..strategy.layout import CP_ATTENTIONS, Parallelism, stage_layers
+from ..strategy.stacks import Stack
 from .estimate import Grid, Problem, Space, Table, evaluate_grid, ranked
 
 #: Sharding modes that combine with pipeline parallelism: Megatron's data-parallel gradient
@@ -39,26 +40,26 @@ def micro_batch_sizes(per_replica: int) -> np.ndarray:
 
 
 def stored_activations(model, seq_len: int, packs: list[tuple], pack: np.ndarray, mb: np.ndarray,
-                       act: np.ndarray) -> np.ndarray:
+                       act: np.ndarray, stack: Stack) -> np.ndarray:
     """Bytes of one micro-batch's activations that stay stored while later micro-batches run
     (the per-layer part, x the stage's layers): ``layers x (act(L) - act(L-1))``; the rest of
     ``act`` (one layer's recomputed working set, the embedding output) exists once per stage.
     ``act(L-1)`` is computed once per pack and distinct micro-batch size (elementwise in the size:
     the same numbers as per row) and kept per process."""
     sizes, at = np.unique(mb, return_inverse=True)
-    key = (model, seq_len, tuple(packs), sizes.tobytes())
-    fewer = cached(_FEWER, key, lambda: _fewer_layer_activations(model, seq_len, packs, sizes))
+    key = (model, seq_len, tuple(packs), sizes.tobytes(), stack)
+    fewer = cached(_FEWER, key, lambda: _fewer_layer_activations(model, seq_len, packs, sizes, stack))
     return np.minimum(model.n_layers * (act - fewer[pack, at.reshape(np.shape(mb))]), act)
 
 
 _FEWER = store()
 
 
-def _fewer_layer_activations(model, seq_len: int, packs: list[tuple], sizes: np.ndarray) -> np.ndarray:
-    """(packs, sizes) activation bytes of the view with one layer fewer (as
-    :func:`stored_activations` counts them: its graph without compilation, the default stack)."""
+def _fewer_layer_activations(model, seq_len: int, packs: list[tuple], sizes: np.ndarray, stack: Stack) -> np.ndarray:
+    """(packs, sizes) activation bytes of the view with one layer fewer, under each pack's
+    compilation and the problem's stack, as the full ones (``act``) are counted."""
     fewer = model.with_layers(model.n_layers - 1)
-    out = np.array([memory.activations(fewer, seq_len, sizes, p, att, ck) for p, att, _c, ck in packs])
+    out = np.array([memory.activations(fewer, seq_len, sizes, p, att, ck, c, stack) for p, att, c, ck in packs])
     frozen(out)
     return out
 
@@ -250,7 +251,7 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     act, log = a["mem_activations"], a["mem_logits"]
     F = 1 + pb.stack.fragmentation
     rest = a["mem_total"] - act * F - log
-    stored = stored_activations(model, seq, packs, a["pack"], a["micro_batch"], act) if par.pp > 1 else act
+    stored = stored_activations(model, seq, packs, a["pack"], a["micro_batch"], act, pb.stack) if par.pp > 1 else act
     out = []
     for vp in vps:
         p = dataclasses.replace(par, vp=vp)

@@ -42,7 +42,7 @@ import yaml
 from simulator.answer.uncertainty import LEVEL, left_out_coverage
 from simulator.core.atomic import check_writable
 from simulator.core.errors import UsageError, UsageParser, run_cli
-from simulator.core.vocab import PRECISIONS
+from simulator.core.vocab import FP8, PRECISIONS
 from simulator.model.presets import get_model
 from simulator.model.spec import ModelSpec
 from simulator.strategy.knobs import CHECKPOINTINGS as CHECKPOINTING
@@ -53,6 +53,8 @@ from .host_alloc import ALLOCATORS
 SUITE_DIR = Path(__file__).resolve().parent / "suites"
 DEFAULT_SUITE = SUITE_DIR / "cpu_default.yaml"
 GPU_DEFAULT_SUITE = SUITE_DIR / "gpu_default.yaml"
+#: the precisions a suite may measure: plain PyTorch training steps (autocast), so not fp8
+MEASURED_PRECISIONS = tuple(p for p in PRECISIONS if p != FP8)
 #: timed seconds per round at least (suite ``min_round_s``, ``--min-round-s``): steps of a few
 #: milliseconds are timed dozens of times, as a shared host's speed moves by 20-50% for seconds at a
 #: time (a 2-core Zen 4 guest, 2026-12-03: 1-2 steps per round of 10-100 ms configs spread 1.5-2.3x)
@@ -180,8 +182,8 @@ def load_suite(path: str | os.PathLike) -> Suite:
         ckpt, comp = str(c.get("checkpointing", "none")), bool(c.get("compile", False))
         if min(seq, mb, ga) < 1:
             raise UsageError(f"suite {str(p)!r}: config #{i + 1}: sizes must be positive")
-        if prec not in PRECISIONS or attn not in ("eager", "sdpa") or ckpt not in CHECKPOINTING:
-            raise UsageError(f"suite {str(p)!r}: config #{i + 1}: precision in {PRECISIONS}, attention "
+        if prec not in MEASURED_PRECISIONS or attn not in ("eager", "sdpa") or ckpt not in CHECKPOINTING:
+            raise UsageError(f"suite {str(p)!r}: config #{i + 1}: precision in {MEASURED_PRECISIONS}, attention "
                              f"eager|sdpa, checkpointing {'|'.join(CHECKPOINTING)}")
         if spec.pos_embedding == "learned" and seq > spec.max_positions:
             raise UsageError(f"suite {str(p)!r}: config #{i + 1}: seq_len {seq} > max_positions "

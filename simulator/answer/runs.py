@@ -112,7 +112,7 @@ def _sharding(text) -> str | None:
 
 def _precision(text) -> str:
     low = str(text).lower()
-    for p in ("bf16", "fp16", "fp32"):
+    for p in ("fp8", "bf16", "fp16", "fp32"):  # fp8 first: FP8 runs keep bf16 master weights
         if p in low:
             return p
     return "bf16"  # not stated: A100/H100 training runs in bf16 (labelled in the row's note)

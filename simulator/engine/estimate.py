@@ -19,7 +19,7 @@ from itertools import product
 import numpy as np
 
 from ..core.memo import cached, frozen, store
-from ..core.vocab import HALF_PRECISIONS
+from ..core.vocab import MIXED_PRECISIONS
 from ..hardware.device import Device
 from ..model import workload
 from ..physics import communication as comm
@@ -478,7 +478,7 @@ def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: Sta
     share = local / P  # (1, Z, 1) fraction of the parameters each rank updates
     # a half copy of the updated weights, where ZeRO/FSDP keep fp32 masters (DDP's casts happen
     # per micro-batch, see assemble)
-    half = np.array([pk[0] in HALF_PRECISIONS for pk in packs])[:, None] & ~st.fp32_params
+    half = np.array([pk[0] in MIXED_PRECISIONS for pk in packs])[:, None] & ~st.fp32_params
     step_bytes = optimizer_time.bytes_per_param(pb.optimizer, st.grad_bpp, np.where(half, 2.0, 0.0))[:, :, None]
     opt_eff = prof.optimizer_bw_eff.get("foreach", min(prof.optimizer_bw_eff.values()))
     loop = fresh_memory.optimizer_loop_time(model, prof)  # per-tensor host loop, where calibrated

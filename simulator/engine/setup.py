@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from ..core.errors import UsageError
-from ..core.vocab import PRECISIONS
+from ..core.vocab import FP8, PRECISIONS
 from ..hardware import catalog as hardware
 from ..hardware.device import GIB, device_from_profile, device_from_spec
 from ..hardware.profile import Profile, comm_params, load_profile
@@ -192,10 +192,21 @@ def knob_space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
     supported = [p for p in PRECISIONS
                  if (p in dev.peak_flops if p == "tf32" else dev.gemm_peak(p) is not None)]
     if pins.get("precision"):
+        if pins["precision"] == FP8 and FP8 not in supported:
+            have = ", ".join(g.id for g in hardware.list_gpus() if FP8 in g.peak_tflops)
+            raise UsageError(f"--precision fp8: {s.hardware['gpu']} has no FP8 tensor cores (no fp8 peak in the "
+                             f"catalog); FP8 training needs one of: {have}; valid choices here: {', '.join(supported)}")
         if pins["precision"] not in supported:
             raise UsageError(f"--precision {pins['precision']}: {s.hardware['gpu']} has no {pins['precision']} "
                              f"peak; valid choices here: {', '.join(supported)}")
         precs = [pins["precision"]]
+        if precs == [FP8]:
+            prof = dev.profile
+            fit = "its FP8 GEMM efficiency" if FP8 in prof.gemm else "bf16's GEMM efficiency (the profile has no FP8 fit)"
+            notes.append(f"fp8: the layers' linear GEMMs (QKV, output, MLP, experts) at the FP8 peak and {fit}, with "
+                         f"tensor-wise dynamic scaling casts (torchao float8, Transformer Engine: the stack must be "
+                         f"configured for it); attention, norms, the head, the router and the optimizer in bf16; "
+                         f"memory as bf16; MFU and the floor count the FP8 peak")
     else:
         base = s.recipe.precision
         precs = [base] + (["tf32"] if base == "fp32" and "tf32" in dev.peak_flops else [])

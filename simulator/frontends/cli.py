@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default hf-trainer; see simulator/data/stacks.yaml)")
     add_recipe_args(p)
     k = p.add_argument_group("strategy (omit to search)")
-    k.add_argument("--precision", help="fp32 | tf32 | bf16 | fp16")
+    k.add_argument("--precision", help="fp32 | tf32 | bf16 | fp16 | fp8 (FP8 linear layers; pinned only, Hopper/Ada)")
     k.add_argument("--attention", help="eager | sdpa")
     k.add_argument("--compile", dest="compile", action="store_true", default=None, help="torch.compile")
     k.add_argument("--no-compile", dest="compile", action="store_false")

@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from ..core.errors import UsageError, did_you_mean, unknown
-from ..core.vocab import PEAK_PRECISIONS
+from ..core.vocab import PRECISIONS
 from .profile import parse_profile
 
 CATALOG_ENV = "SIMULATOR_CATALOG_DIR"
@@ -78,7 +78,7 @@ class GPUSpec(_Strict):
     memory_gib: Sourced  # label capacity
     usable_memory_gib: Sourced  # what a PyTorch process can allocate after the CUDA context
     mem_bw_gbs: Sourced  # DRAM bandwidth, GB/s
-    peak_tflops: dict[str, Sourced]  # dense, FP32 accumulate; keys among PEAK_PRECISIONS
+    peak_tflops: dict[str, Sourced]  # dense, FP32 accumulate; keys among PRECISIONS
     board_power_w: Sourced
     intra_node_link: str  # default link id between GPUs of one node
     host_link: str  # link id host <-> device
@@ -90,8 +90,8 @@ class GPUSpec(_Strict):
     @model_validator(mode="after")
     def _check(self) -> GPUSpec:
         for key in self.peak_tflops:
-            if key not in PEAK_PRECISIONS:
-                raise ValueError(f"peak_tflops: unknown precision {key!r}; valid: {', '.join(PEAK_PRECISIONS)}")
+            if key not in PRECISIONS:
+                raise ValueError(f"peak_tflops: unknown precision {key!r}; valid: {', '.join(PRECISIONS)}")
         if "fp32" not in self.peak_tflops:
             raise ValueError("peak_tflops needs at least 'fp32'")
         for key, val in self.peak_tflops.items():
@@ -109,7 +109,7 @@ class GPUSpec(_Strict):
     @property
     def precisions(self) -> tuple[str, ...]:
         """Precisions this GPU has a peak for, in canonical order."""
-        return tuple(p for p in PEAK_PRECISIONS if p in self.peak_tflops)
+        return tuple(p for p in PRECISIONS if p in self.peak_tflops)
 
     def peak_flops(self, precision: str) -> float:
         """Dense peak in FLOP/s for ``precision`` (fp32 = CUDA cores, tf32/bf16/fp16/fp8 = tensor cores).

@@ -65,7 +65,7 @@ Units: bytes per token (per sample for the mask), per layer unless named otherwi
 
 from __future__ import annotations
 
-from ..core.vocab import HALF_PRECISIONS
+from ..core.vocab import MIXED_PRECISIONS
 
 #: (hidden/residual dropout, attention-probability dropout) probabilities of a Hugging Face model
 #: built with ``from_config`` from its family's config defaults; families not listed have none.
@@ -112,7 +112,7 @@ def attention_saved(model, seq_len: int, precision: str, attention: str,
     """(all, s x s part) bytes per token the attention of one layer saves between the norm's
     output and the output projection's input (both excluded): Q, K, V as the kernel keeps them,
     QK-norm, SDPA's output and log-sum-exp, or eager attention's Q/K/V copies and probabilities."""
-    auto = precision in HALF_PRECISIONS
+    auto = precision in MIXED_PRECISIONS
     e = 2.0 if auto else 4.0
     q, kv = model.q_dim, model.kv_dim
     heads = model.n_heads
@@ -154,7 +154,7 @@ def attention_saved(model, seq_len: int, precision: str, attention: str,
 def mlp_saved(model, precision: str) -> float:
     """Bytes per token one layer's MLP saves between its up projection's input and its down
     projection's input (both included): up/gate outputs, activation tensors, down input."""
-    auto = precision in HALF_PRECISIONS
+    auto = precision in MIXED_PRECISIONS
     e = 2.0 if auto else 4.0
     f = model.ffn_hidden
     act = model.mlp_activation
@@ -173,7 +173,7 @@ def layer_saved_bytes_per_token(model, seq_len: int, precision: str, attention: 
     """(all, s x s part) bytes per token one Hugging Face eager layer saves for backward under
     ``precision`` (bf16/fp16: torch.autocast over fp32 weights; fp32/tf32: no autocast) and
     ``attention`` (sdpa, eager); see the module notes for each term and its source."""
-    auto = precision in HALF_PRECISIONS
+    auto = precision in MIXED_PRECISIONS
     e = 2.0 if auto else 4.0
     h = model.hidden / getattr(model, "seq_shards", 1)
     q = model.q_dim
@@ -211,7 +211,7 @@ def outside_saved_bytes_per_token(model, seq_len: int, precision: str, attention
     LM head's input (its half copy under autocast, the fp32 norm output otherwise), the embedding
     dropout's mask, cos/sin of rotary embeddings (fp32, shared by the layers) and, for eager
     attention in a decoder, the fp32 4-D causal mask (s x 4 bytes per token)."""
-    auto = precision in HALF_PRECISIONS
+    auto = precision in MIXED_PRECISIONS
     h = model.hidden / getattr(model, "seq_shards", 1)
     out = 0.0
     if getattr(model, "final_norm", True):

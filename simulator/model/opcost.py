@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.vocab import FP8
 from ..strategy.stacks import Stack, get_stack
 from .families import Knobs, family_of
 from .families.base import Graph
+from .fp8 import with_fp8_casts
 
 
 def graph(model, seq_len: int, mb, precision: str, attention: str, compiled: bool,
           stack: Stack | str | None = None) -> Graph:
     """The family's operations of one micro-batch of ``mb`` samples (array) under ``stack``
-    (default hf-trainer); the last few graphs are kept, since a search asks for the same one per
+    (default hf-trainer), with FP8's scaling casts under fp8 (:mod:`simulator.model.fp8`); the last few graphs are kept, since a search asks for the same one per
     knob combination."""
     mb = np.asarray(mb, dtype=float)
     stack = get_stack(stack)
@@ -27,6 +29,8 @@ def graph(model, seq_len: int, mb, precision: str, attention: str, compiled: boo
     g = _GRAPHS.get(key)
     if g is None:
         g = family_of(model).graph(model, mb, seq_len, Knobs(precision, attention, compiled, stack))
+        if precision == FP8:
+            g = with_fp8_casts(g)
         if len(_GRAPHS) >= 256:
             _GRAPHS.pop(next(iter(_GRAPHS)))
         _GRAPHS[key] = g

@@ -18,14 +18,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..core.errors import UsageError, unknown
-from ..core.vocab import PRECISIONS
+from ..core.vocab import FP8, PRECISIONS
 from ..strategy.knobs import OPTIMIZERS, Optimizer
 from .presets import get_model
 from .spec import ModelSpec
 
 #: A recipe's own precision: a training precision but TF32, which is a way to run an fp32
-#: recipe's GEMMs (a strategy the search tries where the GPU has it).
-RECIPE_PRECISIONS: tuple[str, ...] = tuple(p for p in PRECISIONS if p != "tf32")
+#: recipe's GEMMs (a strategy the search tries where the GPU has it), and FP8, which the user pins
+#: (``--precision fp8``: the training stack must be configured for it, so it is never searched).
+RECIPE_PRECISIONS: tuple[str, ...] = tuple(p for p in PRECISIONS if p not in ("tf32", FP8))
 RecipePrecision = Literal[RECIPE_PRECISIONS]
 
 

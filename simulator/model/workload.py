@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.vocab import MIXED_PRECISIONS
+
 
 @dataclass(frozen=True)
 class Gemm:
@@ -42,8 +44,9 @@ class MemOps:
 
 
 def act_bytes(precision: str) -> int:
-    """Bytes per activation element: 2 under bf16/fp16 mixed precision, else 4."""
-    return 2 if precision in ("bf16", "fp16") else 4
+    """Bytes per activation element: 2 under bf16/fp16/fp8 mixed precision, else 4 (fp8 keeps its
+    activations in bf16; only the linear layers' GEMM inputs are cast to FP8)."""
+    return 2 if precision in MIXED_PRECISIONS else 4
 
 
 def is_causal(model) -> bool:
@@ -369,7 +372,7 @@ def autocast_cast_bytes(n_params: float, precision: str, half_params: bool) -> M
     parameter), and backward casts each weight's half gradient back to fp32 (read 2 + write 4):
     12 bytes per parameter, half of them in each pass. Not needed when the weights are already
     kept in half (ZeRO/FSDP mixed precision, a model cast to half)."""
-    if precision not in ("bf16", "fp16") or half_params:
+    if precision not in MIXED_PRECISIONS or half_params:
         return MemOps(np.asarray(0.0), 0.0)
     return MemOps(np.asarray(12.0 * n_params), 0.0)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.vocab import HALF_PRECISIONS
+from ..core.vocab import FP8, MIXED_PRECISIONS, base_precision
 from ..hardware.device import Device
 from ..hardware.rates import atomic_rate
 from ..model import workload
@@ -54,13 +54,14 @@ def fused_attention_rate(dev: Device, precision: str, head_dim: float, seq_len: 
                          causal: bool) -> tuple[float, np.ndarray, np.ndarray]:
     """(peak FLOP/s, forward efficiency, backward efficiency) of fused attention (SDPA) for one
     head size (elements), sequence length (tokens) and mask: FlashAttention on the tensor peak in
-    half precision, the memory-efficient kernel on CUDA cores on fp32 inputs; the profile's
+    half precision (bf16 under fp8: attention stays in bf16), the memory-efficient kernel on CUDA
+    cores on fp32 inputs; the profile's
     efficiencies scaled by :func:`simulator.physics.kernels.attention_efficiency`. ``seq_half`` describes
     causal kernels (decoder training); without the mask the score tiles are full from the first
     one, so the sequence dependence is weaker (:data:`NONCAUSAL_SEQ_HALF`)."""
     a = dev.profile.attention
-    if precision in ("bf16", "fp16"):
-        peak, e_f, e_b = dev.gemm_peak(precision), a.flash_fwd, a.flash_bwd
+    if precision in MIXED_PRECISIONS:
+        peak, e_f, e_b = dev.gemm_peak(base_precision(precision)), a.flash_fwd, a.flash_bwd
     else:
         peak, e_f, e_b = dev.peak_flops["fp32"], a.mem_efficient_fwd, a.mem_efficient_bwd
     shape = (head_dim, seq_len, a.head_dim_half, a.seq_half * (1.0 if causal else NONCAUSAL_SEQ_HALF))
@@ -70,14 +71,14 @@ def fused_attention_rate(dev: Device, precision: str, head_dim: float, seq_len: 
 def op_times(op: Op, dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of one repetition of ``op``, without kernel launches.
 
-    GEMMs: :func:`gemm_times`. Fused attention: its FLOPs at :func:`fused_attention_rate`.
+    GEMMs: :func:`gemm_times` in :func:`gemm_precision`. Fused attention: its FLOPs at :func:`fused_attention_rate`.
     Scan, conv and elementwise ops: roofline of their FLOPs on the CUDA-core fp32 peak and their
     bytes at the profile's bandwidth efficiency (of the op's ``bandwidth`` class where the
     profile calibrates one); fp32 atomic adds of a backward (``atomics_bwd``) add their time at
     the GPU's atomic rate (:func:`simulator.hardware.rates.atomic_rate`).
     """
     if op.kind == "gemm":
-        t_f, t_b = gemm_times([op], dev, precision)
+        t_f, t_b = gemm_times([op], dev, gemm_precision(op, precision))
         return t_f[0], t_b[0]
     prof = dev.profile
     bw, bw_eff = dev.mem_bw, prof.memory_bw_eff
@@ -213,7 +214,7 @@ class _Timed:
         self.launch = 1e-6 * (prof.compiled_launch_overhead_us if compiled else prof.launch_overhead_us)
         # eager training passes: host work around each kernel (module calls, views, autograd), where calibrated
         fwd_us, bwd_us = prof.train_fwd_kernel_us, prof.train_bwd_kernel_us
-        if precision in HALF_PRECISIONS and prof.train_fwd_kernel_us_amp is not None:  # autocast's own
+        if precision in MIXED_PRECISIONS and prof.train_fwd_kernel_us_amp is not None:  # autocast's own
             fwd_us, bwd_us = prof.train_fwd_kernel_us_amp, prof.train_bwd_kernel_us_amp
         self.extra = {"fwd": 0.0 if compiled else 1e-6 * (fwd_us or 0.0),
                       "bwd": 0.0 if compiled else 1e-6 * (bwd_us or 0.0)}
@@ -253,10 +254,6 @@ def layer_gemm_times(model, tokens, precision: str, dev: Device, chunks: int = 1
     if chunks != 1:
         t_w = gemm_pass_times(gemms, dev, precision)[2]
     return (count * chunks * t_f).sum(axis=0), (count * (chunks * t_d + t_w)).sum(axis=0)
-
-
-def _gemm_key(precision: str, where: str, op: Op) -> tuple:
-    return ("gemm", precision, where, op.name)
 
 
 def gemm_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray]:
@@ -301,13 +298,22 @@ def _gemm_key(precision: str, where: str, op: Op) -> tuple:
     return ("gemm", precision, where, op.name)
 
 
+def gemm_precision(op: Op, precision: str) -> str:
+    """The precision a GEMM op runs in under the training ``precision``: FP8 for an FP8 linear
+    layer's GEMMs under fp8, else the precision of the rest (bf16 under fp8: attention's, the
+    head's and the router's GEMMs)."""
+    return FP8 if precision == FP8 and op.fp8_linear else base_precision(precision)
+
+
 def _time_gemms(ops: list[tuple[Op, str]], dev: Device, precision: str, memo: dict) -> None:
-    """Times the GEMM ops (each with its block's name) not yet in ``memo`` in one call: a GEMM's
-    time depends on its shape and the precision only, so a search times each once."""
+    """Times the GEMM ops (each with its block's name) not yet in ``memo``, one call per
+    :func:`gemm_precision`: a GEMM's time depends on its shape and that precision only, so a
+    search times each once."""
     todo = [(op, where) for op, where in ops if _gemm_key(precision, where, op) not in memo]
-    if todo:
-        t_f, t_b = gemm_times([op for op, _ in todo], dev, precision)
-        for i, (op, where) in enumerate(todo):
+    for p in dict.fromkeys(gemm_precision(op, precision) for op, _ in todo):
+        part = [(op, where) for op, where in todo if gemm_precision(op, precision) == p]
+        t_f, t_b = gemm_times([op for op, _ in part], dev, p)
+        for i, (op, where) in enumerate(part):
             memo[_gemm_key(precision, where, op)] = (t_f[i], t_b[i])
 
 

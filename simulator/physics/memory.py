@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core.vocab import HALF_PRECISIONS
+from ..core.vocab import MIXED_PRECISIONS
 from ..model.families import family_of
 from ..model.opcost import graph
 from ..strategy.knobs import SHARD_STAGE, checkpointed_layers
@@ -33,7 +33,7 @@ def autocast_fp32_params(precision: str, sharding: str, stack=None) -> bool:
     DistributedFusedAdam over autocast, ``stack.torch_zero``). Otherwise ZeRO/FSDP
     keep half weights and gradients with an fp32 master copy in the optimizer, as do stacks that
     cast the model itself (:attr:`simulator.strategy.stacks.Stack.half_model`)."""
-    if precision not in HALF_PRECISIONS or (stack is not None and stack.half_model):
+    if precision not in MIXED_PRECISIONS or (stack is not None and stack.half_model):
         return False
     if sharding == "ddp":
         return True
@@ -53,9 +53,9 @@ def state_bytes_per_param(precision: str, sharding: str, optimizer: str, stack=N
     dtype), 8 B/param with Adam.
     """
     k = moment_bytes(optimizer)
-    if precision in HALF_PRECISIONS and stack is not None and stack.half_states:
+    if precision in MIXED_PRECISIONS and stack is not None and stack.half_states:
         return 2, 2, k // 2
-    if precision in HALF_PRECISIONS and not autocast_fp32_params(precision, sharding, stack):
+    if precision in MIXED_PRECISIONS and not autocast_fp32_params(precision, sharding, stack):
         return 2, 2, 4 + k
     return 4, 4, k
 

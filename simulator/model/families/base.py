@@ -44,6 +44,9 @@ class Op:
     timed at the profile's ``fp32_atomic_rate`` (:func:`simulator.hardware.rates.atomic_rate`) and
     added to the op's roofline time (mamba-ssm issues them after each state's scans, between the
     block's barriers, so they do not overlap the scan's own work).
+    ``fp8_linear``: a GEMM of a linear layer that FP8 training converts (torchao's Float8Linear,
+    Transformer Engine's Linear): under precision fp8 its three GEMMs run at the FP8 peak and
+    the block pays their inputs' scaling casts (:func:`simulator.model.fp8.with_fp8_casts`).
     """
 
     name: str
@@ -70,6 +73,7 @@ class Op:
     bandwidth_bwd: str = ""
     atomics_bwd: np.ndarray | float = 0.0
     params: int = 0
+    fp8_linear: bool = False
 
     def kept_under(self, policy: str) -> np.ndarray | float:
         """Bytes kept per repetition under an op-granular policy (``none``, ``selective``, ``op``)."""

@@ -168,7 +168,8 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
     loop_k = LOOP_KERNELS_PER_EXPERT * local if loop else 0.0
     ops += [
         # the router reads the post-attention norm's output (kept for backward, as the dense
-        # MLP-up kept it) and writes the expert scores
+        # MLP-up kept it) and writes the expert scores; it stays in bf16 under fp8 (a narrow GEMM whose
+        # scores decide the routing: FP8 recipes leave it out), as does the shared expert's gate
         Op("router", "gemm", m=T, n=E, k=h, kernels_fwd=1, kernels_bwd=2, saved=T * e * h,
            kept={"op": T * e * E}, params=model.router_params_per_layer()),
         Op("router_topk", "elementwise", bytes_fwd=T * E * (e + 4 * ROUTER_PASSES), bytes_bwd=T * E * 4 * 3,
@@ -180,10 +181,10 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
            kernels_fwd=2 + loop_k / 2, kernels_bwd=2 + loop_k, recompute=frozenset({"op"}), bandwidth="elementwise"),
         Op("expert_up", "gemm", m=Tk / local, n=up, k=h, batch=float(local), kernels_fwd=per_expert,
            kernels_bwd=2 * per_expert, saved=Tk * e * h, kept={"op": Tk * e * up},
-           params=local * h * up),
+           params=local * h * up, fp8_linear=True),
         Op("expert_down", "gemm", m=Tk / local, n=h, k=f, batch=float(local), kernels_fwd=per_expert,
            kernels_bwd=2 * per_expert, saved=Tk * e * f, kept={"op": Tk * e * h},
-           params=local * f * h),
+           params=local * f * h, fp8_linear=True),
         # combine: weight each copy by its routing probability (the copies are kept for that
         # probability's gradient) and add them back in token order
         Op("combine", "elementwise", bytes_fwd=(2 * Tk + T) * h * e, bytes_bwd=2 * (2 * Tk + T) * h * e,
@@ -192,9 +193,9 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
     ]
     if fs:
         ops += [Op("shared_up", "gemm", m=T, n=up_s, k=h, kernels_fwd=1, kernels_bwd=2, kept={"op": T * e * up_s},
-                   params=h * up_s),
+                   params=h * up_s, fp8_linear=True),
                 Op("shared_down", "gemm", m=T, n=h, k=fs, kernels_fwd=1, kernels_bwd=2, saved=T * e * fs,
-                   kept={"op": T * e * h}, params=fs * h)]
+                   kept={"op": T * e * h}, params=fs * h, fp8_linear=True)]
         if model.shared_expert_gate:
             ops.append(Op("shared_gate", "gemm", m=T, n=1, k=h, kernels_fwd=1, kernels_bwd=2, saved=T * e,
                           params=h))

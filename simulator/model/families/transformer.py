@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...core.vocab import base_precision
 from ...hardware.profile import activation_class
 from .. import hf_eager, workload
 from ..spec import FAMILIES, ModelSpec
@@ -36,7 +37,7 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
     # Korthikanti's per-layer bytes and the parameter count exactly
     ops = [Op(g.name, "gemm", count=g.count / L1, m=g.m, n=g.n, k=g.k, batch=g.batch, kernels_fwd=1,
               kernels_bwd=2, saved=tokens * e * g.k, kept={"op": tokens * e * g.n},
-              params=int(g.k * g.n + (g.n if model.linear_bias else 0)))
+              params=int(g.k * g.n + (g.n if model.linear_bias else 0)), fp8_linear=True)
            for g in workload.layer_gemms(model, tokens)]
     # what a layer saves: Hugging Face's eager modules where the stack runs them (not compiled:
     # AOTAutograd re-derives the saved set), else the textbook count (simulator/model/hf_eager.py)
@@ -79,8 +80,8 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
                       bytes_bwd=workload.ACTIVATION_BWD_BYTES * af.nbytes / L1,
                       kernels_fwd=float(af.kernels) / L1, kernels_bwd=float(af.kernels) / L1,
                       recompute=frozenset({"op"}),
-                      bandwidth=activation_class(model.mlp_activation, knobs.precision),
-                      bandwidth_bwd=activation_class(model.mlp_activation, knobs.precision, backward=True)))
+                      bandwidth=activation_class(model.mlp_activation, base_precision(knobs.precision)),
+                      bandwidth_bwd=activation_class(model.mlp_activation, base_precision(knobs.precision), backward=True)))
     ops.append(Op("norms_residual_activation", "elementwise", bytes_fwd=lf.nbytes / L1, bytes_bwd=lb.nbytes / L1,
                   kernels_fwd=float(lf.kernels) / L1, kernels_bwd=float(lb.kernels) / L1,
                   saved=tokens * rest_saved, recompute=frozenset({"op"}), kept={"op": tokens * rest_kept},

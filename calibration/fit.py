@@ -316,23 +316,6 @@ def fit_bandwidth(nbytes, times, bw: float, launch_s: float, kernels_per_call=1)
     return _clipped_fit("bw_eff", eff, int(t.size), resid)
 
 
-def fit_compute_eff(flops, times, peak_flops: float, launch_s: float) -> Fit:
-    """Fit one efficiency ``eff`` in (0, 1] for t = launch + flops / (peak * eff).
-
-    Used for fused attention kernels (FLOP-bound), per backend and direction.
-    """
-    f, t = _arr(flops), _arr(times)
-    logt = np.log(t)
-
-    def resid(p):
-        return np.log(launch_s + f / (peak_flops * math.exp(p[0]))) - logt
-
-    e0 = float(np.clip(np.median(f / (peak_flops * np.maximum(t - launch_s, 1e-12))), 1e-5, 1.0))
-    x = _solve(resid, [math.log(e0)], [math.log(1e-7)], [math.log(MAX_RAW)])
-    eff = math.exp(x[0])
-    return _clipped_fit("eff", eff, int(t.size), resid)
-
-
 def fit_alpha_beta(nbytes, times) -> Fit:
     """Fit latency ``alpha_s`` (s) and bandwidth ``bw`` (bytes/s) of
     :func:`simulator.physics.kernels.collective_time`: t = alpha + bytes / bw (bytes > 0 only)."""

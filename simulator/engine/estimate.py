@@ -80,11 +80,6 @@ class Space:
     offloads: list[str]
     micro_batches: np.ndarray | None = None  # None = 1..per-GPU batch
 
-    @property
-    def size_without_mb(self) -> int:
-        return (len(self.precisions) * len(self.attentions) * len(self.compiles)
-                * len(self.checkpointings) * len(self.shardings) * len(self.offloads))
-
 
 @dataclass(frozen=True, eq=False)
 class Table:

@@ -17,7 +17,6 @@ import functools
 import math
 import os
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.abc import Traversable
@@ -123,11 +122,6 @@ class GPUSpec(_Strict):
                 f"{', '.join(self.precisions)}"
             )
         return self.peak_tflops[key].value * 1e12
-
-    @property
-    def memory_bytes(self) -> float:
-        """Usable device memory in bytes."""
-        return self.usable_memory_gib.value * 2**30
 
 
 class LinkSpec(_Strict):
@@ -497,8 +491,3 @@ def parse_cluster(text: str, intra_node: str | None = None,
         inter = base if inter_node_gbits is None else _inter_link(base, float(inter_node_gbits))
     return Cluster(gpu=gpu, nodes=nodes, gpus_per_node=per_node, intra=intra, inter=inter,
                    host=cat.link(gpu.host_link))
-
-
-def gpu_choices() -> Iterable[str]:
-    """Names accepted for GPUs (ids and aliases), for help texts."""
-    return catalog().gpu_names()

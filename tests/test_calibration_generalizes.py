@@ -15,7 +15,7 @@ from simulator.answer.api import simulate
 from simulator.hardware import catalog as hardware
 from simulator.hardware.profile import FreshMemory, GemmEfficiency, parse_profile
 from simulator.model.presets import get_model
-from simulator.physics import fresh_memory
+from simulator.physics import fresh_memory, kernels
 
 SUITE_SPECS = {"base": "gpt2", "n_layers": 2, "hidden": 128, "n_heads": 4, "n_kv_heads": 2, "ffn_hidden": 512,
                "vocab_size": 2048, "max_positions": 1024, "default_seq_len": 128}
@@ -156,8 +156,8 @@ def test_fit_attention_shape_recovers_halves():
     both = np.array([False] * len(pts) + [True] * len(pts))
     f = 4 * 8 * s**2 * d / 2
     peak, launch = 1e11, 5e-6
-    ef = F.attention_shape_eff(d, s, 0.8, 40.0, 300.0)
-    eb = F.attention_shape_eff(d, s, 0.4, 40.0, 300.0)
+    ef = kernels.attention_efficiency(0.8, d, s, 40.0, 300.0)
+    eb = kernels.attention_efficiency(0.4, d, s, 40.0, 300.0)
     t = launch + f / (peak * ef) + np.where(both, launch + 2.5 * f / (peak * eb), 0.0)
     fit = F.fit_attention_shape(f, d, s, t, both, peak, launch, 2.5)
     assert fit.params["fwd"] == pytest.approx(0.8, rel=1e-3) and fit.params["bwd"] == pytest.approx(0.4, rel=1e-3)

@@ -24,20 +24,17 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import ValidationError, field_validator, model_validator
 
 from ..core.errors import UsageError, did_you_mean, unknown
+from ..core.strict import StrictModel
 from ..core.vocab import PEAK_PRECISIONS
 from .profile import parse_profile
 
 CATALOG_ENV = "SIMULATOR_CATALOG_DIR"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Sourced(_Strict):
+class Sourced(StrictModel, frozen=True):
     """A number with the source it comes from (publication, datasheet, or a labelled assumption)."""
 
     value: float
@@ -63,7 +60,7 @@ def _positive(s: Sourced | None, what: str) -> None:
         raise ValueError(f"{what} must be > 0, got {s.value}")
 
 
-class GPUSpec(_Strict):
+class GPUSpec(StrictModel, frozen=True):
     """One GPU model: memory, bandwidth, dense peaks per precision, links, prices."""
 
     id: str
@@ -124,7 +121,7 @@ class GPUSpec(_Strict):
         return self.peak_tflops[key].value * 1e12
 
 
-class LinkSpec(_Strict):
+class LinkSpec(StrictModel, frozen=True):
     """A link type with its achievable ring-collective bus bandwidth and latency.
 
     ``busbw_gbs`` is busbw as nccl-tests defines it (GB/s per GPU, unidirectional): a ring
@@ -171,7 +168,7 @@ class LinkSpec(_Strict):
         return self.latency_us.value * 1e-6
 
 
-class Cluster(_Strict):
+class Cluster(StrictModel, frozen=True):
     """nodes x gpus_per_node identical GPUs with their intra-node, inter-node and host links."""
 
     gpu: GPUSpec

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core.memo import cached, frozen, store
 from ..model import workload
-from ..model.opcost import model_flops_per_token
+from ..model.graphs import model_flops_per_token
 from ..physics import compute, memory, parallel
 from ..physics.compute import attention_core, micro_batch_time
 from ..strategy.knobs import SHARD_STAGE, checkpointed_layers, offload_allowed

@@ -316,23 +316,6 @@ def fit_bandwidth(nbytes, times, bw: float, launch_s: float, kernels_per_call=1)
     return _clipped_fit("bw_eff", eff, int(t.size), resid)
 
 
-def fit_compute_eff(flops, times, peak_flops: float, launch_s: float) -> Fit:
-    """Fit one efficiency ``eff`` in (0, 1] for t = launch + flops / (peak * eff).
-
-    Used for fused attention kernels (FLOP-bound), per backend and direction.
-    """
-    f, t = _arr(flops), _arr(times)
-    logt = np.log(t)
-
-    def resid(p):
-        return np.log(launch_s + f / (peak_flops * math.exp(p[0]))) - logt
-
-    e0 = float(np.clip(np.median(f / (peak_flops * np.maximum(t - launch_s, 1e-12))), 1e-5, 1.0))
-    x = _solve(resid, [math.log(e0)], [math.log(1e-7)], [math.log(MAX_RAW)])
-    eff = math.exp(x[0])
-    return _clipped_fit("eff", eff, int(t.size), resid)
-
-
 def fit_alpha_beta(nbytes, times) -> Fit:
     """Fit latency ``alpha_s`` (s) and bandwidth ``bw`` (bytes/s) of
     :func:`simulator.physics.kernels.collective_time`: t = alpha + bytes / bw (bytes > 0 only)."""
@@ -360,13 +343,6 @@ def fit_alpha_beta(nbytes, times) -> Fit:
     return Fit({"alpha_s": alpha, "bw": bw}, int(t.size), _rms(resid(x)))
 
 
-def attention_shape_eff(head_dim, seq, e_max: float, d_half: float, s_half: float):
-    """Attention efficiency e_max * d/(d + d_half) * s/(s + s_half) (head size d, sequence s in
-    elements); the form of ``simulator.physics.kernels.attention_efficiency``."""
-    d, s = _arr(head_dim), _arr(seq)
-    return e_max * d / (d + d_half) * s / (s + s_half)
-
-
 def fit_attention_shape(flops_fwd, head_dim, seq, times, is_fwdbwd, peak_flops: float, launch_s: float,
                         bwd_factor: float, shape: bool = True,
                         fixed: tuple[float, float] | None = None) -> Fit:
@@ -374,8 +350,9 @@ def fit_attention_shape(flops_fwd, head_dim, seq, times, is_fwdbwd, peak_flops: 
 
     Forward points: t = launch + F / (peak * e_f(d, s)); forward+backward points: t = 2 launch +
     F / (peak * e_f) + bwd_factor * F / (peak * e_b), with e_x(d, s) = e_x_max * d/(d + d_half) *
-    s/(s + s_half) and d_half, s_half shared (0 when ``shape`` is False or there are too few
-    distinct shapes; ``fixed`` holds them at given values). Parameters: ``fwd``, ``bwd`` (asymptotic efficiencies), ``head_dim_half``,
+    s/(s + s_half) (:func:`simulator.physics.kernels.attention_efficiency`) and d_half, s_half
+    shared (0 when ``shape`` is False or there are too few distinct shapes; ``fixed`` holds them
+    at given values). Parameters: ``fwd``, ``bwd`` (asymptotic efficiencies), ``head_dim_half``,
     ``seq_half``; efficiencies are fitted up to MAX_RAW and capped at 1 by the caller.
     """
     f, d, s, t = _arr(flops_fwd), _arr(head_dim), _arr(seq), _arr(times)
@@ -398,8 +375,8 @@ def fit_attention_shape(flops_fwd, head_dim, seq, times, is_fwdbwd, peak_flops: 
 
     def model(p):
         e_f, e_b, dh, sh = unpack(p)
-        ef = attention_shape_eff(d, s, e_f, dh, sh)
-        eb = attention_shape_eff(d, s, e_b, dh, sh)
+        ef = kernels.attention_efficiency(e_f, d, s, dh, sh)
+        eb = kernels.attention_efficiency(e_b, d, s, dh, sh)
         tt = launch_s + f / (peak_flops * ef)
         return np.where(both, tt + launch_s + bwd_factor * f / (peak_flops * eb), tt)
 

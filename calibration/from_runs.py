@@ -49,7 +49,7 @@ from simulator.hardware.profile import (
     comm_params,
     load_profile,
 )
-from simulator.model.opcost import mfu
+from simulator.model.graphs import mfu
 
 #: name -> (start, lower, upper, meaning). Starts are the microbenchmark model (factors 1, no
 #: overhead, full overlap); bounds keep every value physical (no efficiency above 1, see _apply).
@@ -324,7 +324,7 @@ def at_bounds(f: Fit, rel: float = 1e-3) -> list[str]:
 
 def check_physical(table: pd.DataFrame, base: Profile) -> None:
     """UsageError naming the first run whose tokens/s would take more model FLOP/s than its GPUs'
-    dense peak at its precision (:func:`simulator.model.opcost.mfu` above 1): a typo or a per-GPU /
+    dense peak at its precision (:func:`simulator.model.graphs.mfu` above 1): a typo or a per-GPU /
     per-sequence figure, which the fit would chase to every parameter's bound."""
     for _, r in table.iterrows():
         gpu = hardware.parse_cluster(r["gpus"]).gpu

@@ -4,7 +4,7 @@
 model (:mod:`calibration.torch_model`), runs warm-up steps, profiles one training step with
 ``torch.profiler`` (CPU activities, input shapes) and groups every operator's self time by
 operation class and phase (forward, backward including recomputation, optimizer). Beside it, the
-simulator's time of the same classes from its operation list (:mod:`simulator.model.opcost`,
+simulator's time of the same classes from its operation list (:mod:`simulator.model.graphs`,
 :mod:`simulator.physics.compute`, :mod:`simulator.physics.fresh_memory`) for the same profile. The profiler adds
 its own overhead per operator (a few microseconds), so measured totals run slightly above an
 unprofiled step; the unprofiled phase times (median of 3 steps) are printed too. ``--top N``
@@ -297,7 +297,7 @@ def predict(cfg, profile) -> dict[str, Any]:
     :func:`simulator.physics.compute.micro_batch_time`; ``total`` its forward, backward + recomputation
     and optimizer time from :func:`calibration.validate.predict`."""
     from simulator.hardware.device import device_from_profile
-    from simulator.model.opcost import graph
+    from simulator.model.graphs import graph
     from simulator.physics import compute, fresh_memory
     from simulator.strategy.knobs import checkpointed_layers
     from simulator.strategy.stacks import get_stack

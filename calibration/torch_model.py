@@ -274,11 +274,6 @@ def build_model(spec: ModelSpec, attention: str = "sdpa", checkpointing: str = "
         return DecoderLM(spec, attention, checkpointing)
 
 
-def count_params(model: nn.Module) -> int:
-    """Parameters as Hugging Face counts them (tied weights once)."""
-    return sum(p.numel() for p in model.parameters())
-
-
 #: Adam's second moment given to rows a short run has never updated (fp32; normal, not subnormal).
 #: Its square root, 1e-15, is far below AdamW's eps (1e-8), so no update changes.
 SEEN_SECOND_MOMENT = 1e-30

@@ -1,4 +1,5 @@
-"""Analytical performance and cost simulator for transformer pre-training.
+"""Analytical performance and cost simulator for pre-training: transformers (decoders, encoders,
+ViT), mixtures of experts, Mamba and ConvNeXt.
 
     >>> import simulator
     >>> plan = simulator.simulate("pythia-1b", "8x3090")

@@ -85,10 +85,10 @@ def test_activation_backward_is_one_kernel_of_three_tensors():
     the input and writes the input gradient: 1.5x the forward's bytes in one kernel per layer."""
     import numpy as np
 
-    from simulator.model import opcost
+    from simulator.model import graphs
 
     spec = get_model("gpt2")
-    ops = {op.name: op for op, _ in opcost.graph(spec, 128, np.array([2.0]), "fp32", "sdpa", False).all_ops()}
+    ops = {op.name: op for op, _ in graphs.graph(spec, 128, np.array([2.0]), "fp32", "sdpa", False).all_ops()}
     act = ops["activation"]
     assert np.allclose(act.bytes_bwd, 1.5 * np.asarray(act.bytes_fwd))
     assert act.kernels_bwd == act.kernels_fwd

@@ -19,8 +19,8 @@ from simulator.answer.api import simulate
 from simulator.core.errors import UsageError
 from simulator.frontends.cli import main
 from simulator.model import workload
+from simulator.model.graphs import model_flops_per_token, palm_flops_per_token
 from simulator.model.hf_config import NOT_MODELLED, model_from_hf_config
-from simulator.model.opcost import model_flops_per_token, palm_flops_per_token
 from simulator.model.presets import get_model
 from simulator.model.spec import ModelSpec
 

@@ -73,15 +73,11 @@ def test_fit_gemm_tolerates_noise():
     assert 0.01 < f.rms_log < 0.06
 
 
-def test_fit_bandwidth_compute_and_alpha_beta_recover():
+def test_fit_bandwidth_and_alpha_beta_recover():
     b = np.logspace(4, 9, 12)
     kern = np.where(b > 1e7, 2, 1)
     t = kernels.memory_bound_time(b, 900e9, 0.83, 7e-6, kern)
     assert F.fit_bandwidth(b, t, 900e9, 7e-6, kern).params["bw_eff"] == pytest.approx(0.83, rel=1e-4)
-
-    flops = np.logspace(8, 12, 8)
-    t = 6e-6 + flops / (200e12 * 0.41)
-    assert F.fit_compute_eff(flops, t, 200e12, 6e-6).params["eff"] == pytest.approx(0.41, rel=1e-4)
 
     bus = np.logspace(3, 9, 10)
     t = kernels.collective_time(bus, 25e-6, 80e9)

@@ -15,7 +15,7 @@ from simulator.answer.api import simulate
 from simulator.hardware import catalog as hardware
 from simulator.hardware.profile import FreshMemory, GemmEfficiency, parse_profile
 from simulator.model.presets import get_model
-from simulator.physics import fresh_memory
+from simulator.physics import fresh_memory, kernels
 
 SUITE_SPECS = {"base": "gpt2", "n_layers": 2, "hidden": 128, "n_heads": 4, "n_kv_heads": 2, "ffn_hidden": 512,
                "vocab_size": 2048, "max_positions": 1024, "default_seq_len": 128}
@@ -156,8 +156,8 @@ def test_fit_attention_shape_recovers_halves():
     both = np.array([False] * len(pts) + [True] * len(pts))
     f = 4 * 8 * s**2 * d / 2
     peak, launch = 1e11, 5e-6
-    ef = F.attention_shape_eff(d, s, 0.8, 40.0, 300.0)
-    eb = F.attention_shape_eff(d, s, 0.4, 40.0, 300.0)
+    ef = kernels.attention_efficiency(0.8, d, s, 40.0, 300.0)
+    eb = kernels.attention_efficiency(0.4, d, s, 40.0, 300.0)
     t = launch + f / (peak * ef) + np.where(both, launch + 2.5 * f / (peak * eb), 0.0)
     fit = F.fit_attention_shape(f, d, s, t, both, peak, launch, 2.5)
     assert fit.params["fwd"] == pytest.approx(0.8, rel=1e-3) and fit.params["bwd"] == pytest.approx(0.4, rel=1e-3)
@@ -204,11 +204,11 @@ torch = pytest.importorskip("torch")
 @pytest.mark.parametrize("tied", [True, False])
 def test_every_block_type_tied_or_untied_counts_like_the_simulator(base, tied):
     from calibration import validate as V
-    from calibration.torch_model import build_model, count_params
+    from calibration.torch_model import build_model
 
     spec = V._spec_from("t", {**SUITE_SPECS, "base": base, "tied_embeddings": tied})
     model = build_model(spec, device="meta")
-    assert count_params(model) == spec.n_params()
+    assert sum(p.numel() for p in model.parameters()) == spec.n_params()
     assert (model.lm_head is None) == tied
 
 
@@ -235,7 +235,7 @@ def test_selective_checkpointing_matches_and_its_recompute_is_timed():
 
 def test_broad_suite_spans_what_users_train():
     from calibration import validate as V
-    from calibration.torch_model import build_model, count_params
+    from calibration.torch_model import build_model
 
     suite = V.load_suite(V.SUITE_DIR / "cpu_broad.yaml")
     cs = suite.configs
@@ -251,7 +251,7 @@ def test_broad_suite_spans_what_users_train():
     assert {c.spec.tied_embeddings for c in cs} == {True, False}
     assert {c.spec.family for c in cs} == {"gpt2", "gpt_neox", "llama"}
     for c in cs:
-        assert count_params(build_model(c.spec, device="meta")) == c.spec.n_params()
+        assert sum(p.numel() for p in build_model(c.spec, device="meta").parameters()) == c.spec.n_params()
 
 
 def test_summary_reports_per_component_errors():

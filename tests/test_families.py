@@ -1,4 +1,4 @@
-"""The operation layer (simulator/model/families, simulator/model/opcost): exact parameter counts, FLOPs,
+"""The operation layer (simulator/model/families, simulator/model/graphs): exact parameter counts, FLOPs,
 bytes and activation memory of Mamba and ConvNeXt by hand; the transformer's operations, also
 from a tensor-parallel view (its per-layer bytes by hand: test_physics, test_stacks_checkpointing,
 test_architectures)."""
@@ -17,7 +17,7 @@ from simulator.answer.family_runs import load
 from simulator.core.errors import UsageError
 from simulator.hardware.catalog import default_profile, get_gpu
 from simulator.hardware.device import device_from_spec
-from simulator.model import opcost
+from simulator.model import graphs
 from simulator.model.families import family_of, registered, spec_from_dict
 from simulator.model.families.mamba import SCAN_CHUNK, MambaSpec
 from simulator.model.presets import get_model
@@ -85,7 +85,7 @@ def test_exact_parameter_counts():
 def test_operations_own_every_parameter_once(name):
     """Sum of op params over the graph = the exact count (transformer: its layers)."""
     m = get_model(name)
-    g = opcost.graph(m, 1, np.array([1.0]), "bf16", family_of(m).attentions[-1], False)
+    g = graphs.graph(m, 1, np.array([1.0]), "bf16", family_of(m).attentions[-1], False)
     owned = sum(b.repeat * sum(op.params for op in b.ops) for b in g.blocks)
     if family_of(m).name == "transformer":
         b = m.param_breakdown()
@@ -119,30 +119,30 @@ def test_mamba_flops_by_hand():
     gemm = 2 * (d * 2 * E + E * (R + 2 * N) + R * E + E * d)  # per token per layer
     other = 2 * K * E + 9 * E * N  # conv, scan
     per_token = 3 * (L * (gemm + other) + 2 * d * V)
-    assert opcost.model_flops_per_token(m, 4096) == pytest.approx(per_token, rel=1e-12)
+    assert graphs.model_flops_per_token(m, 4096) == pytest.approx(per_token, rel=1e-12)
     # training FLOPs ~ 6 N per token (Kaplan et al.): GEMMs dominate, scan and conv ~1%
     assert per_token / (6 * m.n_params()) == pytest.approx(1.0, abs=0.03)
-    assert opcost.palm_flops_per_token(m, 4096) == 6 * m.n_params()
+    assert graphs.palm_flops_per_token(m, 4096) == 6 * m.n_params()
 
 
 def test_convnext_forward_macs_match_the_paper():
     """ConvNeXt-XL at 224: 60.9 G FLOPs (multiply-adds) with the 1k head (Liu et al. 2022, table 1)."""
     cx = get_model("convnext-xlarge-22k").model_copy(update={"num_classes": 1000})
-    macs = opcost.model_flops_per_token(cx, 1) / 3 / 2
+    macs = graphs.model_flops_per_token(cx, 1) / 3 / 2
     assert macs == pytest.approx(60.9e9, rel=0.01)
     # by hand: stem, blocks (49 C depthwise + 8 C^2 pointwise per pixel), downsampling, head
     widths, depths, grids = (256, 512, 1024, 2048), (3, 3, 27, 3), (56, 28, 14, 7)
     hand = 56**2 * 256 * 48 + sum(dep * g * g * (49 * c + 8 * c * c) for dep, c, g in zip(depths, widths, grids, strict=True))
     hand += sum(grids[i] ** 2 * 4 * widths[i - 1] * widths[i] for i in (1, 2, 3)) + 2048 * 1000
     assert macs == pytest.approx(hand, rel=1e-12)
-    assert opcost.palm_flops_per_token(cx, 1) == opcost.model_flops_per_token(cx, 1)  # 6N means nothing here
+    assert graphs.palm_flops_per_token(cx, 1) == graphs.model_flops_per_token(cx, 1)  # 6N means nothing here
 
 
 # ------------------------------------------------------------------ bytes and activations by hand
 def test_mamba_fused_scan_bytes_and_activations_by_hand():
     m = get_model("mamba-2.8b")
     d, E, N, R, L, s, e = 2560, 5120, 16, 160, 64, 4096, 2
-    g = opcost.graph(m, s, np.array([1.0]), "bf16", "n/a", False)
+    g = graphs.graph(m, s, np.array([1.0]), "bf16", "n/a", False)
     scan = next(op for op in g.blocks[0].ops if op.name == "selective_scan")
     assert float(scan.bytes_fwd[0]) == s * e * (5 * E + 2 * N)  # u, delta, z, B, C in; out and out_z out
     # saved per token per layer, read off mamba-ssm's MambaInnerFn.forward (checkpoint_lvl=1) and
@@ -187,13 +187,13 @@ def test_fla_stack_half_states_and_fused_norm_by_hand():
     assert memory.autocast_weight_copies(1e9, "bf16", "ddp", fla) == 0.0
     m = spec_from_dict(FLA_MAMBA)
     d, E, N, R, e, s = 2048, 4096, 16, 128, 2, 16384
-    g = opcost.graph(m, s, np.array([1.0]), "bf16", "n/a", False, fla)
+    g = graphs.graph(m, s, np.array([1.0]), "bf16", "n/a", False, fla)
     per_token = (e * d + 4) + e * (d + 2 * E + R + 4 * N + E)  # norm; in_proj in, xz, x_dbl, B, C, out
     assert per_token == 4100 + 2 * (2048 + 8192 + 128 + 64 + 4096) == 33_156
     chunks = 4 * 2 * N * E * (s // SCAN_CHUNK)
     assert float(g.blocks[0].kept_under("none")[0]) == s * per_token + chunks
     # Hugging Face's fp32 MambaRMSNorm (hf-trainer) keeps 2 fp32 vectors instead: 8d - (2d + 4) more
-    hf = opcost.graph(m, s, np.array([1.0]), "bf16", "n/a", False, get_stack(None))
+    hf = graphs.graph(m, s, np.array([1.0]), "bf16", "n/a", False, get_stack(None))
     assert float(hf.blocks[0].kept_under("none")[0]) - s * per_token - chunks == s * (8 * d - (e * d + 4))
 
 
@@ -223,7 +223,7 @@ def test_mamba_slow_path_materializes_fp32_states():
 def test_convnext_bytes_and_activations_by_hand():
     cx = get_model("convnext-xlarge-22k")
     e = 4
-    g = opcost.graph(cx, 1, np.array([1.0]), "fp32", "n/a", False)
+    g = graphs.graph(cx, 1, np.array([1.0]), "fp32", "n/a", False)
     stage2 = next(b for b in g.blocks if b.name == "stage2")
     dw = next(op for op in stage2.ops if op.name == "dwconv7x7")
     assert float(dw.bytes_fwd[0]) == 14 * 14 * 1024 * 2 * e  # read + write one feature map
@@ -281,7 +281,7 @@ def test_transformer_time_by_parts(name, seq, precision, attention, compiled, ck
     plus what the policy re-runs."""
     m, dev = get_model(name), _device(gpu)
     mb = np.array([1.0, 3.0, 8.0])
-    g = opcost.graph(m, seq, mb, precision, attention, compiled)
+    g = graphs.graph(m, seq, mb, precision, attention, compiled)
     t = compute.micro_batch_time(m, seq, mb, precision, attention, compiled, ckpt, dev)
     gemm_fwd = sum(reps * compute.op_times(op, dev, precision)[0] for op, reps in g.all_ops() if op.kind == "gemm")
     assert (t.fwd >= gemm_fwd).all() and (np.diff(t.total) >= 0).all()

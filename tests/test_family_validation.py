@@ -13,7 +13,7 @@ from simulator.hardware import catalog as hardware
 from simulator.hardware.device import device_from_spec
 from simulator.hardware.rates import _fit, atomic_rate
 from simulator.model.families import spec_from_dict
-from simulator.model.opcost import graph
+from simulator.model.graphs import graph
 from simulator.physics.compute import op_times
 from simulator.validation import family_validation as fv
 

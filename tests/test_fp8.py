@@ -80,7 +80,7 @@ def test_only_linear_layers_run_in_fp8():
     a16 = compute.attention_core(model, 4096, mb, "bf16", "sdpa", dev)
     a8 = compute.attention_core(model, 4096, mb, "fp8", "sdpa", dev)
     assert np.array_equal(a16.t_fwd, a8.t_fwd) and np.array_equal(a16.t_bwd, a8.t_bwd)
-    from simulator.model.opcost import graph
+    from simulator.model.graphs import graph
     g16, g8 = graph(model, 4096, mb, "bf16", "sdpa", True), graph(model, 4096, mb, "fp8", "sdpa", True)
     assert [op.name for op in g8.blocks[0].ops] == [op.name for op in g16.blocks[0].ops] + ["fp8_casts"]
     assert [op.name for op in g8.outside] == [op.name for op in g16.outside]
@@ -93,7 +93,7 @@ def test_only_linear_layers_run_in_fp8():
 
 def test_moe_experts_run_in_fp8_and_the_router_in_bf16():
     s = setup("olmoe-1b-7b", "8xh100")
-    from simulator.model.opcost import graph
+    from simulator.model.graphs import graph
     g = graph(s.model, 4096, np.array([1.0]), "fp8", "sdpa", True)
     fp8 = {op.name for op in g.blocks[0].ops if op.fp8_linear}
     assert {"expert_up", "expert_down"} <= fp8 and "router" not in fp8

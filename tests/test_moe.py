@@ -12,7 +12,7 @@ import pytest
 from simulator.answer.api import simulate
 from simulator.core.errors import UsageError
 from simulator.frontends.cli import main
-from simulator.model import opcost
+from simulator.model import graphs
 from simulator.model.families.moe import LOAD_IMBALANCE
 from simulator.model.hf_config import model_from_hf_config
 from simulator.model.presets import get_model
@@ -59,13 +59,13 @@ def test_active_parameters_by_hand() -> None:
 def test_graph_parameters_add_up_and_flops_follow_active_parameters() -> None:
     for name in PRESETS:
         m = get_model(name)
-        g = opcost.graph(m, 4096, np.array([1.0]), "bf16", "sdpa", True, "megatron-lm")
+        g = graphs.graph(m, 4096, np.array([1.0]), "bf16", "sdpa", True, "megatron-lm")
         layer = sum(op.params for op in g.blocks[0].ops)
         assert layer == m.param_breakdown()["layer_per_layer"]
         # 3 x forward FLOPs per token: 6 N_active (less the embedding lookup) + attention
         six_n = 6.0 * (m.n_active_params() - m.vocab_size * m.hidden)
-        assert six_n < opcost.model_flops_per_token(m, 4096) < 1.3 * six_n
-        assert opcost.palm_flops_per_token(m, 4096) < 6.0 * m.n_params() / 2
+        assert six_n < graphs.model_flops_per_token(m, 4096) < 1.3 * six_n
+        assert graphs.palm_flops_per_token(m, 4096) < 6.0 * m.n_params() / 2
 
 
 def test_dense_mlp_layers_refused_in_one_line() -> None:
@@ -87,7 +87,7 @@ def test_top_k_above_experts_refused() -> None:
 
 
 def _ops(model, mb=2.0, seq=1024, stack="megatron-lm", compiled=True):
-    g = opcost.graph(model, seq, np.array([mb]), "bf16", "sdpa", compiled, stack)
+    g = graphs.graph(model, seq, np.array([mb]), "bf16", "sdpa", compiled, stack)
     return {op.name: op for op in g.blocks[0].ops}
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from simulator.answer.api import simulate
 from simulator.model import workload
-from simulator.model.opcost import model_flops_per_token, palm_flops_per_token
+from simulator.model.graphs import model_flops_per_token, palm_flops_per_token
 from simulator.model.presets import get_model
 from simulator.physics import communication as comm
 from simulator.physics import kernels, memory

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from simulator.answer.api import run_search, simulate
-from simulator.model.opcost import model_flops_per_token
+from simulator.model.graphs import model_flops_per_token
 from simulator.model.spec import ModelSpec
 from simulator.strategy.knobs import SHARDINGS
 

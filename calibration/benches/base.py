@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from simulator.core.vocab import HALF_PRECISIONS
+from simulator.model.spec import ModelSpec
 
 from ..device import DeviceContext
 
@@ -25,7 +26,7 @@ class Settings:
     max_call_s: float  # skip points predicted to take longer than this per call, seconds
     compile: bool = True  # try torch.compile benchmarks
     min_runs: int = 3  # timed calls when one call is long compared with the budget
-    model: object | None = None  # ModelSpec whose shapes to add (``calibrate --for-model``)
+    model: ModelSpec | None = None  # the model whose shapes to add (``calibrate --for-model``)
     rounds: int = 1  # timed rounds of the benches that set most of a step (calibration.runner)
 
 

@@ -25,8 +25,8 @@ from ..engine.setup import (
 )
 from ..hardware import catalog as hardware
 from ..hardware.device import GIB
-from ..model import opcost
-from ..model.opcost import model_flops_per_token, palm_flops_per_token
+from ..model import graphs
+from ..model.graphs import model_flops_per_token, palm_flops_per_token
 from ..physics import memory
 from ..strategy.knobs import OFFLOADS, SHARDINGS
 from . import uncertainty
@@ -59,7 +59,7 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
     tps = tokens_step / step
     peak = pb.device.gemm_peak(st.precision) or float("nan")
     n = pb.n_gpus
-    mfu = opcost.mfu(tps, model, recipe.seq_len, n, peak)
+    mfu = graphs.mfu(tps, model, recipe.seq_len, n, peak)
     mfu_6nd = tps * palm_flops_per_token(model, recipe.seq_len) / (n * peak)
     # executed FLOPs: the busiest GPU's per-step FLOPs, times GPUs, over the step time
     hfu = float(tab.hw_flops[i]) / step / peak

@@ -12,12 +12,12 @@ from functools import lru_cache
 import numpy as np
 from pydantic import Field
 
-from ..hardware.profile import _Strict
+from ..core.strict import StrictModel
 from ..hardware.rates import _fit, _raw, fitted_group
 from . import uncertainty
 
 
-class FamilyRun(_Strict):
+class FamilyRun(StrictModel):
     """One published run: its settings, measured tokens/s and the derived prediction."""
 
     gpu: str
@@ -41,7 +41,7 @@ class FamilyRun(_Strict):
                     checkpointing="none", offload="none")
 
 
-class FamilyValidation(_Strict):
+class FamilyValidation(StrictModel):
     """A family's published runs: the model they trained, the stack, the source and the runs."""
 
     family: str

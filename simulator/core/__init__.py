@@ -1,1 +1,2 @@
-"""Errors, atomic file writes, user files and the vocabularies every layer shares."""
+"""Errors, atomic file writes, user files, the strict pydantic base model and the vocabularies
+every layer shares."""

@@ -22,9 +22,11 @@ from ..core.memo import cached, frozen, store
 from ..core.vocab import MIXED_PRECISIONS
 from ..hardware.device import Device
 from ..model import workload
+from ..model.families import AnySpec
 from ..physics import communication as comm
 from ..physics import fresh_memory, memory, optimizer_time
 from ..physics.compute import micro_batch_time
+from ..physics.parallel import ShardView
 from ..strategy.knobs import (
     SHARD_STAGE,
     Strategy,
@@ -40,7 +42,7 @@ from ..strategy.stacks import Stack, default_stack
 class Problem:
     """What is being trained on what: everything but the strategy."""
 
-    model: object  # ModelSpec
+    model: AnySpec | ShardView  # the model, or the share of it one GPU of a layout holds
     seq_len: int
     global_batch: int  # sequences per optimizer step
     optimizer: str
@@ -79,11 +81,6 @@ class Space:
     shardings: list[str]
     offloads: list[str]
     micro_batches: np.ndarray | None = None  # None = 1..per-GPU batch
-
-    @property
-    def size_without_mb(self) -> int:
-        return (len(self.precisions) * len(self.attentions) * len(self.compiles)
-                * len(self.checkpointings) * len(self.shardings) * len(self.offloads))
 
 
 @dataclass(frozen=True, eq=False)

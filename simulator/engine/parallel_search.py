@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core.memo import cached, frozen, store
 from ..model import workload
-from ..model.opcost import model_flops_per_token
+from ..model.graphs import model_flops_per_token
 from ..physics import compute, memory, parallel
 from ..physics.compute import attention_core, micro_batch_time
 from ..strategy.knobs import SHARD_STAGE, checkpointed_layers, offload_allowed
@@ -256,7 +256,7 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     for vp in vps:
         p = dataclasses.replace(par, vp=vp)
         p2p_mb = parallel.p2p_time(tokens, h, e, p, pb.fabric)
-        bubble = (p.pp - 1) / vp * (t_mb + tp_mb + p2p_mb)
+        bubble = parallel.bubble_time(p.pp, t_mb + tp_mb + p2p_mb, vp)
         b = dict(a)
         b["bubble"], b["tp_comm"], b["pp_comm"] = bubble, ga * tp_mb, ga * p2p_mb
         b["tp_comm_hidden"] = ga * (tp_sync - tp_mb)
@@ -346,7 +346,7 @@ def _extra_floor(pb: Problem, space: Space, par: Parallelism, compute: float, on
         return exposed * layers * float(parallel.tp_comm_time(samples * pb.seq_len / par.cp, pb.model.hidden, 2,
                                                               par.tp, par.sp, 2, bw, 0.0))
 
-    return tp(per_replica) + (par.pp - 1) / par.vp * (one + tp(1)) + offload_floor(pb, space, par)
+    return tp(per_replica) + float(parallel.bubble_time(par.pp, one + tp(1), par.vp)) + offload_floor(pb, space, par)
 
 
 def _seconds_per_token(pb: Problem, space: Space) -> float:

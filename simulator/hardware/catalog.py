@@ -17,7 +17,6 @@ import functools
 import math
 import os
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.abc import Traversable
@@ -25,20 +24,17 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import ValidationError, field_validator, model_validator
 
 from ..core.errors import UsageError, did_you_mean, unknown
+from ..core.strict import StrictModel
 from ..core.vocab import PRECISIONS
 from .profile import parse_profile
 
 CATALOG_ENV = "SIMULATOR_CATALOG_DIR"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Sourced(_Strict):
+class Sourced(StrictModel, frozen=True):
     """A number with the source it comes from (publication, datasheet, or a labelled assumption)."""
 
     value: float
@@ -64,7 +60,7 @@ def _positive(s: Sourced | None, what: str) -> None:
         raise ValueError(f"{what} must be > 0, got {s.value}")
 
 
-class GPUSpec(_Strict):
+class GPUSpec(StrictModel, frozen=True):
     """One GPU model: memory, bandwidth, dense peaks per precision, links, prices."""
 
     id: str
@@ -124,13 +120,8 @@ class GPUSpec(_Strict):
             )
         return self.peak_tflops[key].value * 1e12
 
-    @property
-    def memory_bytes(self) -> float:
-        """Usable device memory in bytes."""
-        return self.usable_memory_gib.value * 2**30
 
-
-class LinkSpec(_Strict):
+class LinkSpec(StrictModel, frozen=True):
     """A link type with its achievable ring-collective bus bandwidth and latency.
 
     ``busbw_gbs`` is busbw as nccl-tests defines it (GB/s per GPU, unidirectional): a ring
@@ -177,7 +168,7 @@ class LinkSpec(_Strict):
         return self.latency_us.value * 1e-6
 
 
-class Cluster(_Strict):
+class Cluster(StrictModel, frozen=True):
     """nodes x gpus_per_node identical GPUs with their intra-node, inter-node and host links."""
 
     gpu: GPUSpec
@@ -497,8 +488,3 @@ def parse_cluster(text: str, intra_node: str | None = None,
         inter = base if inter_node_gbits is None else _inter_link(base, float(inter_node_gbits))
     return Cluster(gpu=gpu, nodes=nodes, gpus_per_node=per_node, intra=intra, inter=inter,
                    host=cat.link(gpu.host_link))
-
-
-def gpu_choices() -> Iterable[str]:
-    """Names accepted for GPUs (ids and aliases), for help texts."""
-    return catalog().gpu_names()

@@ -16,31 +16,18 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator
 
 from ..core.atomic import write_text_atomic
 from ..core.errors import UsageError
+from ..core.strict import StrictModel
 from ..core.userfiles import parse_json, read_text
 from ..core.vocab import ACTIVATIONS, PRECISIONS
 
 SCHEMA_VERSION = 1
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    @model_validator(mode="after")
-    def _finite(self):  # reject NaN / inf anywhere in numeric fields, lists and maps included
-        for name, value in self:
-            items = (value.values() if isinstance(value, dict) else value
-                     if isinstance(value, (list, tuple)) else [value])
-            for v in items:
-                if isinstance(v, float) and not math.isfinite(v):
-                    raise ValueError(f"{name} must be finite, got {v}")
-        return self
-
-
-class StridedWalk(_Strict):
+class StridedWalk(StrictModel):
     """A GEMM kernel without cache blocking that walks a strided column per dot product
     (PyTorch's reference bf16 ``mm`` NN on CPUs without bf16 BLAS), :func:`simulator.physics.kernels.strided_walk_factor`.
 
@@ -66,7 +53,7 @@ class StridedWalk(_Strict):
 K_POWER_MAX = 8.0
 
 
-class GemmEfficiency(_Strict):
+class GemmEfficiency(StrictModel):
     """Achieved fraction of the dtype's dense peak for a GEMM of shape (m, n, k).
 
     eff(m, n, k) = e_max * x / (x + x_half), with x = m*n*k / (m*n + n*k + m*k)
@@ -100,7 +87,7 @@ class GemmEfficiency(_Strict):
         return None if self.operand_half_mib is None else self.operand_half_mib * 2.0**20
 
 
-class AttentionEfficiency(_Strict):
+class AttentionEfficiency(StrictModel):
     """Achieved fraction of the dtype's dense peak for fused attention kernels (FLOP-bound).
 
     'flash' and 'mem_efficient' are SDPA fused backends; 'math' (eager) is modelled as
@@ -118,7 +105,7 @@ class AttentionEfficiency(_Strict):
     source: str
 
 
-class FreshMemory(_Strict):
+class FreshMemory(StrictModel):
     """First touch of freshly mapped host memory (page faults + zeroing), CPU devices.
 
     The C allocator (glibc malloc) maps every tensor of at least ``mmap_bytes`` anew and unmaps
@@ -164,7 +151,7 @@ def activation_class(activation: str, precision: str, backward: bool = False) ->
     return f"activation.{activation}.{dt}{BWD_SUFFIX if backward else ''}"
 
 
-class CollectiveFit(_Strict):
+class CollectiveFit(StrictModel):
     """alpha-beta model of one collective over one link: t = alpha + bytes_bus / busbw."""
 
     alpha_us: float = Field(ge=0)
@@ -184,7 +171,7 @@ def _check_map(v: dict[str, float], name: str, valid, lo: float, hi: float, boun
     return v
 
 
-class DeviceInfo(_Strict):
+class DeviceInfo(StrictModel):
     """The device a profile describes (enough to simulate it as ``1xlocal``)."""
 
     kind: Literal["cuda", "cpu", "rocm"]
@@ -206,7 +193,7 @@ class DeviceInfo(_Strict):
         return v
 
 
-class Provenance(_Strict):
+class Provenance(StrictModel):
     # published: bundled (datasheets, published benchmarks, the dev runs); calibration: `calibrate`'s
     # microbenchmarks; fitted: `calibrate --from-runs` on the user's own runs
     method: Literal["published", "calibration", "fitted"]
@@ -222,7 +209,7 @@ class Provenance(_Strict):
     host_allocator: Literal["keep", "default", "mixed"] | None = None
 
 
-class ValidationSummary(_Strict):
+class ValidationSummary(StrictModel):
     """Residuals of predicted vs measured step time / throughput, for intervals.
 
     residuals are log(measured / predicted) of throughput-equivalent quantities
@@ -237,7 +224,7 @@ class ValidationSummary(_Strict):
     widen: float = Field(default=1.0, ge=1.0)  # spread multiplier for a GPU whose residuals are borrowed
 
 
-class FitParameter(_Strict):
+class FitParameter(StrictModel):
     """One fitted, physically named parameter: its value, bounds and starting point."""
 
     value: float
@@ -247,7 +234,7 @@ class FitParameter(_Strict):
     meaning: str
 
 
-class RunsFit(_Strict):
+class RunsFit(StrictModel):
     """Provenance of ``calibrate --from-runs``: which runs, which sources, what was fitted, how well."""
 
     method: str
@@ -264,7 +251,7 @@ class RunsFit(_Strict):
     carried_over: str | None = None  # for a GPU with no runs: what was carried over from which fit
 
 
-class Profile(_Strict):
+class Profile(StrictModel):
     schema_version: int
     name: str
     device: DeviceInfo

@@ -14,12 +14,12 @@ from pathlib import Path
 
 from pydantic import Field
 
-from .profile import _Strict
+from ..core.strict import StrictModel
 
 DATA = "data/family_validation.json"
 
 
-class GroupRate(_Strict):
+class GroupRate(StrictModel):
     """One GPU group's fitted rate and the catalog GPUs it applies to (same chip)."""
 
     value: float = Field(gt=0)  # 1e9 fp32 atomic adds per second
@@ -27,7 +27,7 @@ class GroupRate(_Strict):
     runs: int = Field(ge=0)
 
 
-class AtomicFit(_Strict):
+class AtomicFit(StrictModel):
     """``fp32_atomic_rate`` fitted on the families' published runs, one value per GPU group."""
 
     parameter: str = "fp32_atomic_rate"

@@ -1,19 +1,8 @@
-"""Transformer model descriptions, exact parameter counts and presets.
+"""Model presets of every family and their lookup by name, alias or Hugging Face id.
 
-A :class:`ModelSpec` describes a decoder (GPT-NeoX, GPT-2, Llama, Mistral, MPT, Qwen2/3, Gemma
-1/2/3, Phi-3, OLMo 1/2, StableLM, Falcon, OPT, BLOOM) or encoder (BERT, RoBERTa, ViT) transformer
-precisely enough to count its parameters exactly as the
-Hugging Face implementation's ``sum(p.numel() for p in model.parameters())`` does (buffers such
-as rotary frequencies or attention masks are not parameters; tied weights count once).
-
-The model classes whose counts we reproduce:
-
-* decoders with ``head="lm"``: ``*ForCausalLM`` / ``GPT2LMHeadModel`` (no bias on the LM head);
-* ``head="mlm"``: ``BertForMaskedLM`` / ``RobertaForMaskedLM`` (no pooler; the MLM head is a
-  dense + LayerNorm transform and a decoder tied to the word embeddings plus a vocab-size bias);
-* ``head="classifier"``: ``ViTForImageClassification`` (no pooler; linear classifier with bias).
-
-Presets live in ``simulator/data/models.yaml`` (data, each with its ``hf_id`` and ``source``).
+Presets live in ``simulator/data/models.yaml`` (data, each with its ``hf_id`` and ``source``):
+transformers (decoders, encoders, ViT; :class:`~simulator.model.spec.ModelSpec`), mixtures of
+experts, Mamba and ConvNeXt (their specs in ``simulator/model/families``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,20 @@
 """Transformer model descriptions and their exact parameter counts (:class:`ModelSpec`).
 
-The presets built from them are :mod:`simulator.model.presets`.
+A :class:`ModelSpec` describes a decoder (GPT-NeoX, GPT-2, Llama, Mistral, MPT, Qwen2/3, Gemma
+1/2/3, Phi-3, OLMo 1/2, StableLM, Falcon, OPT, BLOOM) or encoder (BERT, RoBERTa, ViT) transformer
+precisely enough to count its parameters exactly as the
+Hugging Face implementation's ``sum(p.numel() for p in model.parameters())`` does (buffers such
+as rotary frequencies or attention masks are not parameters; tied weights count once).
+
+The model classes whose counts we reproduce:
+
+* decoders with ``head="lm"``: ``*ForCausalLM`` / ``GPT2LMHeadModel`` (no bias on the LM head);
+* ``head="mlm"``: ``BertForMaskedLM`` / ``RobertaForMaskedLM`` (no pooler; the MLM head is a
+  dense + LayerNorm transform and a decoder tied to the word embeddings plus a vocab-size bias);
+* ``head="classifier"``: ``ViTForImageClassification`` (no pooler; linear classifier with bias).
+
+The presets (of every family) are :mod:`simulator.model.presets`; the other families' specs
+live in ``simulator/model/families``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Time of one micro-batch's forward and backward on one device: the operations of the model's
-family (``simulator/model/families``, built by :func:`simulator.model.opcost.graph`) at the profile's
+family (``simulator/model/families``, built by :func:`simulator.model.graphs.graph`) at the profile's
 efficiencies (roofline; docs/architecture.md, physics 1-3).
 
 Pure and vectorized over the micro-batch size. Seconds and FLOPs. Parts that do not depend on
@@ -20,7 +20,7 @@ from ..hardware.device import Device
 from ..hardware.rates import atomic_rate
 from ..model import workload
 from ..model.families.base import Graph, Op
-from ..model.opcost import graph
+from ..model.graphs import graph
 from ..strategy.knobs import checkpointed_layers
 from ..strategy.stacks import Stack, get_stack
 from . import fresh_memory, kernels

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..core.vocab import MIXED_PRECISIONS
 from ..model.families import family_of
-from ..model.opcost import graph
+from ..model.graphs import graph
 from ..strategy.knobs import SHARD_STAGE, checkpointed_layers
 from ..strategy.stacks import Stack
 
@@ -120,7 +120,7 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
                 compiled: bool = False, stack: Stack | str | None = None) -> np.ndarray:
     """Bytes of one micro-batch's activations at the start of backward (all blocks and the ops
     outside them), plus the working set of the one block repetition being rebuilt during
-    backward, from the family's operations (:func:`simulator.model.opcost.graph`).
+    backward, from the family's operations (:func:`simulator.model.graphs.graph`).
 
     Per block of R repetitions that each save S bytes: none keeps R x S. full / every:K: the c
     checkpointed repetitions (R, floor(R/K)) keep only their input, the others S. selective /

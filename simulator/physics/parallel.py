@@ -41,11 +41,12 @@ from ..strategy.layout import Parallelism, stage_layers
 from . import communication as comm
 
 
-def bubble_fraction(pp: int, micro_batches, vp: int = 1) -> np.ndarray:
-    """Pipeline bubble as a fraction of the ideal (bubble-free) time: (pp-1)/(vp*m)
-    (Narayanan et al. 2021, eq. 1 and sec. 2.2.2). 0 without pipelining."""
-    m = np.asarray(micro_batches, dtype=float)
-    return (pp - 1) / (vp * m)
+def bubble_time(pp: int, micro_batch_seconds, vp: int = 1) -> np.ndarray:
+    """Seconds of the 1F1B pipeline bubble: (pp-1)/vp micro-batch times, i.e. a fraction
+    (pp-1)/(vp*m) of the ideal (bubble-free) time of m micro-batches (Narayanan et al. 2021, eq. 1
+    and sec. 2.2.2). ``micro_batch_seconds``: one micro-batch's forward and backward on a stage,
+    with what it waits for. 0 without pipelining."""
+    return (pp - 1) / vp * np.asarray(micro_batch_seconds, dtype=float)
 
 
 def in_flight(pp: int, micro_batches, vp: int = 1) -> np.ndarray:

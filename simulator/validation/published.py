@@ -33,7 +33,7 @@ def simulate_run(run, profile=None):
 
 def check_measured_mfu(run, plan) -> None:
     """Refuse a run whose measured tokens/s would need more than 100% of its GPUs' dense peak
-    (model FLOPs, a true lower bound on the work: :func:`simulator.model.opcost.model_flops_per_token`):
+    (model FLOPs, a true lower bound on the work: :func:`simulator.model.graphs.model_flops_per_token`):
     a typo in the throughput, the GPU count or the model, never a measurement to predict."""
     if not plan.tokens_per_s > 0:
         return

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..spec import ModelSpec
 from . import convnext, mamba, moe, transformer
 from .base import Block, Family, Graph, Knobs, Op
 
-__all__ = ["Block", "Family", "Graph", "Knobs", "Op", "FAMILY_DEFS", "family_of", "spec_from_dict",
+__all__ = ["AnySpec", "Block", "Family", "Graph", "Knobs", "Op", "FAMILY_DEFS", "family_of", "spec_from_dict",
            "hf_builders", "registered"]
+
+#: The spec of any registered family (a mixture of experts' ``MoESpec`` is a ``ModelSpec``).
+AnySpec = ModelSpec | mamba.MambaSpec | convnext.ConvNextSpec
 
 #: Every model family, in the order the registry lists them (a new family adds its entry here).
 FAMILY_DEFS: tuple[Family, ...] = (convnext.CONVNEXT, mamba.MAMBA, moe.MOE, transformer.TRANSFORMER)
@@ -48,7 +52,7 @@ def family_of(spec: Any) -> Family:
         raise TypeError(f"not a model spec of a registered family: {spec!r}") from None
 
 
-def spec_from_dict(data: dict[str, Any]):
+def spec_from_dict(data: dict[str, Any]) -> AnySpec:
     """Validate ``data`` with the spec class its ``family`` names (a discriminated union).
 
     Raises pydantic's ValidationError for bad fields and ValueError for an unknown family.

@@ -3,7 +3,7 @@
 A family turns its own validated spec into a :class:`Graph` for one micro-batch: the repeated
 blocks of the trunk (transformer layers, Mamba layers, the ConvNeXt blocks of each stage), each a
 list of :class:`Op`, plus the operations outside the trunk (embedding or stem, head, loss). The
-consumers (``simulator/model/opcost.py``: time, FLOPs, saved activations) read operations only, never a
+consumers (``simulator/model/graphs.py``: time, FLOPs, saved activations) read operations only, never a
 family's fields. Units: elements for shapes, FLOPs, bytes; arrays run over micro-batch sizes.
 """
 

@@ -1,4 +1,4 @@
-"""Mixture-of-experts decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) as operations.
+"""Mixture-of-experts decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3) as operations.
 
 Each layer is the transformer's attention block (``families/transformer.py``, unchanged) and, in
 place of its MLP, a sparse MoE block (``transformers``' ``MixtralSparseMoeBlock``,
@@ -16,7 +16,12 @@ place of its MLP, a sparse MoE block (``transformers``' ``MixtralSparseMoeBlock`
 * combine: the ``top_k`` expert outputs weighted by their routing probabilities and summed back
   into token order;
 * Qwen2-MoE: a shared expert (a dense gated MLP of ``shared_ffn_hidden``) on every token, scaled by
-  a sigmoid gate (``hidden x 1`` linear).
+  a sigmoid gate (``hidden x 1`` linear); DeepSeek: ``n_shared_experts`` of them, one MLP that much
+  wider, ungated;
+* DeepSeek: multi-head latent attention in place of the Q/K/V projection (:func:`_mla_ops`), and
+  the ``first_dense_layers`` as a second block with a dense gated MLP (:func:`_dense_block`).
+  Group-limited routing and V3's sigmoid scores with their correction bias cost the router a few
+  more passes over ``tokens x n_experts`` scores, not counted beyond :data:`ROUTER_PASSES`.
 
 The stack decides how the experts run (:attr:`simulator.strategy.stacks.Stack.moe_experts`): ``grouped``
 (Megatron-LM's ``--moe-grouped-gemm`` with the all-to-all dispatcher, torchtitan's grouped_mm:
@@ -26,7 +31,8 @@ the activation, the weighting and an ``index_add_``: kernels per expert, slow). 
 parallelism (``ep``, :class:`simulator.strategy.layout.Parallelism`) divides the experts; its all-to-all
 is communication (:func:`simulator.physics.parallel.ep_comm_time`), not an operation here.
 
-Parameters count exactly as ``*ForCausalLM`` (tests pin Mixtral-8x7B, OLMoE-1B-7B, Qwen3-30B-A3B);
+Parameters count exactly as ``*ForCausalLM`` (tests pin Mixtral-8x7B, OLMoE-1B-7B, Qwen3-30B-A3B,
+DeepSeek-V2-Lite, DeepSeek-V3);
 the active parameters are those a token uses (``top_k`` of the experts). MFU counts the active
 parameters' FLOPs: the graph's FLOPs of one sample without expert parallelism (no imbalance).
 """

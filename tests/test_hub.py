@@ -106,9 +106,16 @@ def test_offline_hint_names_a_preset_with_that_name() -> None:
 
 
 def test_not_modelled_from_cache(offline_cache: Path) -> None:
-    put(offline_cache, "deepseek-ai/DeepSeek-V3", {"model_type": "deepseek_v3", "n_routed_experts": 256})
+    put(offline_cache, "databricks/dbrx-base", {"model_type": "dbrx", "d_model": 6144})
     with pytest.raises(UsageError, match="mixture-of-experts is not modelled yet"):
-        resolve_model("deepseek-ai/DeepSeek-V3")
+        resolve_model("databricks/dbrx-base")
+
+
+def test_deepseek_v3_from_cache(offline_cache: Path) -> None:
+    """A cached DeepSeek-V3 config.json resolves to the modelled family (tests/fixtures/hf_configs)."""
+    cfg = Path(__file__).parent / "fixtures" / "hf_configs" / "DeepSeek-V3.json"
+    put(offline_cache, "deepseek-ai/DeepSeek-V3", json.loads(cfg.read_text()))
+    assert resolve_model("deepseek-ai/DeepSeek-V3").n_params() == 671_026_404_352
 
 
 def test_cli_offline_and_cached(offline_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,8 +33,14 @@ EXACT = {
     "OLMoE-1B-7B-0924": (6_919_161_856, 1_282_017_280),
     "Qwen3-30B-A3B-Base": (30_532_122_624, 3_353_032_704),
     "Qwen1.5-MoE-A2.7B": (14_315_784_192, 2_689_173_504),
+    # DeepSeek: transformers 5.25 DeepseekV2/V3ForCausalLM on the meta device (model cards: V2-Lite
+    # 15.7 B total, 2.4 B active without the 0.21 B embedding; V3 671 B without its 14 B
+    # multi-token-prediction module, which transformers does not build)
+    "DeepSeek-V2-Lite": (15_706_484_224, 2_661_150_208),
+    "DeepSeek-V3": (671_026_404_352, 37_552_282_624),
 }
-PRESETS = {"mixtral-8x7b": "Mixtral-8x7B-v0.1", "olmoe-1b-7b": "OLMoE-1B-7B-0924", "qwen3-30b-a3b": "Qwen3-30B-A3B-Base"}
+PRESETS = {"mixtral-8x7b": "Mixtral-8x7B-v0.1", "olmoe-1b-7b": "OLMoE-1B-7B-0924", "qwen3-30b-a3b": "Qwen3-30B-A3B-Base",
+           "deepseek-v2-lite": "DeepSeek-V2-Lite"}
 
 
 @pytest.mark.parametrize("fixture", sorted(EXACT))
@@ -236,3 +242,92 @@ def test_warm_searches_equal_cold_ones() -> None:
         assert len(cold) == len(w)
         for c in _COLUMNS:
             assert np.array_equal(getattr(cold, c), getattr(w, c), equal_nan=True), (k, c)
+
+
+# ---------------------------------------------------------------------- DeepSeek: latent attention, dense layers
+#: A study-sized DeepSeek-V3 (query LoRA, group-limited routing, 2 dense layers, one MTP layer):
+#: transformers 5.25 DeepseekV3ForCausalLM counts 3,390,336 parameters on the meta device.
+SMALL_V3 = {"model_type": "deepseek_v3", "vocab_size": 1000, "hidden_size": 256, "intermediate_size": 512,
+            "moe_intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 4,
+            "n_shared_experts": 1, "n_routed_experts": 16, "num_experts_per_tok": 4, "n_group": 4, "topk_group": 2,
+            "first_k_dense_replace": 2, "q_lora_rank": 96, "kv_lora_rank": 64, "qk_nope_head_dim": 32,
+            "qk_rope_head_dim": 16, "v_head_dim": 24, "num_nextn_predict_layers": 1}
+
+
+def test_small_deepseek_v3_config_counts_exactly() -> None:
+    """Attention by hand: q_a 256x96 + norm 96 + q_b 96x(4x48) + kv_a 256x(64+16) + norm 64 +
+    kv_b 64x4x(32+24) + o 4x24x256; 2 dense layers of 512, 2 sparse of 16 experts of 64 (4 active)."""
+    m = model_from_hf_config(SMALL_V3)
+    assert m.attention_params_per_layer() == 256 * 96 + 96 + 96 * 192 + 256 * 80 + 64 + 64 * 224 + 96 * 256
+    assert m.n_params() == 3_390_336
+    assert m.n_params() - m.n_active_params() == 2 * 12 * 3 * 256 * 64
+    assert m.n_expert_params() == 2 * 16 * 3 * 256 * 64
+
+
+def test_deepseek_graph_owns_every_parameter_and_latent_gemms() -> None:
+    m = get_model("deepseek-v2-lite")
+    g = graphs.graph(m, 4096, np.array([1.0]), "bf16", "sdpa", True, "megatron-lm")
+    moe, dense = g.blocks
+    assert (moe.repeat, dense.name, dense.repeat) == (26, "dense_layer", 1)
+    b = m.param_breakdown()
+    owned = sum(blk.repeat * op.params for blk in g.blocks for op in blk.ops)
+    assert owned + b["embedding"] + b["head"] + b["final_norm"] == m.n_params()
+    ops = {op.name: op for op in moe.ops}
+    assert (ops["q_proj"].n, ops["q_proj"].k) == (16 * 192, 2048)
+    assert (ops["kv_a_proj"].n, ops["kv_b_proj"].k, ops["kv_b_proj"].n) == (512 + 64, 512, 16 * 256)
+    assert (ops["attn_out"].k, ops["attn_out"].n) == (16 * 128, 2048)
+    assert "qkv" not in ops and "mlp_up" not in {op.name for op in moe.ops}
+    # scores at width 192, values at 128: 2 s^2 a (192 + 128) per sample, half of it causal
+    assert float(ops["attention"].flops_fwd[0]) == pytest.approx(0.5 * 2 * 4096**2 * 16 * (192 + 128))
+    d_ops = {op.name for op in dense.ops}
+    assert {"mlp_up", "mlp_down", "q_proj", "kv_b_proj"} <= d_ops and "expert_up" not in d_ops
+
+
+def test_deepseek_shard_views() -> None:
+    """TP 2 halves the heads of q_proj, kv_b and o_proj (kv_a and the latent norm replicated) and
+    each MLP's width; EP 8 divides the 26 sparse layers' experts; a pipeline stage that fits among
+    the sparse layers holds no dense one."""
+    m = get_model("deepseek-v2-lite")
+    v = ShardView(m, Parallelism(8, tp=2))
+    h = 2048
+    attn = h * 8 * 192 + h * 576 + 512 + 512 * 8 * 256 + 8 * 128 * h
+    moe = 64 * 3 * h * 704 + h * 64 + 3 * h * 1408
+    layer = attn + moe + 2 * h
+    assert v.n_params() == 26 * layer + (attn + 3 * h * 5472 + 2 * h) + 102400 * h + h
+    e = ShardView(m, Parallelism(8, ep=8))
+    assert e.n_expert_params() == m.n_expert_params() // 8 and e.first_dense_layers == 1
+    assert ShardView(m, Parallelism(8, pp=2)).first_dense_layers == 0
+    assert e.with_layers(1).first_dense_layers == 1 and e.with_layers(0).first_dense_layers == 0
+
+
+def test_deepseek_cli_feasible_on_8xh100(capsys) -> None:
+    """The default search (Hugging Face Trainer) finds a plan; the output names total and active."""
+    assert main(["--gpus", "8xh100", "--model", "deepseek-v2-lite", "--tokens", "1B"]) == 0
+    out = capsys.readouterr().out
+    assert "15.71 B parameters (2.66 B active)" in out and "2.66 B of its 15.71 B parameters are active" in out
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("attention_bias", True, "attention_bias"),
+    ("moe_layer_freq", 2, "moe_layer_freq"),
+    ("first_k_dense_replace", 4, "first_dense_layers"),
+    ("qk_rope_head_dim", None, "qk_rope_head_dim"),
+])
+def test_bad_deepseek_configs_are_one_line(field, value, needle, tmp_path, capsys) -> None:
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps({**SMALL_V3, field: value}))
+    assert main(["--gpus", "8xh100", "--model", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_small_deepseek_invariants() -> None:
+    """Never above peak; more layers never faster; sharding never costs memory."""
+    m = model_from_hf_config(SMALL_V3)
+    kw = dict(global_batch=64, steps=10, micro_batch=2, seq_len=512, precision="bf16", stack="megatron-lm")
+    plan = simulate(m, "8xh100", **kw)
+    assert plan.feasible and plan.mfu <= plan.hfu <= 1.0
+    deeper = simulate(m.model_copy(update={"n_layers": 8}), "8xh100", **kw)
+    assert deeper.step_time_s >= plan.step_time_s
+    totals = [simulate(m, "8xh100", sharding=s, **kw).memory_gib["total"] for s in ("ddp", "zero1")]
+    assert totals[0] >= totals[1]

@@ -242,8 +242,10 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     a["cp_comm"] = np.zeros((1, 1, 1, 1))
     if par.cp > 1:
         _ring_attention(pb, model, par, seq, packs, a, per_replica / ga, e)
-    # expert parallelism: all-to-all dispatch and combine per MoE layer and pass, not overlapped
-    ep_mb = model.n_layers * parallel.ep_comm_time(tokens / workload.seq_shards(model), h,
+    # expert parallelism: all-to-all dispatch and combine per MoE layer (not the dense ones) and
+    # pass, not overlapped
+    moe_layers = model.n_layers - getattr(model, "first_dense_layers", 0)
+    ep_mb = moe_layers * parallel.ep_comm_time(tokens / workload.seq_shards(model), h,
                                                    getattr(pb.model, "top_k", 1), e, par, pb.fabric, passes)
     a["ep_comm"] = ga * ep_mb
     a["step_time"] = a["step_time"] + a["ep_comm"]

@@ -20,7 +20,8 @@ class ConfigProblem(Exception):
 
 #: Integer fields that may be 0 (a token id, "no token types", "no window layers"); every other
 #: integer field is a size or a count of heads or layers and must be at least 1.
-_MAY_BE_ZERO = frozenset({"pad_token_id", "type_vocab_size", "max_window_layers"})
+_MAY_BE_ZERO = frozenset({"pad_token_id", "type_vocab_size", "max_window_layers", "first_k_dense_replace",
+                          "n_shared_experts"})
 
 
 class ConfigFields:
@@ -532,4 +533,7 @@ MOE_ROPE: dict[str, Callable[[ConfigFields, str], dict[str, Any]]] = {
     "qwen2_moe": _rope_decoder(_Rope("qwen2_moe", 32768, qkv_bias=True, windows="qwen")),
     "qwen3_moe": _rope_decoder(_Rope("qwen3_moe", 32768, head_dim=128, qk_norm="shared", windows="qwen")),
     "olmoe": _rope_decoder(_Rope("olmoe", 4096, qk_norm="full")),
+    # DeepSeek: the decoder's common fields; families/moe.py replaces the attention by MLA
+    "deepseek_v2": _rope_decoder(_Rope("deepseek_v2", 2048)),
+    "deepseek_v3": _rope_decoder(_Rope("deepseek_v3", 4096)),
 }

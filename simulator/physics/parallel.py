@@ -250,16 +250,22 @@ class ShardView:
         up = (2 if spec.gated_mlp else 1) + 1
         mlp = up * spec.hidden * self.ffn_hidden
         self._experts = 0
+        # a mixture of experts' dense layers (DeepSeek's first_k_dense_replace) on the busiest stage:
+        # none while its layers fit among the sparse ones (those have more parameters), else the rest
+        self.first_dense_layers = max(0, self.n_layers - getattr(spec, "n_moe_layers", self.n_layers))
+        attn = spec.attention_shard_params(self.n_heads) if getattr(spec, "mla", False) else q_out + kv_rows
+        dense = 0
         if hasattr(spec, "n_experts"):  # a mixture of experts: its ep share of the experts, tp of each
-            self._experts = self.n_layers * spec.n_experts // par.ep * mlp
+            self._experts = (self.n_layers - self.first_dense_layers) * spec.n_experts // par.ep * mlp
             mlp = (spec.n_experts // par.ep * mlp + spec.router_params_per_layer()
                    + math.ceil(spec.shared_params_per_layer() / tp))
-        layer = q_out + kv_rows + mlp + b["norms_per_layer"]
+            dense = self.first_dense_layers * (3 * spec.hidden * math.ceil(spec.dense_ffn_hidden / tp) - mlp)
+        layer = attn + mlp + b["norms_per_layer"]
         emb = spec.n_embedding_params()
         if par.pp > 1:  # first stage: embedding; last: head (tied weights keep a copy there)
             emb = max(b["embedding"] + b["position_embedding"], b["head"] or b["embedding"])
         self._emb = math.ceil(emb / tp)
-        self._params = self.n_layers * layer + self._emb + b["final_norm"]
+        self._params = self.n_layers * layer + dense + self._emb + b["final_norm"]
 
     @property
     def __class__(self):
@@ -276,11 +282,12 @@ class ShardView:
         out.__dict__.update(self.__dict__)
         out.n_layers = n_layers
         out.n_window_layers = n_layers * self._spec.n_window_layers / self._spec.n_layers
+        out.first_dense_layers = min(self.first_dense_layers, n_layers)  # the same dense layers, while they fit
         return out
 
     #: What one GPU's shard is made of (the spec's other attributes, read through, are the spec's).
     _SHARD = ("tp", "seq_shards", "n_layers", "n_window_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab_size",
-              "ep", "_emb", "_params", "_experts")
+              "ep", "first_dense_layers", "_emb", "_params", "_experts")
 
     def _key(self) -> tuple:
         return (self._spec, *(self.__dict__[k] for k in self._SHARD))

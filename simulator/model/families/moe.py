@@ -1,4 +1,4 @@
-"""Mixture-of-experts decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) as operations.
+"""Mixture-of-experts decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3) as operations.
 
 Each layer is the transformer's attention block (``families/transformer.py``, unchanged) and, in
 place of its MLP, a sparse MoE block (``transformers``' ``MixtralSparseMoeBlock``,
@@ -16,7 +16,12 @@ place of its MLP, a sparse MoE block (``transformers``' ``MixtralSparseMoeBlock`
 * combine: the ``top_k`` expert outputs weighted by their routing probabilities and summed back
   into token order;
 * Qwen2-MoE: a shared expert (a dense gated MLP of ``shared_ffn_hidden``) on every token, scaled by
-  a sigmoid gate (``hidden x 1`` linear).
+  a sigmoid gate (``hidden x 1`` linear); DeepSeek: ``n_shared_experts`` of them, one MLP that much
+  wider, ungated;
+* DeepSeek: multi-head latent attention in place of the Q/K/V projection (:func:`_mla_ops`), and
+  the ``first_dense_layers`` as a second block with a dense gated MLP (:func:`_dense_block`).
+  Group-limited routing and V3's sigmoid scores with their correction bias cost the router a few
+  more passes over ``tokens x n_experts`` scores, not counted beyond :data:`ROUTER_PASSES`.
 
 The stack decides how the experts run (:attr:`simulator.strategy.stacks.Stack.moe_experts`): ``grouped``
 (Megatron-LM's ``--moe-grouped-gemm`` with the all-to-all dispatcher, torchtitan's grouped_mm:
@@ -26,7 +31,8 @@ the activation, the weighting and an ``index_add_``: kernels per expert, slow). 
 parallelism (``ep``, :class:`simulator.strategy.layout.Parallelism`) divides the experts; its all-to-all
 is communication (:func:`simulator.physics.parallel.ep_comm_time`), not an operation here.
 
-Parameters count exactly as ``*ForCausalLM`` (tests pin Mixtral-8x7B, OLMoE-1B-7B, Qwen3-30B-A3B);
+Parameters count exactly as ``*ForCausalLM`` (tests pin Mixtral-8x7B, OLMoE-1B-7B, Qwen3-30B-A3B,
+DeepSeek-V2-Lite, DeepSeek-V3);
 the active parameters are those a token uses (``top_k`` of the experts). MFU counts the active
 parameters' FLOPs: the graph's FLOPs of one sample without expert parallelism (no imbalance).
 """
@@ -46,9 +52,10 @@ from ..spec import ModelSpec
 from .base import Block, Family, Graph, Knobs, Op
 from .transformer import graph as dense_graph
 
-MoEFamily = Literal["mixtral", "qwen2_moe", "qwen3_moe", "olmoe"]
+MoEFamily = Literal["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3"]
 MOE_FAMILIES: tuple[str, ...] = get_args(MoEFamily)
-_DISPLAY = {"mixtral": "Mixtral", "qwen2_moe": "Qwen2-MoE", "qwen3_moe": "Qwen3-MoE", "olmoe": "OLMoE"}
+_DISPLAY = {"mixtral": "Mixtral", "qwen2_moe": "Qwen2-MoE", "qwen3_moe": "Qwen3-MoE", "olmoe": "OLMoE",
+            "deepseek_v2": "DeepSeek-V2", "deepseek_v3": "DeepSeek-V3"}
 
 #: Tokens the busiest expert-parallel rank's experts process over the mean, under dropless routing
 #: with the load-balancing loss (applied to the expert work of the busiest rank when ep > 1; with
@@ -79,6 +86,23 @@ class MoESpec(ModelSpec):
     """Width of the shared expert, a dense gated MLP every token passes (Qwen2-MoE); 0: none."""
     shared_expert_gate: bool = False
     """A sigmoid gate (``hidden x 1`` linear) scaling the shared expert's output (Qwen2-MoE)."""
+    kv_lora_rank: int | None = Field(default=None, gt=0)
+    """Multi-head latent attention (DeepSeek, MLA): width of the compressed key-value latent
+    (``kv_a_proj_with_mqa`` writes it and the one rotary key all heads share; ``kv_b_proj``
+    expands it into every head's key and value). None: the ordinary Q/K/V projections."""
+    q_lora_rank: int | None = Field(default=None, gt=0)
+    """MLA: rank of the query's down-projection (``q_a_proj``, an RMSNorm, ``q_b_proj``); None: one
+    ``q_proj`` (DeepSeek-V2-Lite)."""
+    qk_rope_head_dim: int = Field(default=0, ge=0)
+    """MLA: the dims of each query and key head that get rotary embeddings; the other
+    ``attn_head_dim - qk_rope_head_dim`` (``qk_nope_head_dim``) come from the latent."""
+    v_head_dim: int | None = Field(default=None, gt=0)
+    """MLA: width of each value head (and of each head of the attention output)."""
+    first_dense_layers: int = Field(default=0, ge=0)
+    """Leading layers whose MLP is a dense gated MLP of ``dense_ffn_hidden`` (DeepSeek's
+    ``first_k_dense_replace``); the other layers are sparse."""
+    dense_ffn_hidden: int = Field(default=0, ge=0)
+    """Width of the dense layers' MLP (``intermediate_size``); 0 without dense layers."""
 
     @model_validator(mode="after")
     def _check_moe(self) -> MoESpec:
@@ -86,7 +110,55 @@ class MoESpec(ModelSpec):
             raise ValueError(f"top_k ({self.top_k}) exceeds n_experts ({self.n_experts})")
         if not self.gated_mlp:
             raise ValueError("the experts of the modelled MoE families are gated MLPs (gated_mlp true)")
+        if self.first_dense_layers >= self.n_layers:
+            raise ValueError(f"first_dense_layers ({self.first_dense_layers}) must be below n_layers ({self.n_layers})")
+        if (self.first_dense_layers > 0) != (self.dense_ffn_hidden > 0):
+            raise ValueError("first_dense_layers and dense_ffn_hidden go together")
+        if self.mla:
+            if self.v_head_dim is None or self.attn_head_dim is None or self.kv_heads != self.n_heads:
+                raise ValueError("multi-head latent attention needs attn_head_dim, v_head_dim and one key head per head")
+            if not 0 < self.qk_rope_head_dim < self.attn_head_dim:
+                raise ValueError(f"qk_rope_head_dim ({self.qk_rope_head_dim}) must be in (0, attn_head_dim)")
+        elif self.q_lora_rank is not None or self.v_head_dim is not None or self.qk_rope_head_dim:
+            raise ValueError("q_lora_rank, v_head_dim and qk_rope_head_dim need kv_lora_rank (latent attention)")
         return self
+
+    @property
+    def mla(self) -> bool:
+        """Whether attention is multi-head latent attention (DeepSeek)."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def n_moe_layers(self) -> int:
+        """Layers with the sparse block (all but the ``first_dense_layers``)."""
+        return self.n_layers - self.first_dense_layers
+
+    def attention_shard_params(self, heads: int) -> int:
+        """MLA parameters of one layer holding ``heads`` of its heads (Megatron-Core's tensor
+        parallelism divides the heads of ``q_proj``/``q_b_proj``, ``kv_b_proj`` and ``o_proj`` and
+        replicates the down-projections and the latent norms): queries ``h x heads d`` (or
+        ``h x r_q``, a norm of ``r_q``, ``r_q x heads d``), ``h x (r_kv + d_rope)``, a norm of
+        ``r_kv``, ``r_kv x heads (d_nope + d_v)`` and ``heads d_v x h``; no biases (DeepSeek's
+        ``attention_bias`` false)."""
+        h, d, r = self.hidden, self.head_dim, self.qk_rope_head_dim
+        kv, v, ql = self.kv_lora_rank or 0, self.v_head_dim or 0, self.q_lora_rank
+        q = h * heads * d if ql is None else h * ql + ql + ql * heads * d
+        return q + h * (kv + r) + kv + kv * heads * (d - r + v) + heads * v * h
+
+    def attention_params_per_layer(self) -> int:
+        """MLA's (:meth:`attention_shard_params` of all heads), else the transformer's."""
+        return self.attention_shard_params(self.n_heads) if self.mla else super().attention_params_per_layer()
+
+    def dense_mlp_params(self) -> int:
+        """The dense gated MLP of one of the ``first_dense_layers`` (no biases)."""
+        return 3 * self.hidden * self.dense_ffn_hidden
+
+    def param_breakdown(self) -> dict[str, int]:
+        """The transformer's breakdown with the dense layers' MLPs in ``mlp``; ``*_per_layer``
+        keys are a sparse layer's."""
+        out = super().param_breakdown()
+        out["mlp"] += self.first_dense_layers * (self.dense_mlp_params() - self.mlp_params_per_layer())
+        return out
 
     @property
     def family_display(self) -> str:
@@ -110,19 +182,21 @@ class MoESpec(ModelSpec):
                 + self.shared_params_per_layer())
 
     def n_expert_params(self) -> int:
-        """Routed experts' parameters, all layers (what expert parallelism divides)."""
-        return self.n_layers * self.n_experts * self.expert_params()
+        """Routed experts' parameters, all sparse layers (what expert parallelism divides)."""
+        return self.n_moe_layers * self.n_experts * self.expert_params()
 
     def n_active_params(self) -> int:
         """Parameters one token uses: all but the ``n_experts - top_k`` experts it is not routed to."""
-        return self.n_params() - self.n_layers * (self.n_experts - self.top_k) * self.expert_params()
+        return self.n_params() - self.n_moe_layers * (self.n_experts - self.top_k) * self.expert_params()
 
     def describe(self) -> str:
         n, a = self.n_params(), self.n_active_params()
         return (f"{self.display_name} · {n / 1e9:.2f} B parameters ({a / 1e9:.2f} B active) · {self.n_layers} layers × "
                 f"{self.hidden} hidden × {self.n_heads} heads · {self.family_display} decoder, "
                 f"{self.n_experts} experts, top-{self.top_k}"
-                + (f" + shared expert {self.shared_ffn_hidden}" if self.shared_ffn_hidden else ""))
+                + (f" + shared expert {self.shared_ffn_hidden}" if self.shared_ffn_hidden else "")
+                + (f", latent attention (KV rank {self.kv_lora_rank})" if self.mla else "")
+                + (f", {self.first_dense_layers} dense layer(s) first" if self.first_dense_layers else ""))
 
 
 def _mlp_elementwise(f: float, gated: bool, compiled: bool) -> float:
@@ -199,8 +273,101 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
         if model.shared_expert_gate:
             ops.append(Op("shared_gate", "gemm", m=T, n=1, k=h, kernels_fwd=1, kernels_bwd=2, saved=T * e,
                           params=h))
-    moe_layer = Block(layer.name, tuple(ops), layer.repeat, layer.input_bytes)
-    return Graph((moe_layer, *base.blocks[1:]), base.outside, base.logits_bytes)
+    k_dense = getattr(model, "first_dense_layers", 0)
+    if getattr(model, "mla", False):
+        ops = _own_rest(_mla_ops(ops, model, T, e, knobs.compiled), model.param_breakdown()["layer_per_layer"])
+    moe_layer = Block(layer.name, tuple(ops), layer.repeat - k_dense, layer.input_bytes)
+    dense = (_dense_block(model, mb, seq_len, knobs, k_dense),) if k_dense else ()
+    return Graph((moe_layer, *dense, *base.blocks[1:]), base.outside, base.logits_bytes)
+
+
+#: Elements an eager step moves per element of Q and K to assemble them from their parts
+#: (``torch.cat`` of the query's latent and rotary halves, the key copied into a new tensor): read
+#: and write each once.
+MLA_CONCAT_ELEMENTS = 2.0
+
+
+def _mla_ops(ops: list[Op], model, T: np.ndarray, e: int, compiled: bool) -> list[Op]:
+    """A layer's ops with multi-head latent attention (``transformers``' ``DeepseekV2Attention``,
+    ``DeepseekV3Attention``) in place of the Q/K/V projection, ``d`` = ``attn_head_dim`` (nope +
+    rope), ``v`` = ``v_head_dim``, ``a`` heads (the GPU's, a view's):
+
+    * GEMMs ``q_proj`` (h -> a d), or ``q_a_proj`` (h -> r_q) and ``q_b_proj`` (r_q -> a d);
+      ``kv_a_proj`` (h -> r_kv + d_rope: the latent and the shared rotary key, reading the same
+      normed input as the query, saved once); ``kv_b_proj`` (r_kv -> a (d_nope + v)); ``o_proj``
+      (a v -> h);
+    * attention: scores at width d, values at width v: forward FLOPs ``2 s^2 a (d + v)`` per
+      sample (the dense count's ``4 s^2 a d`` scaled by ``(d + v) / 2d``), the kernel's efficiency
+      read at width d; a kernel that needs one width for Q/K and V pads V to d (FlashAttention-2;
+      ``transformers`` did so for it) and executes up to ``(d - v) / (d + v)`` more, not counted;
+    * the latent norms (r_kv, and r_q) read and write their latent and save its input; eager
+      steps also assemble Q and K from their parts (:data:`MLA_CONCAT_ELEMENTS`); rotary
+      embeddings as the transformer counts them over the rotated share of Q and K (the key's
+      rotary part is one head, counted as ``a``: conservative).
+
+    Saved activations: the transformer's Q, K, V and attention output at width d
+    (``workload.layer_activation_bytes_per_token``: V and the output are v wide, so this over
+    counts by ``2 a (d - v)`` per token: conservative), plus the latent projections' inputs.
+    """
+    h, a, d, r = model.hidden, model.n_heads, model.head_dim, model.qk_rope_head_dim
+    kv, v, ql = model.kv_lora_rank, model.v_head_dim, model.q_lora_rank
+
+    def gemm(name: str, n: float, k: float, saved: float) -> Op:
+        return Op(name, "gemm", m=T, n=n, k=k, kernels_fwd=1, kernels_bwd=2, saved=T * e * saved,
+                  kept={"op": T * e * n}, params=int(n * k))
+
+    out: list[Op] = []
+    for op in ops:
+        if op.name == "qkv":
+            out += [gemm("q_proj", a * d, h, h)] if ql is None else \
+                [gemm("q_a_proj", ql, h, h), gemm("q_b_proj", a * d, ql, ql)]
+            out += [gemm("kv_a_proj", kv + r, h, 0.0), gemm("kv_b_proj", a * (d - r + v), kv, kv)]
+            continue
+        if op.name == "attn_out":
+            op = dataclasses.replace(op, k=a * v, saved=T * e * a * v, params=a * v * h)
+        elif op.kind == "attention":
+            share = (d + v) / (2.0 * d)
+            op = dataclasses.replace(op, flops_fwd=op.flops_fwd * share, flops_bwd=op.flops_bwd * share,
+                                     heads=op.heads * share)
+        elif op.name == "values":  # eager attention: probabilities x V, v wide
+            op = dataclasses.replace(op, n=v)
+        elif op.name == "norms_residual_activation":
+            latent = kv + (ql or 0)
+            x = T * e * (2.0 * latent + (0.0 if compiled else MLA_CONCAT_ELEMENTS * 2 * a * d))
+            kern = 0.0 if compiled else 1.0 + (ql is not None) + 2.0
+            op = dataclasses.replace(op, bytes_fwd=op.bytes_fwd + x,
+                                     bytes_bwd=op.bytes_bwd + workload.ELEMENTWISE_BWD_FACTOR * x,
+                                     kernels_fwd=op.kernels_fwd + kern,
+                                     kernels_bwd=op.kernels_bwd + workload.ELEMENTWISE_BWD_FACTOR * kern,
+                                     saved=op.saved + T * e * (kv + r + (ql or 0)))
+        out.append(op)
+    return out
+
+
+def _own_rest(ops: list[Op], total: int) -> list[Op]:
+    """``ops`` with the norms/residual op owning what the others do not of ``total`` parameters
+    (its norms, the latent norms)."""
+    rest = total - sum(op.params for op in ops if op.name != "norms_residual_activation")
+    return [dataclasses.replace(op, params=rest) if op.name == "norms_residual_activation" else op for op in ops]
+
+
+def _dense_block(model, mb: np.ndarray, seq_len: int, knobs: Knobs, repeat: int) -> Block:
+    """The ``first_dense_layers``: the transformer's layer with a dense gated MLP of
+    ``dense_ffn_hidden`` (its ``tp`` shard in a view), latent attention where the model has it."""
+    width = math.ceil(model.dense_ffn_hidden / getattr(model, "tp", 1))
+    if type(model) is model.__class__:  # a spec: a copy with the dense width (not validated: same model)
+        dense = model.model_copy(update={"ffn_hidden": width})
+    else:  # a parallel.ShardView: the same view, its MLP the dense one's shard
+        dense = object.__new__(type(model))
+        dense.__dict__.update(model.__dict__)
+        dense.ffn_hidden = width
+    layer = dense_graph(dense, mb, seq_len, knobs).blocks[0]
+    ops = list(layer.ops)
+    if getattr(model, "mla", False):
+        e = workload.act_bytes(knobs.precision)
+        ops = _mla_ops(ops, model, np.asarray(mb, float) * seq_len, e, knobs.compiled)
+    total = model.attention_params_per_layer() + model.dense_mlp_params() + model.norm_params_per_layer()
+    return Block("dense_layer", tuple(_own_rest(ops, total)), repeat, layer.input_bytes)
 
 
 def _from_hf(family: str, experts_key: str, ffn_key: str, shared: bool = False):
@@ -222,7 +389,40 @@ def _from_hf(family: str, experts_key: str, ffn_key: str, shared: bool = False):
     return build
 
 
+def _deepseek(c, name: str) -> dict:
+    """Spec fields of a DeepSeek-V2/V3 ``config.json`` (``transformers``' ``DeepseekV2ForCausalLM``,
+    ``DeepseekV3ForCausalLM``): multi-head latent attention, ``n_shared_experts`` shared experts of
+    ``moe_intermediate_size`` (one gated MLP ``n_shared_experts`` times as wide, no gate), the
+    ``first_k_dense_replace`` dense layers of ``intermediate_size``. Read and ignored, since they
+    add no parameters and no work beyond the router's few passes (:data:`ROUTER_PASSES`): group-
+    limited routing (``n_group``, ``topk_group``, ``topk_method``), V3's sigmoid scores and
+    ``e_score_correction_bias`` (a buffer in ``transformers``, updated by a rule, not the
+    optimizer), ``routed_scaling_factor``, ``norm_topk_prob``, ``rope_scaling`` (YaRN). V3's
+    ``num_nextn_predict_layers`` (multi-token prediction) are not built by ``transformers`` and
+    not counted. The training length: the context before YaRN extension
+    (``rope_scaling.original_max_position_embeddings``, DeepSeek pre-trained at 4K) where given."""
+    fields = MOE_ROPE[c.data["model_type"]](c, name)
+    if c.bool("attention_bias", False) or c.bool("mlp_bias", False):
+        raise ConfigProblem("biases in DeepSeek's attention or MLPs (attention_bias, mlp_bias) are not modelled")
+    if c.int("moe_layer_freq", 1) != 1:
+        raise ConfigProblem("sparse layers other than every layer after the dense ones (moe_layer_freq) are not modelled")
+    nope, rope, ql = c.int("qk_nope_head_dim"), c.int("qk_rope_head_dim"), c.data.get("q_lora_rank")
+    f, k = c.int("moe_intermediate_size"), c.int("first_k_dense_replace", 0)
+    scaling = c.data.get("rope_scaling")
+    if isinstance(scaling, dict) and scaling.get("original_max_position_embeddings"):
+        fields["default_seq_len"] = min(fields["default_seq_len"],
+                                        c.int("original_max_position_embeddings", data=scaling))
+    fields.update(family=c.data["model_type"], n_kv_heads=None, attn_head_dim=nope + rope, rotary_pct=rope / (nope + rope),
+                  kv_lora_rank=c.int("kv_lora_rank"), q_lora_rank=None if ql is None else c.int("q_lora_rank"),
+                  qk_rope_head_dim=rope, v_head_dim=c.int("v_head_dim"), n_experts=c.int("n_routed_experts"),
+                  top_k=c.int("num_experts_per_tok"), ffn_hidden=f, shared_ffn_hidden=c.int("n_shared_experts", 0) * f,
+                  first_dense_layers=k, dense_ffn_hidden=c.int("intermediate_size") if k else 0)
+    return fields
+
+
 _BUILDERS = {
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
     "mixtral": _from_hf("mixtral", "num_local_experts", "intermediate_size"),
     "qwen2_moe": _from_hf("qwen2_moe", "num_experts", "moe_intermediate_size", shared=True),
     "qwen3_moe": _from_hf("qwen3_moe", "num_experts", "moe_intermediate_size"),

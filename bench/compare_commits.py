@@ -32,7 +32,10 @@ SEARCHES = ("pythia-1b:8x3090", "llama-2-70b:8x8xh100")
 #: Run in each tree's process: warm once, then time ``repeat`` searches; one JSON line out.
 _RUNNER = """
 import json, sys, time
-from simulator.answer.api import run_search
+try:
+    from simulator.answer.api import run_search
+except ImportError:  # a commit before the package's layers (issue 36)
+    from simulator.api import run_search
 model, gpus, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
 res = run_search(model, gpus)
 cpu, wall = [], []

@@ -238,7 +238,7 @@ def test_study_grid_refuses_an_empty_model_list(tmp_path, models, monkeypatch, c
 def test_validate_caps_its_steps(steps, monkeypatch, capsys):
     from calibration import validate as V
 
-    monkeypatch.setattr(V, "measure", lambda *a, **k: pytest.fail("measured a config"))
+    monkeypatch.setattr(V.cli, "measure", lambda *a, **k: pytest.fail("measured a config"))
 
     prof = Path(__file__).parents[1] / "calibration" / "profiles" / "cpu-amd-epyc.json"
     code = V.main(["--profile", str(prof), "--steps", steps, "--device", "cpu"])

@@ -99,8 +99,7 @@ def test_deeply_nested_json(tmp_path, flag, capsys):
 
 
 def test_app_upload_of_zero_heads_and_deep_nesting():
-    pytest.importorskip("streamlit")
-    import app
+    from simulator.frontends.explorer import inputs as app
 
     bad = json.dumps({**json.loads((FIXTURES / "SmolLM2-135M.json").read_text()), "num_attention_heads": 0})
     with pytest.raises(UsageError, match="num_attention_heads"):

@@ -123,7 +123,7 @@ def classify(name: str, shapes: Sequence[Sequence[int]], phase: str, tokens: int
 
 # ---------------------------------------------------------------------------- measuring
 def measure(cfg, warmup: int = 2, trace_faults: bool = False) -> dict[str, Any]:
-    """Profile one training step of ``cfg`` (a :class:`calibration.validate.Config`, one CPU
+    """Profile one training step of ``cfg`` (a :class:`calibration.validate.suite.Config`, one CPU
     process): per phase and class the operators' self seconds (all micro-batches), ``dtypes`` each
     listed operator's first input dtype as the profiler names it; ``wall`` the
     unprofiled phase seconds (median of 3 steps), ``faults`` minor page faults per phase of the
@@ -295,14 +295,14 @@ def predict(cfg, profile) -> dict[str, Any]:
     """The simulator's seconds per phase and class for ``cfg`` (all micro-batches of a step) on
     ``profile``'s device, from the same operation list and efficiencies as
     :func:`simulator.physics.compute.micro_batch_time`; ``total`` its forward, backward + recomputation
-    and optimizer time from :func:`calibration.validate.predict`."""
+    and optimizer time from :func:`calibration.validate.predicting.predict`."""
     from simulator.hardware.device import device_from_profile
     from simulator.model.graphs import graph
     from simulator.physics import compute, fresh_memory
     from simulator.strategy.knobs import checkpointed_layers
     from simulator.strategy.stacks import get_stack
 
-    from .validate import predict as predict_step
+    from .validate.predicting import predict as predict_step
 
     dev = device_from_profile(profile)
     mb = np.array([float(cfg.micro_batch)])
@@ -434,7 +434,7 @@ def pick(configs: list, key: str):
 def run(a: argparse.Namespace, relaunch: bool = False) -> int:
     from simulator.hardware.profile import load_profile
 
-    from .validate import load_suite
+    from .validate.suite import load_suite
 
     profile = load_profile(a.profile)
     cfg = pick(load_suite(a.suite).configs, a.config)

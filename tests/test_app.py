@@ -18,6 +18,8 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from simulator.frontends.explorer import charts, downloads, inputs  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 FIXTURES = ROOT / "tests" / "fixtures" / "hf_configs"
@@ -344,7 +346,7 @@ def test_upload_limit_text_matches_the_widget():
     at.radio(key="model_source").set_value("Upload config.json").run()
     up = at.file_uploader(key="model_upload")
     assert f"{app.MAX_UPLOAD_MB} MB" in up.label
-    assert app.MAX_UPLOAD_BYTES == app.MAX_UPLOAD_MB * 1024 * 1024
+    assert inputs.MAX_UPLOAD_BYTES == app.MAX_UPLOAD_MB * 1024 * 1024
 
 
 def test_micro_batch_label_states_the_last_partial_micro_batch():
@@ -429,7 +431,7 @@ def _budget_text(at: AppTest) -> str:
     return app.budget_markdown("preset:pythia-1b", json.dumps({}, sort_keys=True), pj,
                                json.dumps({"budget_usd": 60000.0, "deadline_days": 60.0}, sort_keys=True),
                                f"{plan_d['model']['name']}, {plan_d['recipe']['description']}",
-                               json.dumps(app.current_for_budget(plan, pj)))
+                               json.dumps(downloads.current_for_budget(plan, app.cached_prices(pj))))
 
 
 # ------------------------------------------------------------------ issue 39: a planner can sign it
@@ -499,7 +501,7 @@ def test_plan_download_carries_the_verdict_shown():
     pj = json.dumps({"mode": "rent", "kwh_price": None, "price_per_gpu": None, "rent_per_gpu_hour": None,
                      "pue": 1.3, "lifetime_years": 5.0}, sort_keys=True)
     limits = {"budget_usd": 1e9, "deadline_days": plan.days * 0.5}
-    d = json.loads(app.plan_json(plan, pj, limits))
+    d = json.loads(downloads.plan_json(plan, app.cached_prices(pj), "rent", limits))
     chk = d["budget_check"]
     assert chk["verdict"] == "misses" and chk["mode"] == "rent" and chk["deadline_days"] == limits["deadline_days"]
     assert chk["days_slow_end"] == pytest.approx(plan.interval_days[1])
@@ -653,8 +655,8 @@ def test_uploaded_model_is_called_by_its_name():
 
 def test_log_axes_tick_at_powers_of_ten():
     app = _app_module()
-    assert app.log_ticks(0.8, 1500) == [1, 10, 100, 1000]
-    assert app.log_ticks(20, 90) == [20, 50]  # less than a decade: 2 and 5 times
+    assert charts.log_ticks(0.8, 1500) == [1, 10, 100, 1000]
+    assert charts.log_ticks(20, 90) == [20, 50]  # less than a decade: 2 and 5 times
     spec = app.pareto_chart(_sweep_frame(), "8xrtx3090", "x")
     enc = spec["layer"][0]["encoding"]
     lo, hi = enc["y"]["scale"]["domain"]
@@ -693,7 +695,7 @@ def test_markers_visible_and_red_means_does_not_fit():
     from simulator.answer import api
 
     gpus = simulator_gpus()
-    for g, c in zip(gpus, app.GPU_COLOURS, strict=False):
+    for g, c in zip(gpus, charts.GPU_COLOURS, strict=False):
         assert _contrast_on_white(c) >= 3.0, (g.short_name, c)
     plan = api.simulate("pythia-1b", "8x3090")
     specs = [app.memory_chart(plan), app.breakdown_chart(app.breakdown_rows(plan)),

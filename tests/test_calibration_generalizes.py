@@ -206,7 +206,7 @@ def test_every_block_type_tied_or_untied_counts_like_the_simulator(base, tied):
     from calibration import validate as V
     from calibration.torch_model import build_model
 
-    spec = V._spec_from("t", {**SUITE_SPECS, "base": base, "tied_embeddings": tied})
+    spec = V.suite._spec_from("t", {**SUITE_SPECS, "base": base, "tied_embeddings": tied})
     model = build_model(spec, device="meta")
     assert sum(p.numel() for p in model.parameters()) == spec.n_params()
     assert (model.lm_head is None) == tied
@@ -216,7 +216,7 @@ def test_selective_checkpointing_matches_and_its_recompute_is_timed():
     from calibration import validate as V
     from calibration.torch_model import build_model
 
-    spec = V._spec_from("t", {**SUITE_SPECS, "base": "pythia-14m", "hidden": 64, "n_heads": 4,
+    spec = V.suite._spec_from("t", {**SUITE_SPECS, "base": "pythia-14m", "hidden": 64, "n_heads": 4,
                                "ffn_hidden": 128, "vocab_size": 256})
     torch.manual_seed(0)
     ref = build_model(spec, "eager")

@@ -299,7 +299,7 @@ def test_validate_update_profile_checks_writability_first(tmp_path, monkeypatch,
     save_profile(default_profile("rtx3090"), prof)
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda p, mode: False if mode == os.W_OK else real_access(p, mode))
-    monkeypatch.setattr(validate, "measure", lambda *a, **k: pytest.fail("the suite ran before the check"))
+    monkeypatch.setattr(validate.cli, "measure", lambda *a, **k: pytest.fail("the suite ran before the check"))
     code = validate.main(["--profile", str(prof), "--update-profile"])
     err = capsys.readouterr().err
     _one_line_usage(code, err, "not writable")

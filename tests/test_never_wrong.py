@@ -99,8 +99,7 @@ def test_deeply_nested_json(tmp_path, flag, capsys):
 
 
 def test_app_upload_of_zero_heads_and_deep_nesting():
-    pytest.importorskip("streamlit")
-    import app
+    from simulator.frontends.explorer import inputs as app
 
     bad = json.dumps({**json.loads((FIXTURES / "SmolLM2-135M.json").read_text()), "num_attention_heads": 0})
     with pytest.raises(UsageError, match="num_attention_heads"):
@@ -238,7 +237,7 @@ def test_study_grid_refuses_an_empty_model_list(tmp_path, models, monkeypatch, c
 def test_validate_caps_its_steps(steps, monkeypatch, capsys):
     from calibration import validate as V
 
-    monkeypatch.setattr(V, "measure", lambda *a, **k: pytest.fail("measured a config"))
+    monkeypatch.setattr(V.cli, "measure", lambda *a, **k: pytest.fail("measured a config"))
 
     prof = Path(__file__).parents[1] / "calibration" / "profiles" / "cpu-amd-epyc.json"
     code = V.main(["--profile", str(prof), "--steps", steps, "--device", "cpu"])

@@ -19,6 +19,7 @@ from calibration import validate as V  # noqa: E402
 from calibration.device import detect  # noqa: E402
 from calibration.torch_model import build_model  # noqa: E402
 from simulator.answer.api import simulate  # noqa: E402
+from simulator.core.errors import UsageError  # noqa: E402
 from simulator.hardware import catalog as hardware  # noqa: E402
 from simulator.hardware.profile import CollectiveFit, DeviceInfo, load_profile, save_profile  # noqa: E402
 from simulator.model.presets import get_model  # noqa: E402
@@ -77,7 +78,7 @@ def test_default_suite_models_match_and_suite_is_varied():
                                    {**TINY, "base": "tinyllama-1.1b", "n_kv_heads": 2},
                                    {**TINY, "base": "gpt2"}])
 def test_eager_and_sdpa_attention_agree(model):
-    spec = V._spec_from("t", model)
+    spec = V.suite._spec_from("t", model)
     torch.manual_seed(0)
     a = build_model(spec, "eager")
     b = build_model(spec, "sdpa")
@@ -122,7 +123,7 @@ def test_update_profile_gives_interval_and_csv_merges(tmp_path, capsys):
     val = load_profile(prof).validation
     assert val is not None and val.n == 3 and len(val.log_ratio_residuals) == 3
     assert val.source.startswith("validate unit on ") and val.mape >= 0
-    spec = V._spec_from("tiny", TINY)
+    spec = V.suite._spec_from("tiny", TINY)
     plan = simulate(spec, "1xlocal", profile=str(prof), seq_len=32, global_batch=2, steps=10)
     assert plan.interval_days is not None and plan.interval_days[0] <= plan.days <= plan.interval_days[1]
     rows = list(csv.DictReader(out_csv.open()))
@@ -146,7 +147,7 @@ def test_measured_rows_are_repredicted_without_running(tmp_path, capsys, monkeyp
     meta = {"steps": 3, "warmup": 1, "device": HOST, "suite": "unit", "date": "2026-12-01T00:00:00+00:00",
             "torch": "x", "loadavg_1min": 0.1, "profile": "old"}
     V.merge_csv(tmp_path / "r.csv", [V.make_row(c, m, V.predict(c, load_profile(slow)), 1, meta) for c in cfgs[:1]])
-    monkeypatch.setattr(V, "measure", lambda *a, **k: pytest.fail("--measured must not run training steps"))
+    monkeypatch.setattr(V.cli, "measure", lambda *a, **k: pytest.fail("--measured must not run training steps"))
     fast = load_profile(slow).model_copy(update={"device": load_profile(slow).device.model_copy(
         update={"peak_tflops": {"fp32": 0.5, "bf16": 0.1}, "mem_bw_gbs": 100.0}), "name": "fast"})
     save_profile(fast, tmp_path / "fast.json")
@@ -187,7 +188,7 @@ def test_several_measured_draws_are_pooled_into_the_profiles_interval(tmp_path, 
             m = V.Measured("ok", "", step, 0.3 * step, 0.5 * step, 0.0, 0.2 * step, None, step, 1.1)
             rows.append(V.make_row(c, m, V.predict(c, load_profile(prof)), 1, {**meta, "date": f"2026-12-0{i + 1}T00:00"}))
         V.merge_csv(tmp_path / f"d{i}.csv", rows)
-    monkeypatch.setattr(V, "measure", lambda *a, **k: pytest.fail("--measured must not run training steps"))
+    monkeypatch.setattr(V.cli, "measure", lambda *a, **k: pytest.fail("--measured must not run training steps"))
     draws = [str(tmp_path / "d0.csv"), str(tmp_path / "d1.csv")]
     rc, text, err = _run(["--profile", str(prof), "--suite", str(suite), "--measured", *draws, "--json",
                           "--update-profile"], capsys)
@@ -217,7 +218,7 @@ def test_read_only_csv_is_refused_before_the_suite_runs(tmp_path, capsys, monkey
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda p, mode: False if mode & os.W_OK and Path(p) == out_csv
                         else real_access(p, mode))
-    monkeypatch.setattr(V, "measure", lambda *a, **k: pytest.fail("the suite ran before --csv was checked"))
+    monkeypatch.setattr(V.cli, "measure", lambda *a, **k: pytest.fail("the suite ran before --csv was checked"))
     rc, _, err = _run(["--profile", str(prof), "--suite", str(suite), "--csv", str(out_csv)], capsys)
     assert rc == 2 and "--csv" in err and "not writable" in err and len(err.strip().splitlines()) == 1
     assert out_csv.read_text() == "id,measured_step_s\nolder-run,1.0\n"
@@ -233,7 +234,7 @@ def test_another_devices_profile_is_refused_and_kept(tmp_path, capsys, monkeypat
     m = V.Measured("ok", "", 0.5, 0.2, 0.25, 0.0, 0.05, None, 0.45, 1.2)
     meta = {"steps": 3, "warmup": 1, "suite": "unit", "date": "2026-12-01T00:00:00+00:00", "torch": "x"}
     V.merge_csv(tmp_path / "cpu.csv", [V.make_row(cfg, m, V.predict(cfg, cpu), 1, {**meta, "device": HOST})])
-    monkeypatch.setattr(V, "measure", lambda *a, **k: pytest.fail("another device's profile was measured against"))
+    monkeypatch.setattr(V.cli, "measure", lambda *a, **k: pytest.fail("another device's profile was measured against"))
     for gpu in ("rtx3090", "a100-80gb-sxm"):
         prof = tmp_path / f"{gpu}.json"
         save_profile(hardware.default_profile(gpu), prof)
@@ -266,7 +267,7 @@ def test_another_devices_profile_is_refused_and_kept(tmp_path, capsys, monkeypat
 def test_csv_without_id_column_is_not_overwritten(tmp_path):
     f = tmp_path / "other.csv"
     f.write_text("a,b\n1,2\n")
-    with pytest.raises(V.UsageError):
+    with pytest.raises(UsageError):
         V.merge_csv(f, [{"id": "x"}])
     assert f.read_text() == "a,b\n1,2\n"
 

@@ -341,7 +341,7 @@ def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
 #: reads the output gradient for its sum, then the gradient and the saved output, and writes one.
 #: ``nll_loss``'s backward writes the fp32 gradient over all logits (zeros, then one per row).
 #: An H200 ran the forward at 16 bytes per logit in 3.09 ms and the backward in 3.35 ms over
-#: 16384 x 50304 logits (calibration/results/h200 README, ``prof_p160m_sdpa_s2048_mb8``).
+#: 16384 x 50304 logits (calibration/results/h200/prof_p160m_sdpa_s2048_mb8.txt).
 LOG_SOFTMAX_PASSES = (4.0, 4.0)  # (fp32 passes forward, backward: 3 reads + 1 write each)
 
 

@@ -1,5 +1,7 @@
 """What Hugging Face transformers' eager modules save for backward: bytes per token of one layer
-and of the ops around the layers, derived from what PyTorch autograd keeps of each op they run.
+and of the ops around the layers, derived from what PyTorch autograd keeps of each op they run;
+and what they move under torch.autocast beyond the textbook count of a layer's elementwise work
+(:func:`autocast_elementwise`: the casts, fp32 norms, residual adds and rotary as they run).
 
 The stack decides which implementation runs (``simulator/data/stacks.yaml`` field ``saves``): the
 Hugging Face Trainer (and a plain loop over ``AutoModelForCausalLM``) runs these eager modules;
@@ -231,3 +233,67 @@ def layer_input_bytes_per_token(model) -> float:
     """Bytes per token a checkpointed layer keeps: its fp32 residual-stream input
     (``GradientCheckpointingLayer`` re-runs the layer from ``hidden_states``)."""
     return STREAM * model.hidden / getattr(model, "seq_shards", 1)
+
+
+#: Bytes per element of the cos/sin tables Hugging Face's rotary embeddings multiply Q and K by:
+#: fp32, the dtype of the fp32 embeddings (``LlamaRotaryEmbedding.forward``: ``cos.to(x.dtype)``), so
+#: under torch.autocast every rotary op past the first multiply writes fp32.
+ROTARY_TABLE = 4.0
+#: Eager ops of ``LlamaRMSNorm.forward`` on the fp32 stream, (fp32 passes over the normalized
+#: elements, kernels): ``pow(2)`` reads and writes, ``mean`` reads, ``x * rsqrt(...)`` reads and
+#: writes, ``self.weight * x`` reads and writes (7 passes; ``.to(float32)`` and
+#: ``.to(input_dtype)`` are no-ops on fp32), with ``+ eps`` and ``rsqrt`` over one value per row.
+RMSNORM_EAGER = (7.0, 6.0)
+
+
+def autocast_elementwise(model, e: int) -> tuple[float, float, float, float]:
+    """(forward bytes, backward bytes, forward kernels, backward kernels) per token that one layer
+    of Hugging Face's eager modules moves under torch.autocast (``e`` = 2) beyond
+    :func:`simulator.model.workload.layer_elementwise`'s eager count with fp32 norms (two norms,
+    each an fp32 output that one projection casts back; backward twice the forward):
+
+    * Casts: autocast casts the fp32 norm output for each projection that reads it (its cast
+      cache holds leaf weights only; see the module notes): read 4 + write e per element, one
+      kernel, for each read beyond the two counted (Llama's q/k/v and gate/up: three more).
+      Backward casts each gradient back (e + 4) and autograd sums the fp32 gradients of the norm
+      output's readers (read 8, write 4): two kernels.
+    * Norms: LayerNorm reads and writes the fp32 stream (8 bytes per element where the count has
+      2e + 2); ``LlamaRMSNorm`` is :data:`RMSNORM_EAGER`'s ops; backward twice that, as counted.
+    * Residual adds: each add of a half branch output to the fp32 stream reads e + 4 and writes 4
+      bytes per element (counted as 3e); GPT-NeoX's parallel residual adds the two half branches
+      first (3e) and that sum to the stream. Backward, the branch's gradient is cast to half (4 + e,
+      where the count has its 2 x 3e).
+    * Rotary (``apply_rotary_pos_emb``) over the rotated dims R of Q and K with :data:`ROTARY_TABLE`
+      tables t: ``x * cos`` and ``rotate_half(x) * sin`` read e and write t, ``neg`` and ``cat``
+      of ``rotate_half`` move e (R/2 + R/2, R + R), the add reads 2t and writes t: (5e + 5t) R; a
+      partial rotation's ``cat`` with the passed-through dims reads t R + e (d - R) and writes t d;
+      then the attention casts the fp32 Q and K to half (read t, write e per element, one kernel
+      each). The count has (10 R + 2 d partial) x e. Backward moves about as much again beyond
+      twice the count (the multiplies' fp32 gradients cast to half, ``slice_backward``'s zeroed
+      copies): once the forward's excess.
+
+    Units: bytes per token of one layer (the GPU's shard of heads under tensor parallelism)."""
+    t = ROTARY_TABLE
+    h = model.hidden / getattr(model, "seq_shards", 1)
+    norms = min(getattr(model, "norms_per_layer", 2), 2)
+    reads = (1 if model.family in FUSED_QKV else 3) + (1 if (not model.gated_mlp or model.family in FUSED_GATE_UP) else 2)
+    casts = max(reads - 2, 0)
+    fwd, bwd = casts * (STREAM + e) * h, casts * (STREAM + e + 3 * STREAM) * h
+    k_fwd, k_bwd = float(casts), 2.0 * casts
+    counted_norm = 2 * e + 2.0  # layer_elementwise: 2h elements x e and the fp32 output's 2 bytes
+    passes, k = RMSNORM_EAGER if model.norm == "rmsnorm" else (2.0, 1.0)
+    fwd += norms * (passes * STREAM - counted_norm) * h
+    bwd += 2 * norms * (passes * STREAM - counted_norm) * h
+    k_fwd, k_bwd = k_fwd + norms * (k - 1), k_bwd + 2 * norms * (k - 1)
+    stream_adds = 1 if model.parallel_residual else 2
+    fwd += stream_adds * (e + 2 * STREAM - 3 * e) * h
+    bwd += stream_adds * (STREAM + e - 2 * 3 * e) * h
+    if model.pos_embedding == "rotary":
+        rot = getattr(model, "rotary_pct", 1.0)
+        partial = rot < 1.0
+        per = rot * (5 * e + 5 * t) + ((t * rot + e * (1 - rot) + t) if partial else 0.0) + (t + e)
+        counted = (10.0 * rot + (2.0 if partial else 0.0)) * e
+        extra = (model.q_dim + model.kv_dim) * (per - counted)
+        fwd, bwd = fwd + extra, bwd + extra
+        k_fwd, k_bwd = k_fwd + 2.0, k_bwd + 2.0
+    return fwd, bwd, k_fwd, k_bwd

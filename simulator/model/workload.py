@@ -323,11 +323,10 @@ def activation_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> MemOps:
 
 def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
                fused: bool = False) -> tuple[MemOps, MemOps]:
-    """Cross-entropy over the logits (fwd, bwd). Eager upcasts to fp32 and runs log-softmax,
-    NLL and their backward: (e+12) + (16+e) bytes per logit; a compiled or fused loss kernel
-    (``fused``: e.g. flash-attn's cross-entropy) reads and writes the logits about twice each
-    (2e + 2e). Eager final-logit soft-capping (Gemma 2: divide, tanh, multiply) adds 6e bytes
-    per logit and 3 kernels each way; compiled, it fuses into the loss."""
+    """Cross-entropy over the logits (fwd, bwd): :func:`cross_entropy_bytes`, eager fp32 upcast
+    unless compiled or ``fused`` (a fused loss kernel, e.g. flash-attn's cross-entropy). Eager
+    final-logit soft-capping (Gemma 2: divide, tanh, multiply) adds 6e bytes per logit and 3
+    kernels each way; compiled, it fuses into the loss."""
     n = logits_elements(model, mb, seq_len)
     if compiled or fused:
         return cross_entropy_bytes(n, e, True)
@@ -335,16 +334,33 @@ def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, compiled: bool,
     return cross_entropy_bytes(n, e, False, cap, 3.0 if cap else 0.0)
 
 
+#: Passes over an fp32 row of logits of the eager log-softmax, forward and backward: PyTorch's CUDA
+#: ``cunn_SoftMaxForward`` keeps a row on chip only while it fits a block's 48 KiB of shared memory
+#: (12k fp32 logits; vocabularies are 32k-152k), so it reads the row for the maximum, again for the
+#: sum of exponentials and again to write the output (3 reads + 1 write); ``cunn_SoftMaxBackward``
+#: reads the output gradient for its sum, then the gradient and the saved output, and writes one.
+#: ``nll_loss``'s backward writes the fp32 gradient over all logits (zeros, then one per row).
+#: An H200 ran the forward at 16 bytes per logit in 3.09 ms and the backward in 3.35 ms over
+#: 16384 x 50304 logits (calibration/results/h200/prof_p160m_sdpa_s2048_mb8.txt).
+LOG_SOFTMAX_PASSES = (4.0, 4.0)  # (fp32 passes forward, backward: 3 reads + 1 write each)
+
+
 def cross_entropy_bytes(n_logits, e: int, fused: bool, extra: float = 0.0,
                         extra_kernels: float = 0.0) -> tuple[MemOps, MemOps]:
     """Cross-entropy over ``n_logits`` logit elements (fwd, bwd), any family: one fused (or
-    compiled) kernel reads and writes the logits about twice each way (2e, 1 kernel); eager
-    upcasts to fp32 and runs log-softmax and NLL, (e + 12) and (16 + e) bytes per logit in 3 and
-    4 kernels, plus ``extra`` bytes per logit and ``extra_kernels`` each way (soft-capping)."""
+    compiled) kernel reads and writes the logits about twice each way (2e, 1 kernel). Eager
+    (``F.cross_entropy(logits.float())``): the log-softmax's :data:`LOG_SOFTMAX_PASSES` over fp32
+    rows (16 bytes per logit each way) and, backward, ``nll_loss``'s fp32 gradient (4); with half
+    logits (e < 4) ``.float()`` copies them up (read e, write 4) and backward casts the gradient
+    back (read 4, write e): 16 + (e + 4) forward and 20 + (e + 4) backward under mixed precision,
+    16 and 20 in fp32, in 3 and 4 kernels; plus ``extra`` bytes per logit and ``extra_kernels``
+    each way (soft-capping)."""
     if fused:
         return MemOps(n_logits * 2 * e, 1.0), MemOps(n_logits * 2 * e, 1.0)
-    return (MemOps(n_logits * (e + 12 + extra), 3.0 + extra_kernels),
-            MemOps(n_logits * (16 + e + extra), 4.0 + extra_kernels))
+    fwd, bwd = (4.0 * p for p in LOG_SOFTMAX_PASSES)
+    cast = e + 4.0 if e < 4 else 0.0
+    return (MemOps(n_logits * (fwd + cast + extra), 3.0 + extra_kernels),
+            MemOps(n_logits * (bwd + 4.0 + cast + extra), 4.0 + extra_kernels))
 
 
 def tied_head(model) -> bool:

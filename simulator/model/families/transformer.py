@@ -67,6 +67,10 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
                       kernels_fwd=float(sf.kernels) / L1, kernels_bwd=float(sb.kernels) / L1,
                       saved=tokens * core, recompute=frozenset({"selective", "op"}), bandwidth="softmax"))
     lf, lb = workload.layer_elementwise(model, mb, seq_len, e, knobs.compiled, stack.fp32_norm(e, knobs.compiled))
+    if hf and stack.fp32_norm(e, knobs.compiled):  # Hugging Face's eager modules under torch.autocast
+        xf, xb, kf, kb = hf_eager.autocast_elementwise(model, e)
+        lf = workload.MemOps(lf.nbytes + tokens * xf * L, float(lf.kernels) + kf * L)
+        lb = workload.MemOps(lb.nbytes + tokens * xb * L, float(lb.kernels) + kb * L)
     projections = [op for op in ops if op.kind == "gemm" and not op.recompute]
     rest_saved = per_layer - core - sum(e * op.k for op in projections)
     rest_kept = op_kept - sum(e * op.n for op in projections)

@@ -47,6 +47,11 @@ class Op:
     ``fp8_linear``: a GEMM of a linear layer that FP8 training converts (torchao's Float8Linear,
     Transformer Engine's Linear): under precision fp8 its three GEMMs run at the FP8 peak and
     the block pays their inputs' scaling casts (:func:`simulator.model.fp8.with_fp8_casts`).
+    ``graph_break``: the op runs in a Python loop whose forward reads data-dependent sizes back to
+    the host (``torch.where`` / ``nonzero`` in Hugging Face's eager expert loop): the host waits
+    for the device there, so the forward of such ops overlaps neither the dispatch nor the device
+    work of the others, and torch.compile breaks its graph there, so their kernels pay the eager
+    host time per kernel in both passes (:meth:`simulator.physics.compute._Timed.pass_time`).
     """
 
     name: str
@@ -74,6 +79,7 @@ class Op:
     atomics_bwd: np.ndarray | float = 0.0
     params: int = 0
     fp8_linear: bool = False
+    graph_break: bool = False
 
     def kept_under(self, policy: str) -> np.ndarray | float:
         """Bytes kept per repetition under an op-granular policy (``none``, ``selective``, ``op``)."""

@@ -158,8 +158,8 @@ class Family:
     ``attentions`` / ``compiles`` / ``checkpointings``: the knob values that apply (``("n/a",)``:
     the family has no attention, so the knob is not searched); ``from_hf_config(cfg, name)``:
     spec fields from a Hugging Face ``config.json`` (``cfg`` offers ``int``/``bool`` accessors
-    and ``data``), keyed by ``model_type`` in ``hf_model_types``; ``notes(spec)``: lines the output
-    shows (what does not apply and why); ``six_n``: see the field.
+    and ``data``), keyed by ``model_type`` in ``hf_model_types``; ``notes(spec, stack)``: lines the
+    output shows (what does not apply and why, how the stack runs the family); ``six_n``: see the field.
     """
 
     name: str
@@ -171,7 +171,7 @@ class Family:
     checkpointings: tuple[str, ...] = CHECKPOINTINGS
     hf_model_types: tuple[str, ...] = ()
     from_hf_config: Callable[[Any, str], dict[str, Any]] | None = None
-    notes: Callable[[Any], list[str]] = field(default=lambda spec: [])
+    notes: Callable[[Any, Any], list[str]] = field(default=lambda spec, stack: [])
     six_n: bool = True
     """Whether 6 N per token approximates training FLOPs (False where weights are reused
     across positions, as in convolutions)."""

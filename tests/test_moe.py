@@ -12,11 +12,13 @@ import pytest
 from simulator.answer.api import simulate
 from simulator.core.errors import UsageError
 from simulator.frontends.cli import main
+from simulator.hardware.catalog import default_profile, get_gpu
+from simulator.hardware.device import device_from_spec
 from simulator.model import graphs
-from simulator.model.families.moe import LOAD_IMBALANCE
+from simulator.model.families.moe import LOAD_IMBALANCE, LOOP_KERNELS
 from simulator.model.hf_config import model_from_hf_config
 from simulator.model.presets import get_model
-from simulator.physics import memory, parallel
+from simulator.physics import compute, memory, parallel
 from simulator.physics.communication import Fabric
 from simulator.physics.parallel import ShardView
 from simulator.strategy.layout import Parallelism
@@ -111,10 +113,48 @@ def test_expert_gemms_run_tokens_per_local_expert() -> None:
 
 
 def test_hugging_face_loop_launches_kernels_per_expert() -> None:
+    """The eager loop: LOOP_KERNELS per expert (gate and up projections two GEMMs), at the expert's
+    own m, its ops at a graph break; grouped: one kernel per GEMM for all experts, no break."""
     m = get_model("olmoe-1b-7b")
-    grouped, loop = _ops(m, compiled=False), _ops(m, stack="hf-trainer", compiled=False)
-    assert grouped["expert_up"].kernels_fwd == 1 and loop["expert_up"].kernels_fwd == 64
-    assert loop["dispatch"].kernels_fwd > grouped["dispatch"].kernels_fwd
+    for compiled in (False, True):
+        grouped, loop = _ops(m, compiled=compiled), _ops(m, stack="hf-trainer", compiled=compiled)
+        assert grouped["expert_up"].kernels_fwd == 1 and loop["expert_up"].kernels_fwd == 2 * 64
+        assert loop["expert_down"].kernels_fwd == 64 and loop["expert_act"].kernels_fwd == 2 * 64
+        assert loop["dispatch"].kernels_fwd == 2 + 4 * 64 and loop["combine"].kernels_fwd == 2 + 2 * 64
+        assert float(loop["expert_up"].m[0]) == float(grouped["expert_up"].m[0]) == 2 * 1024 * 8 / 64
+        looped = {name for name, op in loop.items() if op.graph_break}
+        assert looped == {"dispatch", "expert_up", "expert_act", "expert_down", "combine"}
+        assert not any(op.graph_break for op in grouped.values()) and "expert_act" not in grouped
+    assert sum(LOOP_KERNELS.values()) == 11
+
+
+def test_hugging_face_loop_is_slower_the_more_experts() -> None:
+    """Same active work per token (top-8 of E experts of OLMoE's width): the eager loop's step over
+    the grouped GEMMs' grows with E (host time per expert, small GEMMs), eager or compiled; Mixtral's
+    eight large experts keep the device busier than the host (within 10%)."""
+    dev = device_from_spec(get_gpu("h100-sxm"), default_profile("h100-sxm"))
+    mb = np.array([2.0])
+
+    def ratio(model, compiled: bool) -> float:
+        t = {s: compute.micro_batch_time(model, 4096, mb, "bf16", "sdpa", compiled, "none", dev, stack=s).total[0]
+             for s in ("hf-trainer", "megatron-lm")}
+        return float(t["hf-trainer"] / t["megatron-lm"])
+
+    base = get_model("olmoe-1b-7b")
+    for compiled in (False, True):
+        r = [ratio(base.model_copy(update={"n_experts": n}), compiled) for n in (8, 32, 64, 128)]
+        assert 1.0 < r[0] < r[1] < r[2] < r[3] and r[2] > 2.0, r
+    assert 1.0 < ratio(get_model("mixtral-8x7b"), True) < 1.1
+
+
+def test_hugging_face_loop_note() -> None:
+    """hf-trainer + MoE says the eager loop is slow and names the grouped stacks; megatron-lm does not."""
+    hf = simulate("olmoe-1b-7b", "8xh100", tokens="1B")
+    mg = simulate("olmoe-1b-7b", "8xh100", stack="megatron-lm", tokens="1B")
+    note = [n for n in hf.notes if "eager expert loop" in n]
+    assert len(note) == 1 and "slow" in note[0] and "megatron-lm and torchtitan" in note[0]
+    assert not any("eager expert loop" in n for n in mg.notes)
+    assert hf.step_time_s > mg.step_time_s
 
 
 def test_dispatched_copies_cost_activation_memory_and_time() -> None:

@@ -31,7 +31,10 @@ def assert_physical(plan) -> None:
     assert plan.step_time_s > 0.0 and math.isfinite(plan.days)
     assert plan.days >= plan.days_at_peak * (1.0 - 1e-9), (plan.days, plan.days_at_peak)
     fwd, bwd = plan.breakdown_s["forward"], plan.breakdown_s["backward"]
-    assert bwd >= fwd, (fwd, bwd)  # the backward does at least the forward's GEMM work again
+    # the backward does at least the forward's GEMM work again; not so where the forward waits on
+    # the host at each expert of Hugging Face's eager loop (Op.graph_break) and the backward does not
+    if not any("eager expert loop" in n for n in plan.notes):
+        assert bwd >= fwd, (fwd, bwd)
 
 
 @pytest.mark.parametrize("gpus", SWEEP_CLUSTERS)

@@ -260,7 +260,7 @@ def family_knobs(s: Setup, pins: dict, pick, notes: list[str]) -> tuple[list, li
     fam = family_of(s.model)
     if fam.name == "transformer":
         return pick("attention", ATTENTIONS), pick("compile", COMPILES), pick("checkpointing", CHECKPOINTINGS)
-    notes.extend(fam.notes(s.model))
+    notes.extend(fam.notes(s.model, s.problem.stack))
     if pins.get("attention") is not None and pins["attention"] not in fam.attentions:
         notes.append(f"--attention {pins['attention']} ignored: {s.model.display_name} has no attention")
     out = []

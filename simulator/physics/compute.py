@@ -34,6 +34,14 @@ NONCAUSAL_SEQ_HALF = 0.24
 #: Optimization Reference Manual; AMD Software Optimization Guide for EPYC): output rows whose length
 #: is not a multiple of it take the profile's ``gemm_misaligned`` factor.
 CACHE_LINE_BYTES = 64
+#: Host time per kernel of an eager training pass beyond the launch (module calls, autograd
+#: recording, autocast), forward and backward, us, for ops at a graph break (``Op.graph_break``:
+#: Hugging Face's expert loop, whose host time is what makes it slow) on a profile that has not
+#: calibrated its own (``train_fwd_kernel_us_amp``, ``train_bwd_kernel_us_amp``): measured by
+#: calibration/benches/dispatch.py under autocast on an H200 node (calibration/profiles/nvidia-h200.json,
+#: 2026-12-04: 33.3 and 17.2 us). The catalog profiles leave it out of the other ops, whose host
+#: time the device hides in all but small models.
+EAGER_TRAIN_KERNEL_US = (33.3, 17.2)
 
 
 @dataclass(frozen=True)
@@ -201,6 +209,7 @@ class _Row:
     fl_bwd: np.ndarray
     block: int | None
     recompute: frozenset[str]
+    graph_break: bool = False
 
 
 class _Timed:
@@ -218,6 +227,11 @@ class _Timed:
             fwd_us, bwd_us = prof.train_fwd_kernel_us_amp, prof.train_bwd_kernel_us_amp
         self.extra = {"fwd": 0.0 if compiled else 1e-6 * (fwd_us or 0.0),
                       "bwd": 0.0 if compiled else 1e-6 * (bwd_us or 0.0)}
+        # ops at a graph break run eagerly under torch.compile too (Op.graph_break), at the eager
+        # training host time per kernel: the profile's, else EAGER_TRAIN_KERNEL_US
+        e_f, e_b = (fwd_us, bwd_us or 0.0) if fwd_us is not None else EAGER_TRAIN_KERNEL_US
+        self.eager_kernel = {"fwd": 1e-6 * prof.launch_overhead_us + 1e-6 * e_f,
+                             "bwd": 1e-6 * prof.launch_overhead_us + 1e-6 * e_b}
         self.serial = prof.device.kind == "cpu"
         self.host = 1e-6 * prof.layer_overhead_us
         placed = [(op, float(b.repeat) * op.count, i, b.name) for i, b in enumerate(g.blocks) for op in b.ops]
@@ -233,12 +247,29 @@ class _Timed:
 
     def pass_time(self, rows: list[_Row], which: str, scale: list[float] | None = None) -> np.ndarray:
         """Seconds of one pass over ``rows`` (each x its ``scale``): the longer of the device's
-        kernel time and the host's dispatch time (on a CPU device, their sum)."""
+        kernel time and the host's dispatch time (on a CPU device, their sum).
+
+        Rows at a graph break (``Op.graph_break``: Hugging Face's eager expert loop) dispatch at
+        the eager host time per kernel even when compiled. Their forward waits for the device at
+        each of its host syncs, so it overlaps nothing else: it adds the longer of its own device
+        and host times to the rest's (a loop of identical iterations, each the longer of the two).
+        Their backward has no sync: its device and host times join the rest's."""
         w = [1.0] * len(rows) if scale is None else scale
-        t = sum(s * (r.t_fwd if which == "fwd" else r.t_bwd) for s, r in zip(w, rows, strict=True))
-        k = sum(s * (r.k_fwd if which == "fwd" else r.k_bwd) for s, r in zip(w, rows, strict=True))
-        per_kernel = self.launch + self.extra[which]
-        return t + k * per_kernel if self.serial else np.maximum(t, k * per_kernel)
+        fwd = which == "fwd"
+        rest = [(s, r) for s, r in zip(w, rows, strict=True) if not r.graph_break]
+        t = sum(s * (r.t_fwd if fwd else r.t_bwd) for s, r in rest)
+        k = sum(s * (r.k_fwd if fwd else r.k_bwd) for s, r in rest)
+        host = k * (self.launch + self.extra[which])
+        loop = [(s, r) for s, r in zip(w, rows, strict=True) if r.graph_break]
+        if not loop:
+            return t + host if self.serial else np.maximum(t, host)
+        t_loop = sum(s * (r.t_fwd if fwd else r.t_bwd) for s, r in loop)
+        host_loop = sum(s * (r.k_fwd if fwd else r.k_bwd) for s, r in loop) * self.eager_kernel[which]
+        if self.serial:
+            return t + host + t_loop + host_loop
+        if fwd:
+            return np.maximum(t, host) + np.maximum(t_loop, host_loop)
+        return np.maximum(t + t_loop, host + host_loop)
 
 
 def layer_gemm_times(model, tokens, precision: str, dev: Device, chunks: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -324,8 +355,8 @@ def _row(op: Op, reps: float, block: int | None, dev: Device, precision: str, me
             t_f, t_b = memo[_gemm_key(precision, where, op)]
             fl = reps * op.fwd_flops()
             memo[key] = _Row(reps * t_f, reps * op.kernels_fwd, reps * t_b, reps * op.kernels_bwd, fl, 2.0 * fl,
-                             block, op.recompute)
+                             block, op.recompute, op.graph_break)
         return memo[key]
     t_f, t_b = op_times(op, dev, precision)
     return _Row(reps * t_f, reps * op.kernels_fwd, reps * t_b, reps * op.kernels_bwd, reps * op.fwd_flops(),
-                reps * op.bwd_flops(), block, op.recompute)
+                reps * op.bwd_flops(), block, op.recompute, op.graph_break)

@@ -47,6 +47,11 @@ class Op:
     ``fp8_linear``: a GEMM of a linear layer that FP8 training converts (torchao's Float8Linear,
     Transformer Engine's Linear): under precision fp8 its three GEMMs run at the FP8 peak and
     the block pays their inputs' scaling casts (:func:`simulator.model.fp8.with_fp8_casts`).
+    ``graph_break``: the op runs in a Python loop whose forward reads data-dependent sizes back to
+    the host (``torch.where`` / ``nonzero`` in Hugging Face's eager expert loop): the host waits
+    for the device there, so the forward of such ops overlaps neither the dispatch nor the device
+    work of the others, and torch.compile breaks its graph there, so their kernels pay the eager
+    host time per kernel in both passes (:meth:`simulator.physics.compute._Timed.pass_time`).
     """
 
     name: str
@@ -74,6 +79,7 @@ class Op:
     atomics_bwd: np.ndarray | float = 0.0
     params: int = 0
     fp8_linear: bool = False
+    graph_break: bool = False
 
     def kept_under(self, policy: str) -> np.ndarray | float:
         """Bytes kept per repetition under an op-granular policy (``none``, ``selective``, ``op``)."""
@@ -152,8 +158,8 @@ class Family:
     ``attentions`` / ``compiles`` / ``checkpointings``: the knob values that apply (``("n/a",)``:
     the family has no attention, so the knob is not searched); ``from_hf_config(cfg, name)``:
     spec fields from a Hugging Face ``config.json`` (``cfg`` offers ``int``/``bool`` accessors
-    and ``data``), keyed by ``model_type`` in ``hf_model_types``; ``notes(spec)``: lines the output
-    shows (what does not apply and why); ``six_n``: see the field.
+    and ``data``), keyed by ``model_type`` in ``hf_model_types``; ``notes(spec, stack)``: lines the
+    output shows (what does not apply and why, how the stack runs the family); ``six_n``: see the field.
     """
 
     name: str
@@ -165,7 +171,7 @@ class Family:
     checkpointings: tuple[str, ...] = CHECKPOINTINGS
     hf_model_types: tuple[str, ...] = ()
     from_hf_config: Callable[[Any, str], dict[str, Any]] | None = None
-    notes: Callable[[Any], list[str]] = field(default=lambda spec: [])
+    notes: Callable[[Any, Any], list[str]] = field(default=lambda spec, stack: [])
     six_n: bool = True
     """Whether 6 N per token approximates training FLOPs (False where weights are reused
     across positions, as in convolutions)."""

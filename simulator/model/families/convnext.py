@@ -201,7 +201,7 @@ def from_hf_config(c, name: str) -> dict:
                 layer_scale=float(c.data.get("layer_scale_init_value", 1e-6) or 0) > 0)
 
 
-def notes(spec: ConvNextSpec) -> list[str]:
+def notes(spec: ConvNextSpec, stack: object) -> list[str]:
     return [f"{spec.display_name} is a convolutional network: a sample is one image (tokens/s = images/s); no "
             "attention, so the attention knob does not apply and is not searched; activation checkpointing is "
             "not searched (Hugging Face's ConvNeXt does not support gradient checkpointing)"]

@@ -263,7 +263,7 @@ def from_hf_config(c, name: str) -> dict:
     )
 
 
-def notes(spec: MambaSpec) -> list[str]:
+def notes(spec: MambaSpec, stack: object) -> list[str]:
     return [f"{spec.display_name} has no attention: the attention knob does not apply and is not searched; "
             f"{spec.kernel} Mamba kernels "
             + ("(mamba-ssm + causal-conv1d)" if spec.kernel == "fused" else "(Hugging Face slow path, no mamba-ssm)")

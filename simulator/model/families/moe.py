@@ -26,8 +26,11 @@ place of its MLP, a sparse MoE block (``transformers``' ``MixtralSparseMoeBlock`
 The stack decides how the experts run (:attr:`simulator.strategy.stacks.Stack.moe_experts`): ``grouped``
 (Megatron-LM's ``--moe-grouped-gemm`` with the all-to-all dispatcher, torchtitan's grouped_mm:
 one kernel per GEMM for all local experts) or ``loop`` (Hugging Face's eager block: a Python loop
-over the experts hit, each a ``torch.where`` that syncs with the host, an index, three small GEMMs,
-the activation, the weighting and an ``index_add_``: kernels per expert, slow). Expert
+over the experts hit, each a ``torch.where`` that syncs with the host, gathers, three small GEMMs
+at the expert's own m, the activation, the weighting and an ``index_add_``: :data:`LOOP_KERNELS`
+per expert, each paying the eager host time even under torch.compile, which breaks its graph at
+the loop; the forward's syncs keep the loop from overlapping the rest of the step
+(``Op.graph_break``), so it is slow wherever the host's time per expert exceeds the device's). Expert
 parallelism (``ep``, :class:`simulator.strategy.layout.Parallelism`) divides the experts; its all-to-all
 is communication (:func:`simulator.physics.parallel.ep_comm_time`), not an operation here.
 
@@ -67,10 +70,17 @@ LOAD_IMBALANCE = 1.1
 #: Router softmax and top-k: fp32 passes over the tokens x experts scores (read the half logits,
 #: write fp32 probabilities, read them for top-k, write the k weights and indices), kernels.
 ROUTER_PASSES, ROUTER_KERNELS = 3, 4
-#: Kernels Hugging Face's eager loop launches per expert outside its GEMMs, each pass: forward
-#: ``torch.where`` (a host sync), the index gather, the SiLU, the gate x up product, the routing
-#: weight product and ``index_add_``; backward about twice that.
-LOOP_KERNELS_PER_EXPERT = 6
+#: Forward kernels of one expert's iteration of Hugging Face's eager loop (transformers <= 4.57
+#: ``OlmoeSparseMoeBlock``, ``MixtralSparseMoeBlock``, ``Qwen2MoeSparseMoeBlock``,
+#: ``Qwen3MoeSparseMoeBlock``, ``DeepseekV2MoE``; transformers 5's ``experts_implementation="eager"``),
+#: by op: dispatch ``torch.where(expert_mask[i])`` (a nonzero: count and select, then a copy of the
+#: count to the host, which waits) and the gathers of the tokens and of their routing weights;
+#: ``expert_up`` the ``gate_proj`` and ``up_proj`` linears (one fused ``gate_up_proj`` in
+#: transformers 5: counted as two); the SiLU and the gate x up product; ``expert_down``; combine
+#: the routing-weight product and ``index_add_``. Backward launches
+#: :data:`simulator.model.workload.ELEMENTWISE_BWD_FACTOR` times the elementwise ones (the
+#: gathers' backward is an accumulating ``index_put_``) and two GEMMs per GEMM.
+LOOP_KERNELS = {"dispatch": 4.0, "expert_up": 2.0, "expert_act": 2.0, "expert_down": 1.0, "combine": 2.0}
 
 
 class MoESpec(ModelSpec):
@@ -221,25 +231,29 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
     Tk = T * k * (LOAD_IMBALANCE if ep > 1 else 1.0)  # token copies this GPU's experts process
     up, up_s = 2 * f, 2 * fs
     loop = knobs.stack.moe_experts == "loop"
-    per_expert = float(local) if loop else 1.0  # GEMM kernels per pass for all local experts
+    # the loop's kernels for all local experts (every expert is hit: a micro-batch routes thousands
+    # of token copies to at most a few hundred experts), each pass; grouped: one kernel per GEMM
+    per = {name: n * local for name, n in LOOP_KERNELS.items()} if loop else dict.fromkeys(LOOP_KERNELS, 0.0)
+    gemm_kernels = {name: per[name] if loop else 1.0 for name in ("expert_up", "expert_down")}
+    copies = 0.0 if loop else Tk  # expert copies whose elementwise work the layer's ops hold (loop: expert_act)
     ops: list[Op] = []
     for op in layer.ops:
         if op.name in ("mlp_up", "mlp_down"):
             continue
-        if op.name == "activation":  # eager SiLU of every expert copy and of the shared expert
-            af = (Tk * f + T * fs) * 2.0 * e
-            kern = per_expert + (1.0 if fs else 0.0)
+        if op.name == "activation":  # eager SiLU of the expert copies (grouped) and of the shared expert
+            af = (copies * f + T * fs) * 2.0 * e
+            kern = (0.0 if loop else 1.0) + (1.0 if fs else 0.0)
             op = dataclasses.replace(op, bytes_fwd=af, bytes_bwd=workload.ACTIVATION_BWD_BYTES * af,
                                      kernels_fwd=kern, kernels_bwd=kern)
         elif op.name == "norms_residual_activation":
             x = _mlp_elementwise(f, True, knobs.compiled)
-            delta = ((Tk - T) * x + T * _mlp_elementwise(fs, True, knobs.compiled)) * e
+            delta = ((copies - T) * x + T * _mlp_elementwise(fs, True, knobs.compiled)) * e
             sparse = model.mlp_params_per_layer() - model.expert_params()
             op = dataclasses.replace(op, bytes_fwd=op.bytes_fwd + delta,
                                      bytes_bwd=op.bytes_bwd + workload.ELEMENTWISE_BWD_FACTOR * delta,
                                      saved=op.saved + ((Tk - T) * up + T * up_s) * e, params=op.params - sparse)
         ops.append(op)
-    loop_k = LOOP_KERNELS_PER_EXPERT * local if loop else 0.0
+    bwd = workload.ELEMENTWISE_BWD_FACTOR
     ops += [
         # the router reads the post-attention norm's output (kept for backward, as the dense
         # MLP-up kept it) and writes the expert scores; it stays in bf16 under fp8 (a narrow GEMM whose
@@ -252,18 +266,26 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
         # dispatch: read the tokens, write top_k copies grouped by expert; backward sums the copies'
         # gradients back
         Op("dispatch", "elementwise", bytes_fwd=(T + Tk) * h * e, bytes_bwd=(T + Tk) * h * e,
-           kernels_fwd=2 + loop_k / 2, kernels_bwd=2 + loop_k, recompute=frozenset({"op"}), bandwidth="elementwise"),
-        Op("expert_up", "gemm", m=Tk / local, n=up, k=h, batch=float(local), kernels_fwd=per_expert,
-           kernels_bwd=2 * per_expert, saved=Tk * e * h, kept={"op": Tk * e * up},
-           params=local * h * up, fp8_linear=True),
-        Op("expert_down", "gemm", m=Tk / local, n=h, k=f, batch=float(local), kernels_fwd=per_expert,
-           kernels_bwd=2 * per_expert, saved=Tk * e * f, kept={"op": Tk * e * h},
-           params=local * f * h, fp8_linear=True),
+           kernels_fwd=2 + per["dispatch"], kernels_bwd=2 + bwd * per["dispatch"], recompute=frozenset({"op"}),
+           bandwidth="elementwise", graph_break=loop),
+        Op("expert_up", "gemm", m=Tk / local, n=up, k=h, batch=float(local), kernels_fwd=gemm_kernels["expert_up"],
+           kernels_bwd=2 * gemm_kernels["expert_up"], saved=Tk * e * h, kept={"op": Tk * e * up},
+           params=local * h * up, fp8_linear=True, graph_break=loop),
+    ]
+    if loop:  # each expert's SiLU and gate x up product, eager kernels even under torch.compile
+        xe = Tk * workload.mlp_elementwise_elements(f, True, False) * e
+        ops.append(Op("expert_act", "elementwise", bytes_fwd=xe, bytes_bwd=bwd * xe, kernels_fwd=per["expert_act"],
+                      kernels_bwd=bwd * per["expert_act"], recompute=frozenset({"op"}), bandwidth="elementwise",
+                      graph_break=True))
+    ops += [
+        Op("expert_down", "gemm", m=Tk / local, n=h, k=f, batch=float(local), kernels_fwd=gemm_kernels["expert_down"],
+           kernels_bwd=2 * gemm_kernels["expert_down"], saved=Tk * e * f, kept={"op": Tk * e * h},
+           params=local * f * h, fp8_linear=True, graph_break=loop),
         # combine: weight each copy by its routing probability (the copies are kept for that
         # probability's gradient) and add them back in token order
         Op("combine", "elementwise", bytes_fwd=(2 * Tk + T) * h * e, bytes_bwd=2 * (2 * Tk + T) * h * e,
-           kernels_fwd=2 + loop_k / 2, kernels_bwd=2 + loop_k, saved=Tk * e * h, recompute=frozenset({"op"}),
-           bandwidth="elementwise"),
+           kernels_fwd=2 + per["combine"], kernels_bwd=2 + bwd * per["combine"], saved=Tk * e * h,
+           recompute=frozenset({"op"}), bandwidth="elementwise", graph_break=loop),
     ]
     if fs:
         ops += [Op("shared_up", "gemm", m=T, n=up_s, k=h, kernels_fwd=1, kernels_bwd=2, kept={"op": T * e * up_s},
@@ -435,10 +457,19 @@ def from_hf_config(c, name: str) -> dict:
     return _BUILDERS[c.data["model_type"]](c, name)
 
 
-def notes(spec: MoESpec) -> list[str]:
-    return [f"{spec.display_name}: {spec.n_active_params() / 1e9:.2f} B of its {spec.n_params() / 1e9:.2f} B parameters "
-            f"are active per token (top-{spec.top_k} of {spec.n_experts} experts); MFU counts the active ones; the "
-            f"busiest expert-parallel rank processes {LOAD_IMBALANCE:g}x the mean tokens (dropless routing)"]
+def notes(spec: MoESpec, stack) -> list[str]:
+    """Active vs total parameters; under a stack that loops over the experts, that it is slow."""
+    out = [f"{spec.display_name}: {spec.n_active_params() / 1e9:.2f} B of its {spec.n_params() / 1e9:.2f} B parameters "
+           f"are active per token (top-{spec.top_k} of {spec.n_experts} experts); MFU counts the active ones; the "
+           f"busiest expert-parallel rank processes {LOAD_IMBALANCE:g}x the mean tokens (dropless routing)"]
+    if stack.moe_experts == "loop":
+        out.append(f"{stack.display} runs Hugging Face's eager expert loop, which is slow: a Python loop over the "
+                   f"{spec.n_experts} experts of each layer, each a host sync (torch.where), gathers, three small "
+                   f"GEMMs and index_add_ ({sum(LOOP_KERNELS.values()):g} kernels per expert forward, twice that "
+                   f"backward), eager even under torch.compile; megatron-lm and torchtitan run the experts as "
+                   f"grouped GEMMs (--stack megatron-lm or torchtitan; transformers 5's experts_implementation "
+                   f"grouped_mm does too, not modelled here)")
+    return out
 
 
 MOE = Family(name="moe", spec_cls=MoESpec, families=MOE_FAMILIES, graph=graph, hf_model_types=MOE_FAMILIES,

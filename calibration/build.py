@@ -1,8 +1,10 @@
 """Turn raw measurements into a validated :class:`simulator.hardware.profile.Profile`.
 
-Order matters: launch overhead, then device bandwidth and ``memory_bw_eff``, then peaks,
-then GEMM and attention efficiencies (whose models include the launch and memory terms),
-then optimizer, host and collective figures.
+:func:`build_profile` runs the fitting steps in order, each a ``*_section`` function of the
+measurements and what earlier steps fitted that returns its :class:`Part` of the profile: launch
+overhead, then device bandwidth and ``memory_bw_eff``, then peaks, then GEMM and attention
+efficiencies (whose models include the launch and memory terms), then fresh pages, op classes,
+optimizer, host and collective figures, and last the dispatch overhead of training passes.
 
 Peaks: for a catalog GPU the datasheet dense peaks and bandwidth are used. Otherwise
 (CPU, or a GPU the catalog lacks) the peak of a precision is the *best measured*
@@ -15,8 +17,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -65,18 +68,107 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
+@dataclass
+class Part:
+    """One fitting step's share of the profile: ``fields`` by their :class:`Profile` name, the fit
+    details for the measurements file (``fits``) and ``warnings``, each in the order fitted."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+    fits: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class Launch(Part):
+    """:func:`launch_section`'s part and the overheads (s) later fits' time models include."""
+
+    eager_s: float
+    compiled_s: float
+
+
+@dataclass(kw_only=True)
+class Bandwidth(Part):
+    """:func:`bandwidth_section`'s part and what later fits take from it: the device bandwidth
+    (GB/s), where it comes from, and the copy kernel's efficiency (None where not measured)."""
+
+    gbs: float
+    gbs_source: str
+    copy_eff: float | None
+
+
+@dataclass(kw_only=True)
+class Peaks(Part):
+    """:func:`peaks_section`'s part: the dense peak (TFLOPS) of each precision and its source."""
+
+    tflops: dict[str, float]
+    sources: dict[str, str]
+
+
+@dataclass(kw_only=True)
+class Fresh(Part):
+    """:func:`fresh_section`'s part and the fitted fresh-memory rate (None: no first-touch cost)."""
+
+    memory: FreshMemory | None
+
+
 def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                   name: str | None = None, extra_sources: list[str] | None = None,
                   host_allocator: str | None = None) -> Built:
     """Fit every section of the profile from ``results`` (key -> record), measured with
-    ``host_allocator`` (:mod:`calibration.host_alloc`; CPU)."""
-    fits: dict[str, dict] = {}
-    warn: list[str] = []
+    ``host_allocator`` (:mod:`calibration.host_alloc`; CPU): the ``*_section`` steps below in
+    turn, each taking what the earlier ones fitted (launch overhead and bandwidth enter every
+    later time model), then the training passes' dispatch overhead, which predicts with the
+    profile the others make."""
     date = provenance_fields(dev, command)["date"][:10]
     tag = f"calibration {date} on {dev.name}"
     gpu_id, cat_peaks, cat_bw, cat_src = catalog_peaks(dev)
+    launch = launch_section(results, tag)
+    bw = bandwidth_section(results, tag, cat_bw, cat_src, launch)
+    peaks = peaks_section(dev, results, cat_peaks, cat_src)
+    gemm = gemm_sections(dev, results, tag, peaks, bw, launch.eager_s)
+    misaligned = misaligned_section(dev, results, tag)
+    attention = attention_section(dev, results, tag, peaks.tflops, gemm.fields["gemm"], launch.eager_s)
+    fresh = fresh_section(results, tag, bw.gbs)
+    ops = op_class_section(results, tag, bw, launch.eager_s, fresh.memory)
+    optimizer = optimizer_section(results, tag, bw.gbs, launch.eager_s, fresh.memory)
+    host = host_section(dev, results, tag)
+    cpu_adam = cpu_adam_section(dev, results, tag)
+    collectives = collectives_section(results, tag)
+    device = device_section(dev, command, name or f"{dev.slug} (calibrated {date})", gpu_id, peaks, bw,
+                            extra_sources, host_allocator)
+    data, fits, warn = _merged([launch, bw, peaks, gemm, misaligned, attention, fresh, ops, optimizer, host,
+                                cpu_adam, collectives, device, at_bound_warning(ops.fields["bw_eff_ops"])])
+    profile = parse_profile(data, origin="calibration")
+    dispatch = dispatch_section(results, profile, data["launch_source"])
+    if dispatch.fields:
+        data.update(dispatch.fields)
+        fits.update(dispatch.fits)
+        profile = parse_profile(data, origin="calibration")
+    return Built(profile, fits, warn)
 
-    # 1. eager launch overhead: median per-op time of tiny ops.
+
+def _merged(parts: list[Part]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """The profile's fields (``fit_warnings`` among them), the fit details and the warnings of
+    ``parts``, in their order; ValueError where a fitted value is not finite."""
+    data: dict[str, Any] = {}
+    fits: dict[str, Any] = {}
+    warn: list[str] = []
+    for part in parts:
+        data.update(part.fields)
+        fits.update(part.fits)
+        warn += part.warnings
+    data["fit_warnings"] = warn
+    for key, val in data.items():
+        if isinstance(val, float) and not math.isfinite(val):
+            raise ValueError(f"non-finite fitted value for {key}")
+    return data, fits, warn
+
+
+def launch_section(results: dict[str, dict], tag: str) -> Launch:
+    """Launch overhead (s): eager, the median per-op time of tiny ops (``launch/eager/`` benches,
+    100-op loops); compiled, the fastest fused 8-op ``torch.compile`` call (``compiled/launch/``),
+    or the eager value where that did not run."""
+    warn = []
     launch = [r["time_s"] for _, r in _ok(results, "launch/eager/")]
     if launch:
         launch_s = statistics.median(launch)
@@ -94,9 +186,20 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         launch_src += (f"; compiled: torch.compile unavailable ({why[:120]}), set to eager value"
                        if why else f"; compiled: {PLACEHOLDER}, set to eager value")
         warn.append("compiled launch overhead not measured; set equal to eager")
-    fits["launch"] = {"launch_s": launch_s, "compiled_launch_s": comp_s, "n": len(launch)}
+    return Launch(fields={"launch_overhead_us": launch_s * 1e6, "compiled_launch_overhead_us": comp_s * 1e6,
+                          "launch_source": launch_src},
+                  fits={"launch": {"launch_s": launch_s, "compiled_launch_s": comp_s, "n": len(launch)}},
+                  warnings=warn, eager_s=launch_s, compiled_s=comp_s)
 
-    # 2. memory bandwidth and bandwidth-bound efficiency.
+
+def bandwidth_section(results: dict[str, dict], tag: str, cat_bw: float | None, cat_src: str | None,
+                      launch: Launch) -> Bandwidth:
+    """Device memory bandwidth (GB/s: the catalog's, else the best ``bandwidth/copy/`` bench's read +
+    write bytes / time) and ``memory_bw_eff``, the eager ``bandwidth/`` benches (those moving >= 64
+    MiB where there are three) fitted to memory_bound_time, overall and per op (the copy's is the
+    GEMM operands'); the ``compiled/bandwidth/`` benches' efficiencies go to the fit details only."""
+    warn = []
+    fits: dict[str, Any] = {}
     bw_recs = _ok(results, "bandwidth/")
     copies = [r for k, r in bw_recs if k.startswith("bandwidth/copy/")]
     if cat_bw:
@@ -112,14 +215,14 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         bw_recs = big
     if bw_recs:
         f_bw = F.fit_bandwidth([r["bytes"] for _, r in bw_recs], [r["time_s"] for _, r in bw_recs],
-                               bw_gbs * 1e9, launch_s, [r.get("kernels", 1) for _, r in bw_recs])
+                               bw_gbs * 1e9, launch.eager_s, [r.get("kernels", 1) for _, r in bw_recs])
         bw_eff = f_bw.params["bw_eff"]
         fits["memory_bw_eff"] = f_bw.as_dict()
         per_op = {}
         for op in sorted({k.split("/")[1] for k, _ in bw_recs}):
             pts = [r for k, r in bw_recs if k.split("/")[1] == op]
             per_op[op] = F.fit_bandwidth([r["bytes"] for r in pts], [r["time_s"] for r in pts],
-                                         bw_gbs * 1e9, launch_s,
+                                         bw_gbs * 1e9, launch.eager_s,
                                          [r.get("kernels", 1) for r in pts]).params["bw_eff"]
         fits["memory_bw_eff_per_op"] = per_op
         copy_eff = per_op.get("copy")  # GEMM operands stream as a copy does
@@ -130,19 +233,24 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         bw_eff, bw_eff_src = 0.8, f"memory_bw_eff: {PLACEHOLDER}"
         copy_eff = None
         warn.append("bandwidth-bound ops not measured; memory_bw_eff = 0.8")
-
-    gemm_bw_eff = bw_eff if copy_eff is None else copy_eff
     comp_bw = {}
     for key, rec in _ok(results, "compiled/bandwidth/"):
         pts = rec.get("points", [])
         if pts:
             comp_bw[key.split("/")[2]] = F.fit_bandwidth(
                 [p["bytes"] for p in pts], [p["time_s"] for p in pts], bw_gbs * 1e9,
-                comp_s).params["bw_eff"]
+                launch.compiled_s).params["bw_eff"]
     if comp_bw:  # informational: the profile has one memory_bw_eff (eager)
         fits["compiled_memory_bw_eff_per_op"] = comp_bw
+    return Bandwidth(fields={"memory_bw_eff": bw_eff, "memory_bw_eff_source": bw_eff_src}, fits=fits,
+                     warnings=warn, gbs=bw_gbs, gbs_source=bw_src, copy_eff=copy_eff)
 
-    # 3. peaks per precision.
+
+def peaks_section(dev: DeviceContext, results: dict[str, dict], cat_peaks: dict[str, float],
+                  cat_src: str | None) -> Peaks:
+    """Dense peak (TFLOPS) per precision: the catalog's, else the best throughput of any ``gemm/``
+    (fastest layout) or fused ``attention/`` bench in that precision."""
+    warn = []
     peaks: dict[str, float] = dict(cat_peaks)
     peak_src: dict[str, str] = {k: cat_src or "catalog" for k in cat_peaks}
     for prec in dev.precisions:
@@ -159,10 +267,20 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     if "fp32" not in peaks:
         peaks["fp32"], peak_src["fp32"] = 0.1, PLACEHOLDER
         warn.append("no fp32 GEMM measured; fp32 peak is a placeholder")
+    return Peaks(warnings=warn, tflops=peaks, sources=peak_src)
 
-    # 4. GEMM efficiency per precision and layout: forward F.linear (x @ W^T), input gradient (g @ W,
-    #    torch.mm NN) and weight gradient (g^T @ x, first operand transposed), each with its own
-    #    dependence on the (k x n) operand's size where the data show one.
+
+def gemm_sections(dev: DeviceContext, results: dict[str, dict], tag: str, peaks: Peaks, bw: Bandwidth,
+                  launch_s: float) -> Part:
+    """GEMM efficiency per precision and layout from the ``gemm/`` benches, fitted to gemm_time:
+    forward F.linear (x @ W^T, ``gemm``), input gradient (g @ W, torch.mm NN, ``gemm_bwd``) and weight
+    gradient (g^T @ x, first operand transposed, ``gemm_wgrad``), each with its own dependence on the
+    (k x n) operand's size where the data show one; records not split by layout fit ``gemm`` only.
+    The strided-walk probes inform the input-gradient layout only, which takes the strided-walk
+    model (:func:`_strided_walk`) where that fits better."""
+    warn = []
+    fits: dict[str, Any] = {}
+    gemm_bw_eff = bw.fields["memory_bw_eff"] if bw.copy_eff is None else bw.copy_eff
     gemm: dict[str, dict] = {}
     gemm_bwd: dict[str, dict] = {}
     gemm_wgrad: dict[str, dict] = {}
@@ -172,8 +290,9 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     walk_probes = {f"{m}x{n}x{k}" for shapes_ in WALK_SHAPES.values() for m, n, k in shapes_}
     for prec in dev.precisions:
         all_pts = _ok(results, f"gemm/{prec}/")
-        if not all_pts or prec not in peaks:
+        if not all_pts or prec not in peaks.tflops:
             continue
+        peak = peaks.tflops[prec]
         split = all(_layouts(r) for _, r in all_pts)
         for lay, (dest, sec, what) in layouts.items():
             if not split and lay != "linear_nt":
@@ -187,11 +306,11 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             m_, n_, k_ = (np.asarray(v, dtype=float) for v in shp)
             # the weight-sized matrix each layout streams: the (k x n) operand, or the (m x n) output of g^T @ x
             streamed = (m_ if lay == "mm_tn" else k_) * n_ * BYTES_PER_EL[prec]
-            f_g = F.fit_gemm(*shp, ts, peaks[prec] * 1e12, BYTES_PER_EL[prec], bw_gbs * 1e9, gemm_bw_eff, launch_s,
+            f_g = F.fit_gemm(*shp, ts, peak * 1e12, BYTES_PER_EL[prec], bw.gbs * 1e9, gemm_bw_eff, launch_s,
                              operand_bytes=streamed if split else None)
             fits[f"{sec}/{prec}"] = f_g.as_dict()
             if "e_max" in f_g.clipped:
-                warn.append(_e_max_warning(sec, prec, f_g.params["e_max_cap"], peaks[prec], max(
+                warn.append(_e_max_warning(sec, prec, f_g.params["e_max_cap"], peak, max(
                     2.0 * a * b * c / t_ for a, b, c, t_ in zip(*shp, ts, strict=True))))
             oh = f_g.params.get("operand_half_bytes")
             dims = {d: f_g.params[d] for d in ("m_half", "n_half", "k_half", "k_power") if d in f_g.params}
@@ -205,19 +324,24 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                                         f"{dims['k_power']:.2f}" if dims else "")
                                      + (f", efficiency x {f_g.params['operand_floor']:.3g} + (1 - that) / (1 + "
                                         f"S / {oh / 2**20:.3g} MiB) for a (k x n) operand of S bytes" if oh else "")
-                                     + (f"; peak {peaks[prec]:.4g} TFLOPS = {peak_src[prec]}" if lay == "linear_nt"
+                                     + (f"; peak {peak:.4g} TFLOPS = {peaks.sources[prec]}" if lay == "linear_nt"
                                         else ""))}
             caches = [r.get("cache") for _, r in pts]
             if lay == "mm_nn" and split and caches[0] and all(c == caches[0] for c in caches):
-                _strided_walk(fits, dest, prec, f_g, tag, shp, ts, peaks[prec] * 1e12, bw_gbs * 1e9, gemm_bw_eff,
+                _strided_walk(fits, dest, prec, f_g, tag, shp, ts, peak * 1e12, bw.gbs * 1e9, gemm_bw_eff,
                               launch_s, caches[0])
     if "fp32" not in gemm:
         gemm["fp32"] = {"e_max": 0.5, "x_half": 100.0, "source": f"gemm fp32: {PLACEHOLDER}"}
+    return Part({"gemm": gemm, "gemm_bwd": gemm_bwd, "gemm_wgrad": gemm_wgrad}, fits, warn)
 
-    # 4b. forward-layout GEMMs whose output rows are not whole cache lines (benches/gemm_align.py):
-    #     the geometric-mean time ratio against the aligned shape, per FLOP
+
+def misaligned_section(dev: DeviceContext, results: dict[str, dict], tag: str) -> Part:
+    """``gemm_misaligned``: per precision, the geometric-mean time ratio per FLOP of forward-layout
+    GEMMs whose output rows are not whole cache lines against the aligned shape (``gemm_align/``
+    benches, :mod:`calibration.benches.gemm_align`)."""
+    fits: dict[str, Any] = {}
     misaligned: dict[str, float] = {}
-    mis_notes: list[str] = []
+    notes: list[str] = []
     for prec in dev.precisions:
         pts = [r for _, r in _ok(results, f"gemm_align/{prec}/")]
         if pts:
@@ -225,10 +349,21 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                               [r["aligned_s"] for r in pts])
             fits[f"gemm_misaligned/{prec}"] = f_m.as_dict()
             misaligned[prec] = f_m.params["ratio"]
-            mis_notes.append(f"{prec} x{misaligned[prec]:.3g} ({f_m.n} pairs, rms log {f_m.rms_log:.2f})")
+            notes.append(f"{prec} x{misaligned[prec]:.3g} ({f_m.n} pairs, rms log {f_m.rms_log:.2f})")
+    source = (f"{tag}: torch.mm(x, W^T) with n + 1 output columns against n (a multiple of 64, not a power of "
+              "two), outputs of 16-24 MiB: " + "; ".join(notes)) if notes else None
+    return Part({"gemm_misaligned": misaligned, "gemm_misaligned_source": source}, fits)
 
-    # 5. attention efficiencies: flash in the mixed-precision dtype vs its peak, mem_efficient
-    #    in fp32 vs the fp32 peak (how simulator.physics.compute applies them).
+
+def attention_section(dev: DeviceContext, results: dict[str, dict], tag: str, peaks: dict[str, float],
+                      gemm: dict[str, dict], launch_s: float) -> Part:
+    """Attention efficiencies from the ``attention/`` (SDPA) benches, forward and backward fitted
+    jointly: flash in the mixed-precision dtype against its peak (on a CPU, fp32 against fp32's),
+    mem_efficient in fp32 against the fp32 peak, as :mod:`simulator.physics.compute` applies them;
+    the main backend's fit also gives the head-size and sequence halves. A field no bench measured
+    copies its sibling backend's, else takes ``gemm``'s efficiency at thickness 21."""
+    warn = []
+    fits: dict[str, Any] = {}
     aprec = attention_precision(dev.precisions)
     attn: dict[str, float] = {}
     attn_notes: list[str] = []
@@ -295,8 +430,15 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     attn_src = (f"{tag}: SDPA causal; FLOPs fwd 4*b*heads*s^2*d/2, bwd {BWD_FLOPS_FACTOR}x fwd "
                 "(joint fit of fwd and fwd+bwd calls); flash vs the mixed-precision peak, mem_efficient "
                 "vs the fp32 peak; " + "; ".join(attn_notes))
+    return Part({"attention": {**attn, "source": attn_src}}, fits, warn)
 
-    # 6. op classes around the layers: fresh host pages, elementwise, softmax, loss, embedding, casts.
+
+def fresh_section(results: dict[str, dict], tag: str, bw_gbs: float) -> Fresh:
+    """``fresh_memory``, the first-touch cost of fresh host pages: the ``fresh/`` benches (allocate,
+    write and free tensors of one size, minus writing a kept buffer of the same total) fitted to a
+    rate and the bytes the allocator keeps; none where the rate beats the copy bandwidth ``bw_gbs``."""
+    warn = []
+    fits: dict[str, Any] = {}
     fresh = None
     fr = [r for _, r in _ok(results, "fresh/")]
     if fr:
@@ -313,21 +455,34 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
             fresh = {"gbs": f_fr.params["gbs"], "keep_bytes": f_fr.params["keep_bytes"], "mmap_bytes": mmap,
                      "source": (f"{tag}: {f_fr.n} calls allocating, writing and freeing tensors of one size "
                                 f"minus writing a kept buffer of the same total, rms rel err {f_fr.rms_log:.2f}")}
-    fresh_prof = FreshMemory(**fresh) if fresh else None
+    return Fresh({"fresh_memory": fresh}, fits, warn, memory=FreshMemory(**fresh) if fresh else None)
 
+
+def _fresh_seconds(fresh: FreshMemory | None) -> Callable[[float, float], float]:
+    """``fresh_s(size, total)``: seconds to first-touch ``total`` bytes of fresh ``size``-byte
+    tensors at the ``fresh`` rate (0 without one)."""
     def fresh_s(size, total) -> float:
-        if fresh_prof is None:
+        if fresh is None:
             return 0.0
-        return float(fresh_time([(size, total)], _FreshOnly(fresh_prof)))
+        return float(fresh_time([(size, total)], _FreshOnly(fresh)))
+    return fresh_s
 
-    ops_eff: dict[str, float] = {} if copy_eff is None else {"gemm": copy_eff}
-    ops_notes: list[str] = [] if copy_eff is None else [
-        f"gemm {_fmt(copy_eff)} (the copy kernel's: GEMM operands and outputs stream as a copy does)"]
+
+def op_class_section(results: dict[str, dict], tag: str, bw: Bandwidth, launch_s: float,
+                     fresh: FreshMemory | None) -> Part:
+    """``bw_eff_ops``, the bandwidth efficiency of the op classes around the layers, each fitted with
+    its fresh output pages as known seconds: elementwise and softmax (``bandwidth/`` benches),
+    activations (``activation[_bwd]/``), loss, embedding and casts; GEMM operands take the copy's."""
+    fits: dict[str, Any] = {}
+    fresh_s = _fresh_seconds(fresh)
+    ops_eff: dict[str, float] = {} if bw.copy_eff is None else {"gemm": bw.copy_eff}
+    ops_notes: list[str] = [] if bw.copy_eff is None else [
+        f"gemm {_fmt(bw.copy_eff)} (the copy kernel's: GEMM operands and outputs stream as a copy does)"]
 
     def _ops(cls: str, pts: list[dict], nbytes, known, kernels) -> None:
         if not pts:
             return
-        f_c = F.fit_bw_with_known(nbytes, [r["time_s"] for r in pts], known, bw_gbs * 1e9, launch_s, kernels)
+        f_c = F.fit_bw_with_known(nbytes, [r["time_s"] for r in pts], known, bw.gbs * 1e9, launch_s, kernels)
         ops_eff[cls] = f_c.params["bw_eff"]
         fits[f"bw_eff_ops/{cls}"] = f_c.as_dict()
         ops_notes.append(f"{cls} {_fmt(ops_eff[cls])} ({f_c.n} pts, rms {f_c.rms_log:.2f}{_raw(f_c, 'bw_eff')})")
@@ -353,9 +508,19 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                                                                4.0 * r["tokens"] * r["hidden"]) for r in em], 3)
     ca = [r for _, r in _ok(results, "cast/")]
     _ops("cast", ca, [r["bytes"] for r in ca], [fresh_s(r["out_bytes"], r["out_bytes"]) for r in ca], 1)
+    return Part({"bw_eff_ops": ops_eff,
+                 "bw_eff_ops_source": (f"{tag}: " + "; ".join(ops_notes)) if ops_notes else None}, fits)
 
-    # 7. optimizer: bandwidth plus a host cost per parameter tensor, over tensor-size mixes; the
-    # fresh pages each call faulted in (measured) are known seconds at the fresh-memory rate.
+
+def optimizer_section(results: dict[str, dict], tag: str, bw_gbs: float, launch_s: float,
+                      fresh: FreshMemory | None) -> Part:
+    """``optimizer_bw_eff`` per implementation (fused, foreach, for_loop) and ``optimizer_tensor_us``
+    (foreach): the ``optimizer/`` and ``optmix/`` benches fitted to bandwidth plus a host cost per
+    parameter tensor over tensor-size mixes (one mix only: one eager launch per tensor), with the
+    fresh pages each call faulted in (measured) as known seconds at the ``fresh`` rate."""
+    warn = []
+    fits: dict[str, Any] = {}
+    fresh_s = _fresh_seconds(fresh)
     opt_eff: dict[str, float] = {}
     opt_tensor_us = None
     notes = []
@@ -364,7 +529,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         pts = [(k, r) for k, r in list(_ok(results, f"optimizer/{impl}/")) + list(_ok(results, f"optmix/{impl}/"))]
         if pts:
             sizes = [r.get("tensor_bytes") or _layer_tensor_bytes(k) for k, r in pts]
-            known = [_faulted_s(r, temps[impl], sz, fresh_prof, fresh_s) for (_, r), sz in zip(pts, sizes, strict=True)]
+            known = [_faulted_s(r, temps[impl], sz, fresh, fresh_s) for (_, r), sz in zip(pts, sizes, strict=True)]
             items = [len(sz) for sz in sizes]
             ratio = [n / r["bytes"] for n, (_, r) in zip(items, pts, strict=True)]
             if max(ratio) > 2 * min(ratio):  # tensor-size mixes separate per-tensor and per-byte costs
@@ -395,14 +560,21 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
         opt_eff = {"foreach": 0.5}
         opt_src = f"optimizer: {PLACEHOLDER}"
         warn.append("optimizer not measured; foreach = 0.5")
+    return Part({"optimizer_bw_eff": opt_eff, "optimizer_source": opt_src, "optimizer_tensor_us": opt_tensor_us},
+                fits, warn)
 
-    # 8. host <-> device copies.
+
+def host_section(dev: DeviceContext, results: dict[str, dict], tag: str) -> Part:
+    """Host -> device copy bandwidth (GB/s), alpha-beta fits: a GPU's pinned ``host/h2d_pinned/``
+    copies (and the pageable ones'), a CPU's host memcpy proxy (``host/h2d_memcpy_proxy/``)."""
     def _host(kind: str) -> F.Fit | None:
         pts = [r for _, r in _ok(results, f"host/{kind}/")]
         if not pts:
             return None
         return F.fit_alpha_beta([r["bytes"] for r in pts], [r["time_s"] for r in pts])
 
+    warn = []
+    fits: dict[str, Any] = {}
     pageable = None
     if dev.kind == "cpu":
         f_h = _host("h2d_memcpy_proxy")
@@ -420,8 +592,14 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     else:
         h2d, host_src = 10.0, f"host: {PLACEHOLDER}"
         warn.append("host copies not measured; 10 GB/s")
+    return Part({"host_to_device_gbs": h2d, "host_to_device_pageable_gbs": pageable, "host_source": host_src},
+                fits, warn)
 
-    # 9. CPU Adam throughput (offload).
+
+def cpu_adam_section(dev: DeviceContext, results: dict[str, dict], tag: str) -> Part:
+    """``cpu_adam_gparams_per_s`` (offload): the best torch.optim.AdamW on the CPU, params / step
+    time, from the ``optimizer/`` benches on a CPU device, else the ``cpu_adam/`` ones."""
+    warn = []
     cpu_prefix = "optimizer/" if dev.kind == "cpu" else "cpu_adam/"
     rates = [(r["params"] / r["time_s"], k) for k, r in _ok(results, cpu_prefix)]
     if rates:
@@ -431,8 +609,13 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     else:
         cpu_adam, cpu_adam_src = 0.1, f"cpu adam: {PLACEHOLDER}"
         warn.append("CPU Adam not measured; 0.1 Gparams/s")
+    return Part({"cpu_adam_gparams_per_s": cpu_adam, "cpu_adam_source": cpu_adam_src}, warnings=warn)
 
-    # 10. collectives.
+
+def collectives_section(results: dict[str, dict], tag: str) -> Part:
+    """``collectives.local``: latency and bus bandwidth of the ``collectives/`` sweeps, a joint
+    alpha-beta fit over bus bytes (:func:`fit_collectives`)."""
+    fits: dict[str, Any] = {}
     collectives = {}
     for key, rec in _ok(results, "collectives/"):
         f_c = fit_collectives(rec)
@@ -442,67 +625,64 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
                 "alpha_us": f_c.params["alpha_s"] * 1e6, "busbw_gbs": f_c.params["bw"] / 1e9,
                 "source": (f"{tag}: torch.distributed {rec.get('backend')} x{rec.get('world_size')} "
                            f"{', '.join(rec.get('ops_ok', []))}, bus bytes (ring), rms {f_c.rms_log:.2f}")}
+    return Part({"collectives": collectives}, fits)
 
-    at_one = [c for c, v in ops_eff.items() if v >= 0.999]
-    if at_one:
-        warn.append(f"bandwidth efficiency at the bound 1 for {', '.join(at_one)}: these ops moved their counted "
-                    "bytes at or above the datasheet bandwidth (fewer bytes than counted, or caches); a bound, not a "
-                    "measured efficiency")
-    sources = [f"peak {p}: {_fmt(v)} TFLOPS ({peak_src[p]})" for p, v in peaks.items()]
-    sources.append(f"mem_bw: {bw_gbs:.1f} GB/s ({bw_src})")
+
+def device_section(dev: DeviceContext, command: str, name: str, gpu_id: str | None, peaks: Peaks,
+                   bw: Bandwidth, extra_sources: list[str] | None, host_allocator: str | None) -> Part:
+    """The profile's name, ``device`` (``peaks`` and ``bw``'s bandwidth on ``dev``'s memory) and
+    ``provenance``: where the peaks and bandwidth come from, ``extra_sources``, the command and
+    the versions of the software measured."""
+    sources = [f"peak {p}: {_fmt(v)} TFLOPS ({peaks.sources[p]})" for p, v in peaks.tflops.items()]
+    sources.append(f"mem_bw: {bw.gbs:.1f} GB/s ({bw.gbs_source})")
     sources.append(f"threads: {dev.threads}")
     sources += extra_sources or []
     total_mem = dev.memory_gib
-    data = {
-        "schema_version": SCHEMA_VERSION,
-        "name": name or f"{dev.slug} (calibrated {date})",
-        "device": {"kind": dev.kind, "name": dev.name, "gpu_id": gpu_id, "peak_tflops": peaks,
-                   "mem_bw_gbs": bw_gbs, "memory_gib": total_mem,
+    return Part({
+        "schema_version": SCHEMA_VERSION, "name": name,
+        "device": {"kind": dev.kind, "name": dev.name, "gpu_id": gpu_id, "peak_tflops": peaks.tflops,
+                   "mem_bw_gbs": bw.gbs, "memory_gib": total_mem,
                    "usable_memory_gib": min(dev.usable_memory_gib, total_mem),
                    "host_memory_gib": dev.host_memory_gib},
         "provenance": {"method": "calibration", "sources": sources, **provenance_fields(dev, command),
-                       "host_allocator": host_allocator},
-        "gemm": gemm,
-        "attention": {**attn, "source": attn_src},
-        "memory_bw_eff": bw_eff, "memory_bw_eff_source": bw_eff_src,
-        "launch_overhead_us": launch_s * 1e6, "compiled_launch_overhead_us": comp_s * 1e6,
-        "launch_source": launch_src,
-        "optimizer_bw_eff": opt_eff, "optimizer_source": opt_src,
-        "host_to_device_gbs": h2d, "host_to_device_pageable_gbs": pageable, "host_source": host_src,
-        "cpu_adam_gparams_per_s": cpu_adam, "cpu_adam_source": cpu_adam_src,
-        "collectives": collectives,
-        "gemm_bwd": gemm_bwd, "gemm_wgrad": gemm_wgrad, "bw_eff_ops": ops_eff,
-        "bw_eff_ops_source": (f"{tag}: " + "; ".join(ops_notes)) if ops_notes else None,
-        "fresh_memory": fresh, "optimizer_tensor_us": opt_tensor_us,
-        "gemm_misaligned": misaligned,
-        "gemm_misaligned_source": (f"{tag}: torch.mm(x, W^T) with n + 1 output columns against n (a multiple "
-                                   "of 64, not a power of two), outputs of 16-24 MiB: " + "; ".join(mis_notes)) if mis_notes else None,
-    }
-    data["fit_warnings"] = warn  # the same list: warnings added below land in the profile too
-    for key, val in list(data.items()):
-        if isinstance(val, float) and not math.isfinite(val):
-            raise ValueError(f"non-finite fitted value for {key}")
-    profile = parse_profile(data, origin="calibration")
+                       "host_allocator": host_allocator}})
+
+
+def at_bound_warning(ops_eff: dict[str, float]) -> Part:
+    """The warning, last, for the op classes of ``bw_eff_ops`` fitted at the efficiency bound 1."""
+    at_one = [c for c, v in ops_eff.items() if v >= 0.999]
+    if not at_one:
+        return Part()
+    return Part(warnings=[
+        f"bandwidth efficiency at the bound 1 for {', '.join(at_one)}: these ops moved their counted bytes at or "
+        "above the datasheet bandwidth (fewer bytes than counted, or caches); a bound, not a measured efficiency"])
+
+
+def dispatch_section(results: dict[str, dict], profile: Profile, launch_source: str) -> Part:
+    """``train_fwd_kernel_us`` and ``train_bwd_kernel_us``: the host time per counted kernel of eager
+    training passes beyond the launch overhead, from the ``dispatch/`` benches' tiny decoders
+    predicted with ``profile`` (:func:`dispatch_overhead`); the ``_amp`` pair likewise under the
+    autocast type of their ``/<precision>`` benches; ``launch_source`` with both added."""
     over = dispatch_overhead(results, profile)
-    if over is not None:
-        fits["dispatch"] = over
-        data.update(train_fwd_kernel_us=over["fwd_us"], train_bwd_kernel_us=over["bwd_us"],
-                    launch_source=data["launch_source"] + (
-                        f"; eager training passes add {over['fwd_us']:.1f} us (forward) and {over['bwd_us']:.1f} us "
-                        f"(backward) per counted kernel (median over {over['n']} tiny decoders, GPT-2/NeoX/Llama "
-                        "blocks: measured minus predicted time over the kernels the simulator counts)"))
-        profile = parse_profile(data, origin="calibration")
-        amp = next((r["precision"] for _, r in _ok(results, "dispatch/") if r.get("precision", "fp32") != "fp32"),
-                   None)  # the autocast type of the dispatch benches, if any
-        over_amp = dispatch_overhead(results, profile, amp) if amp else None
-        if over_amp is not None:
-            fits[f"dispatch/{amp}"] = over_amp
-            data.update(train_fwd_kernel_us_amp=over_amp["fwd_us"], train_bwd_kernel_us_amp=over_amp["bwd_us"],
-                        launch_source=data["launch_source"] + (
-                            f"; under {amp} autocast {over_amp['fwd_us']:.1f} us and {over_amp['bwd_us']:.1f} us "
-                            f"(median over {over_amp['n']} tiny decoders)"))
-            profile = parse_profile(data, origin="calibration")
-    return Built(profile, fits, warn)
+    if over is None:
+        return Part()
+    fits: dict[str, Any] = {"dispatch": over}
+    fields: dict[str, Any] = {
+        "train_fwd_kernel_us": over["fwd_us"], "train_bwd_kernel_us": over["bwd_us"],
+        "launch_source": launch_source + (
+            f"; eager training passes add {over['fwd_us']:.1f} us (forward) and {over['bwd_us']:.1f} us "
+            f"(backward) per counted kernel (median over {over['n']} tiny decoders, GPT-2/NeoX/Llama "
+            "blocks: measured minus predicted time over the kernels the simulator counts)")}
+    amp = next((r["precision"] for _, r in _ok(results, "dispatch/") if r.get("precision", "fp32") != "fp32"),
+               None)  # the autocast type of the dispatch benches, if any
+    over_amp = dispatch_overhead(results, profile, amp) if amp else None
+    if over_amp is not None:
+        fits[f"dispatch/{amp}"] = over_amp
+        fields.update(train_fwd_kernel_us_amp=over_amp["fwd_us"], train_bwd_kernel_us_amp=over_amp["bwd_us"],
+                      launch_source=fields["launch_source"] + (
+                          f"; under {amp} autocast {over_amp['fwd_us']:.1f} us and {over_amp['bwd_us']:.1f} us "
+                          f"(median over {over_amp['n']} tiny decoders)"))
+    return Part(fields, fits)
 
 
 def _e_max_warning(sec: str, prec: str, cap: float, peak_tflops: float, best_flops: float) -> str:

@@ -21,15 +21,9 @@ from ..model.graphs import model_flops_per_token
 from ..physics import compute, memory, parallel
 from ..physics.compute import attention_core, micro_batch_time
 from ..strategy.knobs import SHARD_STAGE, checkpointed_layers, offload_allowed
-from ..strategy.layout import CP_ATTENTIONS, Parallelism, stage_layers
+from ..strategy.layout import CP_ATTENTIONS, PIPELINE_SHARDINGS, Parallelism, stage_layers
 from ..strategy.stacks import Stack
 from .estimate import Grid, Problem, Space, Table, evaluate_grid, ranked
-
-#: Sharding modes that combine with pipeline parallelism: Megatron's data-parallel gradient
-#: all-reduce (DDP) and its distributed optimizer (ZeRO-1); DeepSpeed refuses ZeRO-2/3 with
-#: pipelining, and FSDP does not pipeline.
-PIPELINE_SHARDINGS = ("ddp", "zero1")
-
 
 
 def micro_batch_sizes(per_replica: int) -> np.ndarray:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core.errors import UsageError
+
 
 @dataclass(frozen=True)
 class Parallelism:
@@ -125,4 +127,111 @@ def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=
                     for s in sps:
                         for x in expert_degrees(n_experts, d, t, gpus_per_node, ep):
                             out.append(Parallelism(d, t, p, v, s, cp=c, ep=x))
+    return out
+
+
+#: Sharding modes that combine with pipeline parallelism: Megatron's data-parallel gradient
+#: all-reduce (DDP) and its distributed optimizer (ZeRO-1); DeepSpeed refuses ZeRO-2/3 with
+#: pipelining, and FSDP does not pipeline.
+PIPELINE_SHARDINGS = ("ddp", "zero1")
+
+
+def allowed_layouts(n: int, g: int, model, seq: int, stack, lay: dict, attentions, shardings,
+                    compiles) -> list[Parallelism]:
+    """Every rule about which layouts are allowed, in one place: the dp x tp x pp x cp (vp, sp,
+    async TP, ep) layouts of ``n`` GPUs, ``g`` per node, for ``model`` (its ``n_heads``,
+    ``n_layers``, ``n_experts``; a model without heads or layers gets data parallelism only) at
+    ``seq`` tokens per sequence on ``stack`` (the parallelisms it has, how it overlaps TP), with the
+    pins of ``lay`` (tp, pp, vp, cp, ep, sequence_parallel, async_tp; None = searched) checked
+    against the searched attentions, shardings and compile settings. Raises UsageError naming the
+    bad pin and its valid values."""
+    heads, layers = getattr(model, "n_heads", None), getattr(model, "n_layers", None)
+    experts = getattr(model, "n_experts", 0)
+    ep = lay.get("ep")
+    if ep is not None and (not isinstance(ep, int) or isinstance(ep, bool) or ep <= 0):
+        raise UsageError(f"--ep must be a positive integer, got {ep!r}")
+    if ep is not None and ep > 1 and not experts:
+        raise UsageError(f"--ep {ep}: {model.display_name} is not a mixture of experts; valid choice: 1")
+    if ep is not None and experts and experts % ep:
+        ok = [d for d in range(1, min(experts, n) + 1) if experts % d == 0 and n % d == 0]
+        raise UsageError(f"--ep {ep}: expert parallelism splits the {experts} experts of each layer over ep GPUs; "
+                         f"valid choices: {', '.join(map(str, ok))}")
+    if heads is None or layers is None:  # not a transformer: data parallelism only
+        for k in ("tp", "pp", "vp", "cp"):
+            if lay.get(k, 1) != 1:
+                raise UsageError(f"--{k} {lay[k]}: {model.display_name} is not a transformer; valid choice: 1")
+        return [Parallelism(n)]
+    for field_name, v in (("n_layers", layers), ("n_heads", heads)):
+        if v < 1:  # a spec built without validation (ModelSpec.model_copy): name the field, not the layout
+            raise UsageError(f"{model.display_name} has {field_name} {v}; a transformer needs at least 1")
+    for k in ("tp", "pp", "vp", "cp"):
+        v = lay.get(k)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+            raise UsageError(f"--{k} must be a positive integer, got {v!r}")
+    lacking = [k for k in ("tp", "pp", "cp", "ep") if k not in stack.parallelisms]
+    for k in lacking:
+        if lay.get(k, 1) != 1:
+            raise UsageError(f"--{k} {lay[k]}: the {stack.display} stack has no "
+                             f"{dict(tp='tensor', pp='pipeline', cp='context', ep='expert')[k]} parallelism "
+                             f"({stack.parallelisms_source}); valid choice: 1")
+        lay = {**lay, k: 1}
+    cp, ep = lay.get("cp"), lay.get("ep")
+    if cp is not None and cp > 1:
+        ok = [c for c in range(2, n + 1) if n % c == 0 and seq % (2 * c) == 0]
+        if cp not in ok:
+            raise UsageError(f"--cp {cp}: context parallelism splits each {seq}-token sequence into 2 × cp chunks "
+                             f"over cp of the {n} GPUs; valid choices: {', '.join(str(c) for c in [1, *ok])}")
+        if not any(x in CP_ATTENTIONS for x in attentions):
+            raise UsageError(f"--cp {cp}: ring attention runs on fused attention kernels; it needs --attention "
+                             f"{' or '.join(CP_ATTENTIONS)}")
+    tp, pp, vp = lay.get("tp"), lay.get("pp"), lay.get("vp")
+    free = layouts(n, g, heads, layers, tp=tp, cp=cp or 1) if tp is not None else layouts(n, g, heads, layers,
+                                                                                            cp=cp or 1)
+    if tp is not None and not free:
+        ok = sorted({p.tp for p in layouts(n, g, heads, layers, cp=cp or 1)})
+        across = [t for t in range(2 * g, n + 1, g) if n % t == 0 and heads % t == 0] if n > g else []
+        raise UsageError(f"--tp {tp}: tp must divide the {g} GPUs per node and the {heads} attention heads, or span "
+                         f"whole nodes; valid choices: {', '.join(str(v) for v in ok + across)}")
+    if pp is not None:
+        ok = sorted({p.pp for p in free if tp is None or p.tp == tp})
+        if pp not in ok:
+            raise UsageError(f"--pp {pp}: dp x tp x pp must make the {n} GPUs and pp be at most the {layers} "
+                             f"layers; valid choices: {', '.join(str(v) for v in ok)}")
+        if pp > 1 and not any(sh in PIPELINE_SHARDINGS for sh in shardings):
+            raise UsageError(f"--pp {pp} needs --sharding ddp or zero1 (pipelining does not combine with "
+                             f"{', '.join(shardings)})")
+    if vp is not None and vp > 1:
+        p_eff = pp or max({p.pp for p in free if tp is None or p.tp == tp})
+        min_layers = stage_layers(layers, p_eff)[-1] if p_eff > 1 else 0
+        if p_eff == 1 or vp > min_layers:
+            raise UsageError(f"--vp {vp}: interleaving needs --pp above 1 and at most {min_layers or 1} "
+                             "virtual stages (the layers of the smallest stage); valid here: "
+                             f"1..{max(1, min_layers)}")
+    sp = lay.get("sequence_parallel")
+    out = layouts(n, g, heads, layers, tp=tp, pp=pp, vp=vp, sp=sp, cp=cp, seq_len=seq, n_experts=experts, ep=ep)
+    base = layouts(n, g, heads, layers, tp=tp, pp=pp, vp=vp, sp=sp, cp=cp, seq_len=seq) if ep and not out else []
+    if base:
+        ok = sorted({d for p in base for d in range(1, p.dp + 1) if p.dp % d == 0 and experts % d == 0})
+        raise UsageError(f"--ep {ep}: the expert-parallel ranks are data-parallel ranks, so ep must divide the "
+                         f"data-parallel degree (GPUs / (tp × pp × cp)) and the {experts} experts; valid choices here: "
+                         f"{', '.join(map(str, ok))}")
+    if sp and not out:
+        ok = sorted({p.tp for p in free if p.tp > 1 and (seq // (cp or 1)) % p.tp == 0 and "tp" not in lacking})
+        raise UsageError(f"--sequence-parallel splits the tensor-parallel ranks' {seq // (cp or 1)} tokens over tp: "
+                         f"it needs --tp above 1 dividing them (valid here: {', '.join(map(str, ok)) or 'none'})")
+    if not out:
+        raise UsageError(f"--tp {tp or 1} × --pp {pp or 1} × --cp {cp or 1} do not divide the {n} GPUs; pin fewer of them")
+    if lay.get("async_tp") is not None and not isinstance(lay["async_tp"], bool):
+        raise UsageError(f"async_tp must be True, False or None (searched), got {lay['async_tp']!r}")
+    if lay.get("async_tp") and stack.async_tp == "compiled" and True not in compiles:
+        raise UsageError(f"--async-tp: the {stack.display} stack overlaps tensor parallelism only under "
+                         "torch.compile; drop --no-compile or --async-tp")
+    if lay.get("async_tp"):
+        out = [p for p in out if p.tp > 1 and p.sp]
+        if not out:
+            raise UsageError("--async-tp overlaps the sequence-parallel collectives of tensor parallelism: it needs "
+                             f"--tp above 1 (valid here: {', '.join(str(v) for v in sorted({p.tp for p in free} - {1}))})"
+                             " and sequence parallelism")
+    if vp is not None and vp > 1 and pp is None:
+        out = [p for p in out if p.pp > 1]
     return out

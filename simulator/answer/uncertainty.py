@@ -12,7 +12,6 @@ from ..core.errors import UsageError
 from ..hardware import catalog as hardware
 from ..strategy.stacks import for_published
 from .plan import format_days
-from .runs import default_runs, simulable, source_key
 
 #: coverage of the intervals every answer prints (and `validate` checks draws against)
 LEVEL = 0.8
@@ -105,6 +104,9 @@ class Residuals:
 
 def _project(source: str) -> str:
     """'mosaicml/llm-foundry (H100 table)' -> 'llm-foundry': a project's name without its owner."""
+    # the published runs need pandas: imported here, not at start-up (simulate --help, usage errors)
+    from .runs import source_key
+
     return source_key(source).split("/")[-1]
 
 
@@ -119,6 +121,8 @@ def _dev_runs() -> dict[str, tuple[str, str | None, str]]:
     """Bundled published dev runs (simulable): run id -> (project, stack preset that claims the
     run's software or None, GPU id). A run whose software no preset claims (llm.c, simulated with
     the default stack) has None: it does not make the default stack a fitted one."""
+    from .runs import default_runs, simulable  # pandas, imported here: see _project
+
     out = {}
     for _, r in simulable(default_runs()).iterrows():
         try:

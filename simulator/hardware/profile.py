@@ -126,8 +126,18 @@ class FreshMemory(StrictModel):
 
 #: Op classes with their own bandwidth efficiency (``Profile.bw_eff_ops``): norms/activations/
 #: residual adds, eager softmax, cross-entropy over the logits, embedding gather and its gradient,
-#: autocast weight casts; and the operand and output traffic of GEMMs (the memory side of their roofline).
-BW_OP_CLASSES = ("elementwise", "softmax", "loss", "embedding", "cast", "gemm")
+#: autocast weight casts; the operand and output traffic of GEMMs (the memory side of their roofline); and
+#: ``broadcast``, elementwise kernels that broadcast one operand and promote another's dtype (Hugging Face's
+#: eager attention mask add under torch.autocast: half scores + an fp32 [b, 1, s, s] mask -> fp32), which
+#: PyTorch's CUDA TensorIterator runs in its generic, non-vectorized ``elementwise_kernel`` with casts on load.
+BW_OP_CLASSES = ("elementwise", "softmax", "loss", "embedding", "cast", "gemm", "broadcast")
+#: ``broadcast`` kernels' bandwidth over a plain copy's on a CUDA GPU whose profile has no figure of its own:
+#: an NVIDIA H200 ran the mask add of Pythia-160M's eager attention (bf16 [8, 12, 2048, 2048] scores + fp32
+#: [8, 1, 2048, 2048] mask -> fp32, 10 bytes per score) at 1.69 TB/s (2.383 ms a layer; torch.profiler,
+#: calibration/results/h200/prof_p160m_eager_s2048_mb8.txt) and a bf16 copy of 128-512 MiB at 3.05-3.60 TB/s
+#: (microbench_shapes.csv copy_bf16): 1.69 / 3.60 = 0.47. MEASURED on one GPU, applied to every CUDA GPU
+#: until calibrated; a CPU's vectorized loops have no such split, so a CPU profile uses its copy figure.
+BROADCAST_COPY_RATIO = 0.47
 #: Element types an eager MLP activation runs in: fp32 (also under TF32) or the autocast half type.
 ACTIVATION_DTYPES = ("fp32", "bf16", "fp16")
 #: Suffix of an activation's backward bandwidth class
@@ -322,11 +332,14 @@ class Profile(StrictModel):
     def bw_eff(self, op: str) -> float:
         """Bandwidth efficiency of op class ``op`` (``memory_bw_eff`` unless calibrated apart; an
         activation's backward class not calibrated: its forward class's; a forward class not
-        calibrated: the ``elementwise`` class's)."""
+        calibrated: the ``elementwise`` class's; ``broadcast`` not calibrated on a GPU:
+        :data:`BROADCAST_COPY_RATIO` of ``memory_bw_eff``)."""
         if op not in self.bw_eff_ops and op in ACTIVATION_CLASSES and op.endswith(BWD_SUFFIX):
             op = op.removesuffix(BWD_SUFFIX)
         if op not in self.bw_eff_ops and op in ACTIVATION_CLASSES:
             op = "elementwise"
+        if op == "broadcast" and op not in self.bw_eff_ops and self.device.kind != "cpu":
+            return self.memory_bw_eff * BROADCAST_COPY_RATIO
         return self.bw_eff_ops.get(op, self.memory_bw_eff)
 
     def gemm_bwd_for(self, precision: str) -> GemmEfficiency:

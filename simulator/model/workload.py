@@ -137,14 +137,29 @@ def eager_attention_gemms(model, mb: np.ndarray, seq_len: int) -> list[Gemm]:
             Gemm("values", s, d, seq_len, model.n_layers, batch)]
 
 
-#: Eager softmax under torch.autocast (softmax is on its fp32 list): besides scale and mask in half (2 + 2
-#: passes of e bytes), the scores are cast up (read e, write 4), the softmax runs in fp32 (read 4, write 4)
-#: and the probabilities are cast back for the values GEMM (read 4, write e): 6e + 16 bytes per score and 5
-#: kernels forward; backward, the gradient cast up (e + 4), the fp32 softmax gradient (read gradient and
-#: probabilities, write one: 12), cast back (4 + e), mask and scale (2e + 2e): 6e + 20 bytes, 5 kernels. An
-#: H200 timed the upcast softmax at 20 bytes per score in 1.66 ms (3.2 TB/s) against 0.41 ms for a bf16 one
+#: Eager softmax under torch.autocast (softmax is on its fp32 list), Hugging Face's eager attention with fp32
+#: weights: the scale runs in half (read and write e), then the attention mask, built in the weights' fp32, is
+#: added to the half scores, which promotes them to fp32 (:func:`eager_mask_add_bytes`, a kernel of its own
+#: class), the softmax runs in fp32 (read 4, write 4) and the probabilities are cast back for the values GEMM
+#: (read 4, write e): 3e + 12 bytes per score and 3 kernels here (+ the mask add's e + 8 and 1 kernel: 4e + 20
+#: in all). Backward: the gradient cast up (e + 4), the fp32 softmax gradient (read gradient and probabilities,
+#: write one: 12), cast back (4 + e), mask and scale (2e + 2e): 6e + 20 bytes, 5 kernels. An H200 timed the
+#: upcast softmax at 20 bytes per score in 1.66 ms (3.2 TB/s) against 0.41 ms for a bf16 one
 #: (calibration/results/h200/microbench_shapes.csv)
-AUTOCAST_SOFTMAX = ((16.0, 5.0), (20.0, 5.0))  # (bytes beyond 6e, kernels) forward, backward
+AUTOCAST_SOFTMAX = ((3.0, 12.0, 3.0), (6.0, 20.0, 5.0))  # (passes of e bytes, fp32 bytes, kernels) fwd, bwd
+#: The mask add under autocast: read the half score (e) and the fp32 mask (4; [b, 1, s, s] broadcast over the
+#: heads and re-read for each, larger than L2 at training sizes), write the fp32 sum (4); one kernel.
+#: torch.profiler on an H200: 2.383 ms per layer for Pythia-160M's 8 x 12 x 2048^2 scores, 10 bytes each
+#: (calibration/results/h200/prof_p160m_eager_s2048_mb8.txt, ``aten::add`` in ``elementwise_kernel<128, 4>``)
+MASK_ADD_FP32_BYTES = 8.0
+
+
+def eager_mask_add_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> MemOps:
+    """Forward bytes and kernels of eager attention's mask add under torch.autocast, all layers: half
+    scores plus an fp32 mask broadcast over the heads, promoted to fp32 (:data:`MASK_ADD_FP32_BYTES`);
+    its backward passes the gradient through (the cast back is in :data:`AUTOCAST_SOFTMAX`)."""
+    elems = mb * float(model.n_heads) * seq_len**2 * model.n_layers
+    return MemOps((e + MASK_ADD_FP32_BYTES) * elems, float(model.n_layers))
 
 
 def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int,
@@ -158,15 +173,15 @@ def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int,
     default GPU profiles were fitted with (Korthikanti et al.'s runs are the only compiled eager
     ones); a fused kernel reads and writes 2 and 3, which moves that fit's collective parameters to
     their bounds and is left for a refit with more tensor-parallel runs. ``upcast`` (eager under
-    torch.autocast): :data:`AUTOCAST_SOFTMAX`."""
+    torch.autocast): :data:`AUTOCAST_SOFTMAX`, without the mask add (:func:`eager_mask_add_bytes`)."""
     elems = mb * float(model.n_heads) * seq_len**2 * model.n_layers
     L = model.n_layers
     cap = 6.0 if getattr(model, "attn_softcap", None) else 0.0
     kcap = 3.0 if cap else 0.0
     if upcast and not compiled:
-        (xf, kf), (xb, kb) = AUTOCAST_SOFTMAX
-        return (MemOps(((6.0 + cap) * e + xf) * elems, (kf + kcap) * L),
-                MemOps(((6.0 + cap) * e + xb) * elems, (kb + kcap) * L))
+        (pf, xf, kf), (pb, xb, kb) = AUTOCAST_SOFTMAX
+        return (MemOps(((pf + cap) * e + xf) * elems, (kf + kcap) * L),
+                MemOps(((pb + cap) * e + xb) * elems, (kb + kcap) * L))
     (pf, kf), (pb, kb) = ((4.0, 3.0), (3.0, 2.0)) if compiled else ((6.0, 3.0), (7.0, 3.0))  # passes, kernels
     return (MemOps((pf + cap) * elems * e, (kf + kcap) * L),
             MemOps((pb + cap) * elems * e, (kb + kcap) * L))

@@ -58,14 +58,18 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
     else:
         core = hf_core if hf else workload.eager_scores_bytes_per_token(model, seq_len, e)
         # autocast's fp32 list holds softmax as it holds layer_norm: the stacks whose norms run in fp32 upcast it
-        sf, sb = workload.eager_softmax_bytes(model, mb, seq_len, e, knobs.compiled,
-                                              stack.fp32_norm(e, knobs.compiled))
+        upcast = stack.fp32_norm(e, knobs.compiled)
+        sf, sb = workload.eager_softmax_bytes(model, mb, seq_len, e, knobs.compiled, upcast)
         for g in workload.eager_attention_gemms(model, mb, seq_len):
             ops.append(Op(g.name, "gemm", count=g.count / L1, m=g.m, n=g.n, k=g.k, batch=g.batch, kernels_fwd=1,
                           kernels_bwd=2, recompute=frozenset({"selective", "op"})))
         ops.append(Op("softmax", "elementwise", bytes_fwd=sf.nbytes / L1, bytes_bwd=sb.nbytes / L1,
                       kernels_fwd=float(sf.kernels) / L1, kernels_bwd=float(sb.kernels) / L1,
                       saved=tokens * core, recompute=frozenset({"selective", "op"}), bandwidth="softmax"))
+        if upcast and not knobs.compiled:
+            ma = workload.eager_mask_add_bytes(model, mb, seq_len, e)
+            ops.append(Op("mask_add", "elementwise", bytes_fwd=ma.nbytes / L1, kernels_fwd=float(ma.kernels) / L1,
+                          recompute=frozenset({"selective", "op"}), bandwidth="broadcast"))
     lf, lb = workload.layer_elementwise(model, mb, seq_len, e, knobs.compiled, stack.fp32_norm(e, knobs.compiled))
     if hf and stack.fp32_norm(e, knobs.compiled):  # Hugging Face's eager modules under torch.autocast
         xf, xb, kf, kb = hf_eager.autocast_elementwise(model, e)

@@ -102,6 +102,10 @@ class AttentionEfficiency(StrictModel):
     mem_efficient_bwd: float = Field(gt=0, le=1)
     head_dim_half: float = Field(default=0.0, ge=0)  # elements; 0 = no head-size dependence
     seq_half: float = Field(default=0.0, ge=0)  # tokens; 0 = no sequence-length dependence
+    # where the flash figures come from: 'published' benchmark charts (another GPU's shape, another
+    # kernel build: an end-to-end fit's attention_scale corrects them) or 'measured' on this device's own
+    # SDPA at training shapes (causal, the training layouts), which an end-to-end fit leaves as they are
+    basis: Literal["published", "measured"] = "published"
     source: str
 
 

@@ -147,6 +147,12 @@ def eager_attention_gemms(model, mb: np.ndarray, seq_len: int) -> list[Gemm]:
 #: upcast softmax at 20 bytes per score in 1.66 ms (3.2 TB/s) against 0.41 ms for a bf16 one
 #: (calibration/results/h200/microbench_shapes.csv)
 AUTOCAST_SOFTMAX = ((3.0, 12.0, 3.0), (6.0, 20.0, 5.0))  # (passes of e bytes, fp32 bytes, kernels) fwd, bwd
+#: fp32 softmax rows longer than the warp-persistent kernel takes (PyTorch's CUDA host_softmax_backward:
+#: dim_size <= 1024 and dim_size x 4 bytes <= 4096): _softmax_backward_data first multiplies the gradient by
+#: the probabilities in a kernel of its own (read 4 + 4, write 4), then reduces in cunn_SoftMaxBackwardSmem.
+#: torch.profiler on an H200 (Pythia-160M eager under autocast, rows of 2048): 1.104 ms for that mul beside
+#: 1.105 ms for the reduction per layer (calibration/results/h200/prof_p160m_eager_s2048_mb8.txt)
+SOFTMAX_BWD_SPLIT_ROW, SOFTMAX_BWD_SPLIT_BYTES = 1024, 12.0
 #: The mask add under autocast: read the half score (e) and the fp32 mask (4; [b, 1, s, s] broadcast over the
 #: heads and re-read for each, larger than L2 at training sizes), write the fp32 sum (4); one kernel.
 #: torch.profiler on an H200: 2.383 ms per layer for Pythia-160M's 8 x 12 x 2048^2 scores, 10 bytes each
@@ -173,13 +179,16 @@ def eager_softmax_bytes(model, mb: np.ndarray, seq_len: int, e: int,
     default GPU profiles were fitted with (Korthikanti et al.'s runs are the only compiled eager
     ones); a fused kernel reads and writes 2 and 3, which moves that fit's collective parameters to
     their bounds and is left for a refit with more tensor-parallel runs. ``upcast`` (eager under
-    torch.autocast): :data:`AUTOCAST_SOFTMAX`, without the mask add (:func:`eager_mask_add_bytes`)."""
+    torch.autocast): :data:`AUTOCAST_SOFTMAX`, without the mask add (:func:`eager_mask_add_bytes`), with the
+    backward's separate product over rows longer than :data:`SOFTMAX_BWD_SPLIT_ROW`."""
     elems = mb * float(model.n_heads) * seq_len**2 * model.n_layers
     L = model.n_layers
     cap = 6.0 if getattr(model, "attn_softcap", None) else 0.0
     kcap = 3.0 if cap else 0.0
     if upcast and not compiled:
         (pf, xf, kf), (pb, xb, kb) = AUTOCAST_SOFTMAX
+        if seq_len > SOFTMAX_BWD_SPLIT_ROW:
+            xb, kb = xb + SOFTMAX_BWD_SPLIT_BYTES, kb + 1.0
         return (MemOps(((pf + cap) * e + xf) * elems, (kf + kcap) * L),
                 MemOps(((pb + cap) * e + xb) * elems, (kb + kcap) * L))
     (pf, kf), (pb, kb) = ((4.0, 3.0), (3.0, 2.0)) if compiled else ((6.0, 3.0), (7.0, 3.0))  # passes, kernels

@@ -26,7 +26,7 @@ from simulator.physics import kernels  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 # a few benchmarks of every group the profile needs, so the tiny run stays well under 30 s
 ONLY = ("launch,bandwidth/copy/*,bandwidth/gelu/*,gemm/fp32/*,gemm_align,attention/flash/*,"
-        "optimizer/fused/*,optimizer/for_loop/*,host")
+        "optimizer/fused/*,optimizer/for_loop/*,host,mask_add/*")
 
 
 def _shapes(saturating: bool = True):
@@ -121,6 +121,9 @@ def test_tiny_run_writes_loadable_profile(tiny_run):
     assert any(k.startswith("gemm/fp32/") for k in keys)
     assert not any(k.startswith("gemm/bf16/") for k in keys)  # --only honoured
     assert "gemm/fp32" in data["fits"]
+    # eager attention's mask add under autocast (half scores + fp32 mask, promoted): its own bandwidth class
+    assert any(k.startswith("mask_add/") for k in keys) == ("broadcast" in prof.bw_eff_ops)
+    assert not prof.bw_eff_ops or 0 < prof.bw_eff_ops.get("broadcast", 1.0) <= 1.0
     # misaligned output rows: a time ratio within its bounds, from the paired bench
     assert "gemm_misaligned/fp32" in data["fits"] and 1.0 <= prof.gemm_misaligned["fp32"] <= 4.0
     # the fitted parameters make simulator.physics.kernels reproduce the measured GEMMs

@@ -8,6 +8,9 @@
   their backward; exp-bound on a CPU, far below the copy bandwidth): the ``loss`` op class.
 * ``embedding/t<T>v<V>h<h>``: ``F.embedding`` forward and its dense weight gradient.
 * ``cast/<n>``: an fp32 weight cast to bf16/fp16 (what ``torch.autocast`` does per micro-batch).
+* ``mask_add/<precision>/b<b>h<h>s<s>``: eager attention's mask add under torch.autocast, half scores
+  [b, h, s, s] plus an fp32 mask [b, 1, s, s] broadcast over the heads, promoted to fp32 (read e + 4,
+  write 4 bytes a score: ``simulator.model.workload.eager_mask_add_bytes``): the ``broadcast`` op class.
 * ``optmix/<impl>/<mix>``: gradient-norm clipping and AdamW over a model's tensor-size mix: one
   huge embedding-like tensor, or many layer tensors (``foreach`` on a CPU loops over tensors;
   fresh temporaries per tensor); 28 + 12 bytes per parameter, as ``simulator.engine.estimate`` counts.
@@ -49,6 +52,11 @@ EMBED = {  # (tokens, vocab, hidden)
                  (1024, 131072, 256)],
 }
 CAST = {"tiny": [1 << 18], "quick": [1 << 20, 1 << 23], "thorough": [1 << 18, 1 << 20, 1 << 22, 1 << 24]}
+# (batch, heads, sequence) of the mask_add benches: scores of 0.5M-128M elements; GPUs the larger (beyond L2)
+MASK_ADD = {"tiny": [(1, 2, 256)], "quick": [(2, 4, 256), (2, 8, 512)],
+            "thorough": [(2, 4, 256), (2, 8, 512), (4, 8, 1024)]}
+CUDA_MASK_ADD = {"tiny": [(2, 4, 1024)], "quick": [(4, 8, 1024), (2, 16, 2048)],
+                 "thorough": [(4, 8, 1024), (2, 16, 2048), (8, 12, 2048)]}
 # name -> list of tensor shapes. 'big': 24 MiB tensors (the per-byte cost of the large tensors that
 # dominate a real model's step), each below glibc's mmap threshold, so their foreach temporaries are
 # reused, not faulted in (those are counted anyway); at least 2, and on a CPU as many as make
@@ -140,6 +148,18 @@ def _cast(n: int, precision: str):
     return run
 
 
+def _mask_add(b: int, h: int, seq: int, precision: str):
+    def run(ctx: RunContext) -> dict:
+        dt = DTYPES[precision]
+        scores = torch.randn(b, h, seq, seq, device=ctx.device, dtype=dt)
+        mask = torch.zeros(b, 1, seq, seq, device=ctx.device, dtype=torch.float32)
+        n = scores.numel()
+        t = ctx.time(fresh_outputs(lambda: scores + mask, 4.0 * n, cold_bytes(ctx.dev.kind)))
+        return ok(t, bytes=float(n * (scores.element_size() + 8)), out_bytes=4.0 * n, elements=n)
+
+    return run
+
+
 def _optmix(impl: str, shapes: list[tuple[int, ...]]):
     def run(ctx: RunContext) -> dict:
         prime_host_allocator()  # the allocator state of a training process, whatever ran before
@@ -209,6 +229,10 @@ def plan(ctx: RunContext) -> list[Bench]:
         for n in CAST[mode]:
             benches.append(Bench(f"cast/{prec}/{n}", "cast", {"precision": prec, "elements": n},
                                  _cast(n, prec), ctx.est(6.0 * n, "bytes", 4.0 * n)))
+        for b, h, seq in (CUDA_MASK_ADD if ctx.dev.kind == "cuda" else MASK_ADD)[mode]:
+            n = b * h * seq * seq
+            benches.append(Bench(f"mask_add/{prec}/b{b}h{h}s{seq}", "cast", {"precision": prec, "elements": n},
+                                 _mask_add(b, h, seq, prec), ctx.est(10.0 * n, "bytes", 6.0 * n)))
     mixes = {**OPT_MIX[mode], **extra.get("optmix", {})}
     if "big" in mixes:
         mixes["big"] = big_mix(mixes["big"], cold_bytes(ctx.dev.kind))

@@ -32,6 +32,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from simulator.core.errors import UsageError
+from simulator.model.hf_eager import GELU_NEW
 from simulator.model.spec import ModelSpec
 from simulator.strategy.knobs import CHECKPOINTINGS as CHECKPOINTING
 
@@ -50,6 +51,20 @@ ACTIVATION_FNS = {
     "silu": F.silu,
     "relu": F.relu,
 }
+
+
+def new_gelu(x: torch.Tensor) -> torch.Tensor:
+    """transformers' ``NewGELUActivation`` (GPT-2's ``gelu_new``), op for op as Hugging Face runs it: the
+    tanh approximation as eager ops, which the hf-trainer stack costs as such
+    (:func:`simulator.model.hf_eager.gelu_new_ops`)."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+def activation_fn(spec: ModelSpec) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The MLP activation of ``spec`` as the Hugging Face model of its family computes it."""
+    if spec.mlp_activation == "gelu_tanh" and spec.family in GELU_NEW:
+        return new_gelu
+    return ACTIVATION_FNS[spec.mlp_activation]
 
 
 class RecomputeClock:
@@ -186,7 +201,7 @@ class MLP(nn.Module):
         up = 2 * spec.ffn_hidden if self.gated else spec.ffn_hidden
         self.up = nn.Linear(spec.hidden, up, bias=spec.linear_bias)
         self.down = nn.Linear(spec.ffn_hidden, spec.hidden, bias=spec.linear_bias)
-        self.act = ACTIVATION_FNS[spec.mlp_activation]
+        self.act = activation_fn(spec)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.up(x)

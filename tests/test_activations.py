@@ -9,12 +9,16 @@ import torch
 import torch.nn.functional as F
 
 from calibration.build import build_profile
-from calibration.torch_model import ACTIVATION_FNS, MLP
+from calibration.torch_model import ACTIVATION_FNS, MLP, new_gelu
 from simulator.core.vocab import ACTIVATIONS
 from simulator.hardware.profile import ACTIVATION_CLASSES, activation_class
 from simulator.model.hf_config import model_from_hf_config
 from simulator.model.presets import get_model
 from tests.test_calibration_generalizes import _cpu_profile, _step
+
+#: a tanh-GELU decoder whose Hugging Face model runs F.gelu(approximate='tanh') as one kernel (GPT-NeoX with
+#: hidden_act 'gelu_fast'), where GPT-2's gelu_new is eager ops of its own (test_gpt2_gelu_new_is_its_eager_ops)
+TANH = get_model("pythia-14m").model_copy(update={"activation": "gelu_tanh"})
 
 
 @pytest.mark.parametrize(("model", "act"), [("gpt2", "gelu_tanh"), ("pythia-160m", "gelu"),
@@ -49,12 +53,35 @@ def test_hf_config_unknown_activation_keeps_the_family_default():
 
 
 def test_validation_mlp_runs_the_specs_activation():
-    spec = get_model("gpt2").model_copy(update={"hidden": 8, "ffn_hidden": 16, "n_heads": 2})
-    mlp = MLP(spec)
+    small = {"hidden": 8, "ffn_hidden": 16, "n_heads": 2}
+    mlp = MLP(TANH.model_copy(update=small))
     x = torch.randn(3, 8)
     want = mlp.down(F.gelu(mlp.up(x), approximate="tanh"))
     assert torch.allclose(mlp(x), want)
     assert set(ACTIVATION_FNS) == set(ACTIVATIONS)
+    # GPT-2's MLP runs transformers' NewGELUActivation op for op (the same function, other kernels)
+    gpt2 = MLP(get_model("gpt2").model_copy(update=small))
+    assert gpt2.act is new_gelu and torch.allclose(new_gelu(x), F.gelu(x, approximate="tanh"), atol=1e-6)
+
+
+def test_gpt2_gelu_new_is_its_eager_ops():
+    """transformers' NewGELUActivation under the hf-trainer stack: 10 eager kernels and 6e + 64 bytes an
+    element forward under autocast (8 and 72 in fp32), 15 and 13e + 92 backward (11 and 112), in the
+    elementwise class; stacks that do not run Hugging Face's modules keep the one tanh-GELU kernel."""
+    import numpy as np
+
+    from simulator.model import graphs
+
+    spec = get_model("gpt2")
+    width = 128 * 2.0 * spec.ffn_hidden
+    for prec, fwd, bwd, kf, kb in (("bf16", 76, 118, 10, 15), ("fp32", 72, 112, 8, 11)):
+        ops = {op.name: op for op, _ in graphs.graph(spec, 128, np.array([2.0]), prec, "sdpa", False).all_ops()}
+        act = ops["activation"]
+        assert np.allclose(act.bytes_fwd, fwd * width) and np.allclose(act.bytes_bwd, bwd * width)
+        assert (act.kernels_fwd, act.kernels_bwd, act.bandwidth) == (kf, kb, "elementwise")
+    mega = {op.name: op for op, _ in graphs.graph(spec, 128, np.array([2.0]), "bf16", "sdpa", False,
+                                                  stack="megatron-lm").all_ops()}
+    assert mega["activation"].kernels_fwd == 1 and mega["activation"].bandwidth == "activation.gelu_tanh.bf16"
 
 
 def test_uncalibrated_activation_times_like_any_elementwise_op():
@@ -62,7 +89,7 @@ def test_uncalibrated_activation_times_like_any_elementwise_op():
     activation class: the same bytes at the same efficiency."""
     plain = _cpu_profile(bw_eff_ops={"elementwise": 0.4})
     same = _cpu_profile(bw_eff_ops={"elementwise": 0.4, "activation.gelu.fp32": 0.4})
-    a, b = _step(plain, "gpt2", seq_len=128).breakdown_s, _step(same, "gpt2", seq_len=128).breakdown_s
+    a, b = _step(plain, TANH, seq_len=128).breakdown_s, _step(same, TANH, seq_len=128).breakdown_s
     assert a["forward"] == pytest.approx(b["forward"]) and a["backward"] == pytest.approx(b["backward"])
     assert plain.bw_eff(activation_class("gelu_tanh", "bf16")) == plain.bw_eff("elementwise")
 
@@ -70,14 +97,14 @@ def test_uncalibrated_activation_times_like_any_elementwise_op():
 def test_a_slow_activation_class_slows_only_its_family_and_precision():
     base = _cpu_profile(bw_eff_ops={"elementwise": 0.4})
     slow = _cpu_profile(bw_eff_ops={"elementwise": 0.4, "activation.gelu_tanh.fp32": 0.05})
-    g0, g1 = _step(base, "gpt2").breakdown_s, _step(slow, "gpt2").breakdown_s
+    g0, g1 = _step(base, TANH).breakdown_s, _step(slow, TANH).breakdown_s
     assert g1["forward"] > g0["forward"] and g1["backward"] > g0["backward"]
     # NeoX's exact GELU, a bf16 step and a compiled step do not use the fp32 tanh class
     assert _step(slow, "pythia-14m").step_time_s == pytest.approx(_step(base, "pythia-14m").step_time_s)
-    assert _step(slow, "gpt2", precision="bf16").step_time_s == pytest.approx(
-        _step(base, "gpt2", precision="bf16").step_time_s)
+    assert _step(slow, TANH, precision="bf16").step_time_s == pytest.approx(
+        _step(base, TANH, precision="bf16").step_time_s)
     # more activation work never takes less time
-    assert _step(slow, "gpt2", micro_batch=8, global_batch=8).step_time_s > g1["forward"] + g1["backward"]
+    assert _step(slow, TANH, micro_batch=8, global_batch=8).step_time_s > g1["forward"] + g1["backward"]
 
 
 def test_activation_backward_is_one_kernel_of_three_tensors():
@@ -87,7 +114,7 @@ def test_activation_backward_is_one_kernel_of_three_tensors():
 
     from simulator.model import graphs
 
-    spec = get_model("gpt2")
+    spec = TANH
     ops = {op.name: op for op, _ in graphs.graph(spec, 128, np.array([2.0]), "fp32", "sdpa", False).all_ops()}
     act = ops["activation"]
     assert np.allclose(act.bytes_bwd, 1.5 * np.asarray(act.bytes_fwd))
@@ -99,7 +126,7 @@ def test_a_slow_backward_class_slows_only_the_backward():
     fwd_only = _cpu_profile(bw_eff_ops={"elementwise": 0.4, "activation.gelu_tanh.fp32": 0.1})
     both = _cpu_profile(bw_eff_ops={"elementwise": 0.4, "activation.gelu_tanh.fp32": 0.1,
                                     "activation.gelu_tanh.fp32.bwd": 0.02})
-    a, b = _step(fwd_only, "gpt2").breakdown_s, _step(both, "gpt2").breakdown_s
+    a, b = _step(fwd_only, TANH).breakdown_s, _step(both, TANH).breakdown_s
     assert b["forward"] == pytest.approx(a["forward"]) and b["backward"] > a["backward"]
     # absent, the backward class takes its forward class's efficiency, then the elementwise class's
     assert fwd_only.bw_eff(activation_class("gelu_tanh", "fp32", backward=True)) == 0.1

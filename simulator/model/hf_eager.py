@@ -93,6 +93,21 @@ GELU_NEW: frozenset[str] = frozenset({"gpt2"})
 #: Bytes per element of the residual stream and of norm arithmetic: fp32 both under autocast over
 #: fp32 weights and in fp32 training.
 STREAM = 4.0
+#: ``NewGELUActivation`` (``gelu_new``) as the eager ops it is, per element of the MLP's width:
+#: (forward bytes, backward bytes, forward kernels, backward kernels), with e the autocast half type's bytes.
+#: Under torch.autocast, in Python's order: ``0.5 * input`` (half: 2e); ``torch.pow(input, 3.0)`` on
+#: autocast's fp32 list (the input cast up, e + 4, then pow, 8); ``0.044715 *`` (8); ``input +`` (half plus
+#: fp32 into fp32: e + 8); ``sqrt(2 / pi) *`` (8); ``tanh`` (8); ``1.0 +`` (8); the product of the half and
+#: the fp32 factors (e + 8); ``c_proj``'s addmm casts the fp32 result back (4 + e): 6e + 64 bytes, 10
+#: kernels. Backward, autograd's nodes in reverse: the cast (e + 4); the product's two gradients, the half
+#: one cast down (12 + (4 + e) + (8 + e)); tanh_backward (12); the two scalar products (8 + 8); the mixed add's
+#: half gradient cast down (4 + e); pow_backward (pow, times 3, times the gradient: 28, 3 kernels); the cast
+#: up's (4 + e); ``0.5 *`` (2e); the input's three gradients summed (2 x 3e): 13e + 92 bytes, 15 kernels.
+#: Without autocast (fp32/tf32, e = 4): no casts, 72 bytes and 8 kernels forward, 112 and 11 backward.
+#: Source: transformers src/transformers/activations.py NewGELUActivation.forward; PyTorch's CUDA
+#: autocast op lists (pow: fp32).
+GELU_NEW_AUTOCAST = ((6.0, 64.0), (13.0, 92.0), 10.0, 15.0)  # ((x e, + bytes) fwd, (x e, + bytes) bwd, kernels)
+GELU_NEW_FP32 = (72.0, 112.0, 8.0, 11.0)
 
 
 def dropout_of(model) -> tuple[float, float]:
@@ -297,3 +312,12 @@ def autocast_elementwise(model, e: int) -> tuple[float, float, float, float]:
         fwd, bwd = fwd + extra, bwd + extra
         k_fwd, k_bwd = k_fwd + 2.0, k_bwd + 2.0
     return fwd, bwd, k_fwd, k_bwd
+
+
+def gelu_new_ops(precision: str) -> tuple[float, float, float, float]:
+    """(forward bytes, backward bytes, forward kernels, backward kernels) per element of the MLP width
+    of Hugging Face's eager ``gelu_new`` (:data:`GELU_NEW_AUTOCAST`, :data:`GELU_NEW_FP32`)."""
+    if precision in MIXED_PRECISIONS:
+        (af, bf), (ab, bb), kf, kb = GELU_NEW_AUTOCAST
+        return af * 2.0 + bf, ab * 2.0 + bb, kf, kb
+    return GELU_NEW_FP32

@@ -84,12 +84,20 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
         lf = workload.MemOps(lf.nbytes - af.nbytes, float(lf.kernels) - float(af.kernels))
         share = workload.ELEMENTWISE_BWD_FACTOR  # the activation's backward as layer_elementwise counted it
         lb = workload.MemOps(lb.nbytes - share * af.nbytes, float(lb.kernels) - share * float(af.kernels))
-        ops.append(Op("activation", "elementwise", bytes_fwd=af.nbytes / L1,
-                      bytes_bwd=workload.ACTIVATION_BWD_BYTES * af.nbytes / L1,
-                      kernels_fwd=float(af.kernels) / L1, kernels_bwd=float(af.kernels) / L1,
-                      recompute=frozenset({"op"}),
-                      bandwidth=activation_class(model.mlp_activation, base_precision(knobs.precision)),
-                      bandwidth_bwd=activation_class(model.mlp_activation, base_precision(knobs.precision), backward=True)))
+        if hf and model.mlp_activation == "gelu_tanh" and model.family in hf_eager.GELU_NEW:
+            # transformers' NewGELUActivation: ten eager elementwise ops in fp32 where one kernel was counted
+            xf, xb, kf, kb = hf_eager.gelu_new_ops(knobs.precision)
+            width = tokens * model.ffn_hidden
+            ops.append(Op("activation", "elementwise", bytes_fwd=width * xf, bytes_bwd=width * xb,
+                          kernels_fwd=kf, kernels_bwd=kb, recompute=frozenset({"op"}), bandwidth="elementwise"))
+        else:
+            ops.append(Op("activation", "elementwise", bytes_fwd=af.nbytes / L1,
+                          bytes_bwd=workload.ACTIVATION_BWD_BYTES * af.nbytes / L1,
+                          kernels_fwd=float(af.kernels) / L1, kernels_bwd=float(af.kernels) / L1,
+                          recompute=frozenset({"op"}),
+                          bandwidth=activation_class(model.mlp_activation, base_precision(knobs.precision)),
+                          bandwidth_bwd=activation_class(model.mlp_activation, base_precision(knobs.precision),
+                                                         backward=True)))
     ops.append(Op("norms_residual_activation", "elementwise", bytes_fwd=lf.nbytes / L1, bytes_bwd=lb.nbytes / L1,
                   kernels_fwd=float(lf.kernels) / L1, kernels_bwd=float(lb.kernels) / L1,
                   saved=tokens * rest_saved, recompute=frozenset({"op"}), kept={"op": tokens * rest_kept},

@@ -20,6 +20,10 @@ from simulator.core.errors import UsageError
 
 from .suite import Config
 
+#: The AdamW implementation the loop steps with, which its prediction takes in place of the default stack's
+#: (hf-trainer's fused): foreach, the profile's 'foreach' rate, as the committed measurements were taken
+VALIDATE_OPTIMIZER = "foreach"
+
 GIB = 1024**3
 #: the most timed steps one round takes to reach :data:`calibration.validate.suite.MIN_ROUND_S`
 MAX_ROUND_STEPS = 64
@@ -201,8 +205,8 @@ def _training_step(cfg: Config, dist: Dist, seed: int) -> tuple[Callable[[], Sam
     dev = dist.device
     model = build_model(cfg.spec, cfg.attention, cfg.checkpointing, device=dev)
     model.train()
-    # foreach is the implementation the simulator's optimizer term models (profile 'foreach')
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    # the implementation the prediction takes (VALIDATE_OPTIMIZER)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **{VALIDATE_OPTIMIZER: True})
     runner: Any = model
     if dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel as DDP

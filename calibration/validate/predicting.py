@@ -8,7 +8,7 @@ from typing import Any
 
 from simulator.core.errors import UsageError
 
-from .measuring import GIB
+from .measuring import GIB, VALIDATE_OPTIMIZER
 from .suite import Config
 
 
@@ -35,6 +35,7 @@ def predict(cfg: Config, profile, world: int = 1) -> dict[str, Any]:
     there is no prediction, else empty).
     """
     from simulator.answer.api import simulate
+    from simulator.strategy.stacks import get_stack
 
     if world > 1 and "local" not in profile.collectives:
         return {"step": None, "note": f"profile {profile.name!r} has no 'local' collectives fit "
@@ -44,7 +45,8 @@ def predict(cfg: Config, profile, world: int = 1) -> dict[str, Any]:
                         global_batch=cfg.micro_batch * cfg.grad_accum * world, steps=1,
                         optimizer="adamw", precision=cfg.precision, attention=cfg.attention,
                         compile=cfg.compile, checkpointing=cfg.checkpointing, sharding="ddp",
-                        offload="none", micro_batch=cfg.micro_batch)
+                        offload="none", micro_batch=cfg.micro_batch,
+                        stack=get_stack(None).model_copy(update={"optimizer": VALIDATE_OPTIMIZER}))
     except UsageError as exc:
         return {"step": None, "note": f"simulate: {exc}"}
     b = plan.breakdown_s

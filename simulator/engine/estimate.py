@@ -477,7 +477,8 @@ def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: Sta
     # per micro-batch, see assemble)
     half = np.array([pk[0] in MIXED_PRECISIONS for pk in packs])[:, None] & ~st.fp32_params
     step_bytes = optimizer_time.bytes_per_param(pb.optimizer, st.grad_bpp, np.where(half, 2.0, 0.0))[:, :, None]
-    opt_eff = prof.optimizer_bw_eff.get("foreach", min(prof.optimizer_bw_eff.values()))
+    opt_eff = prof.optimizer_bw_eff.get(pb.stack.optimizer,  # the stack's AdamW implementation, where profiled
+                                        prof.optimizer_bw_eff.get("foreach", min(prof.optimizer_bw_eff.values())))
     loop = fresh_memory.optimizer_loop_time(model, prof)  # per-tensor host loop, where calibrated
     gpu_opt = optimizer_time.gpu_step_time(local, share, step_bytes, dev.mem_bw, opt_eff, opt_fresh, loop, L,
                                            prof.launch_overhead_us)

@@ -58,6 +58,9 @@ class Stack(BaseModel):
     async_tp_overlap_source: str = ASYNC_TP_OVERLAP_SOURCE
     states: Literal["mixed", "half", "master"] = "mixed"
     states_source: str = "torch.autocast over fp32 parameters (mixed precision): fp32 weights, gradients and moments"
+    optimizer: Literal["fused", "foreach", "for_loop"] = "foreach"
+    optimizer_source: str = ("torch.optim.AdamW's default on CUDA tensors (foreach=None picks the multi-tensor "
+                             "foreach implementation; fused must be asked for)")
     moe_experts: Literal["grouped", "loop"] = "grouped"
     moe_experts_source: str = ("Megatron-LM --moe-grouped-gemm with the all-to-all dispatcher; torchtitan's "
                                "grouped_mm experts: one kernel per GEMM for all of a GPU's experts")

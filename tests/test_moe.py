@@ -257,12 +257,7 @@ def _published_moe_runs() -> list[dict]:
 #: Published rows the simulator still calls infeasible under their recorded layout, and why (a
 #: known gap, not an accepted answer: the test fails once the row becomes feasible, so the entry
 #: goes with the fix).
-KNOWN_GAPS = {
-    "qwen3-235b-a22b@32x8xh100": "expert tensor parallelism 1 (Megatron-Core's MoE parallel folding) is not "
-                                 "modelled: the experts run tensor-parallel over the TP 4 ranks on all of the "
-                                 "micro-batch's tokens, so the top-8 copies' hidden-wide activations are not split "
-                                 "by TP and no recomputation does not fit",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _row_id(row: dict) -> str:
@@ -277,7 +272,8 @@ def test_published_moe_runs(row: dict) -> None:
     feasible, never refused, and its step time is predicted within a factor the row's caveats allow
     (the errors: see the report printed with -s; the issue's target is 20%). :data:`KNOWN_GAPS`
     are expected to fail, strictly."""
-    pins: dict = {k: int(row[k]) for k in ("tp", "pp", "vp", "ep", "micro_batch", "global_batch", "seq_len") if row[k]}
+    pins: dict = {k: int(row[k]) for k in ("tp", "pp", "vp", "ep", "etp", "micro_batch", "global_batch", "seq_len")
+                  if row[k]}
     if row["checkpointing"]:
         pins["checkpointing"] = row["checkpointing"]
     plan = simulate(row["model"], row["gpus"], stack=row["stack"], precision=row["precision"], sharding=row["sharding"],
@@ -290,6 +286,57 @@ def test_published_moe_runs(row: dict) -> None:
     assert abs(error) < 0.5
 
 
+def test_folded_experts_by_hand() -> None:
+    """Expert TP 1 under TP 4 (Megatron-Core's MoE parallel folding): whole experts, E/ep of them,
+    on the rank's sequence shard (a quarter of the tokens: the same expert FLOPs as the TP-split
+    experts on all of them, a quarter of the dispatched copies' hidden-wide activations); the
+    sparse layers pay only the attention's half of the TP collectives; the expert data-parallel
+    group spans tp x dp / ep ranks; EP 8 of consecutive ranks stays in the node."""
+    m = get_model("qwen3-235b-a22b")
+    split, folded = Parallelism(8, tp=4, sp=True, ep=8), Parallelism(8, tp=4, sp=True, ep=8, etp=1)
+    vs, vf = parallel.view(m, split), parallel.view(m, folded)
+    assert (vs.ffn_hidden, vf.ffn_hidden) == (1536 // 4, 1536) and vf.expert_token_shards == 4
+    assert vf.n_expert_params() == 4 * vs.n_expert_params() == vf.n_layers * 16 * 3 * 4096 * 1536
+    up_s, up_f = _ops(vs, mb=1.0, seq=4096)["expert_up"], _ops(vf, mb=1.0, seq=4096)["expert_up"]
+    assert float(up_f.m[0]) == float(up_s.m[0]) / 4 and up_f.n == 4 * up_s.n
+    assert float(up_f.gemm_flops_fwd()[0]) == pytest.approx(float(up_s.gemm_flops_fwd()[0]))
+    assert float(up_f.saved[0]) == pytest.approx(float(up_s.saved[0]) / 4)
+    assert parallel.tp_comm_layers(vf, folded) == vf.n_layers / 2 and parallel.tp_comm_layers(vs, split) == vs.n_layers
+    assert memory.expert_dp(vf, 8) == 4 and memory.expert_dp(vs, 8) == 1
+    fab = Fabric(4, 8, 450e9, 10e-6, 50e9, 20e-6)
+    assert parallel.ep_link(fab, folded)[2] == 0.0 and parallel.ep_link(fab, split)[2] > 0.5
+    assert "EP 8 (expert TP 1)" in folded.describe()
+
+
+def test_folding_lets_ep_exceed_dp_and_fits_the_published_layout() -> None:
+    """Qwen3-235B-A22B on 256 H100 at TP 2, PP 8, EP 32 (data-parallel degree 16) is refused
+    without folding and evaluated with it; at TP 4, EP 8 without recomputation it fits folded
+    (the hidden-wide copies a quarter) and not split."""
+    kw = dict(tokens="10B", micro_batch=1, global_batch=2048, seq_len=4096, stack="megatron-lm", sharding="zero1")
+    with pytest.raises(UsageError, match="--etp 1"):
+        simulate("qwen3-235b-a22b", "32x8xh100", tp=2, pp=8, vp=4, ep=32, **kw)
+    assert simulate("qwen3-235b-a22b", "32x8xh100", tp=2, pp=8, vp=4, ep=32, etp=1, **kw).feasible
+    lay = dict(tp=4, pp=8, vp=4, ep=8, checkpointing="none")
+    folded = simulate("qwen3-235b-a22b", "32x8xh100", etp=1, **lay, **kw)
+    split = simulate("qwen3-235b-a22b", "32x8xh100", **lay, **kw)
+    assert folded.feasible and not split.feasible
+    assert folded.memory_gib["activations"] < split.memory_gib["activations"] / 1.5
+    assert folded.strategy["etp"] == 1 and "etp" not in split.strategy
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "olmoe-1b-7b", "--tp", "4", "--etp", "2", "--stack", "megatron-lm"], "valid choices: 1, 4"),
+    (["--model", "pythia-1b", "--etp", "1"], "not a mixture of experts"),
+    (["--model", "olmoe-1b-7b", "--tp", "2", "--ep", "8", "--stack", "megatron-lm"], "--etp 1"),
+    (["--model", "olmoe-1b-7b", "--tp", "2", "--etp", "1", "--no-sequence-parallel", "--stack", "megatron-lm"],
+     "sequence parallelism"),
+])
+def test_bad_expert_tensor_parallelism_is_one_line_exit_2(args, needle, capsys) -> None:
+    assert main(["--gpus", "8xh100", *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
 def test_warm_searches_equal_cold_ones() -> None:
     """The per-process caches (simulator.core.memo) key every input: each search, run after the others
     filled them, gives the numbers it gives after they are emptied (expert-parallel degrees and a
@@ -298,7 +345,7 @@ def test_warm_searches_equal_cold_ones() -> None:
     from simulator.core import memo
     from simulator.engine.estimate import _COLUMNS
 
-    cases = [dict(ep=1), dict(ep=2), dict(ep=4, micro_batch=2), dict(ep=4)]
+    cases = [dict(ep=1), dict(ep=2), dict(ep=4, micro_batch=2), dict(ep=4), dict(tp=2, ep=4, etp=1), dict(tp=2, ep=4)]
     warm = [run_search("olmoe-1b-7b", "8xh100", stack="megatron-lm", **k).table for k in cases]
     for k, w in zip(cases, warm, strict=True):
         memo.clear()

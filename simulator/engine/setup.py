@@ -274,7 +274,7 @@ def family_knobs(s: Setup, pins: dict, pick, notes: list[str]) -> tuple[list, li
 
 
 _PIN_KEYS = ("precision", "attention", "compile", "checkpointing", "sharding", "offload", "micro_batch")
-LAYOUT_KEYS = ("tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep")
+LAYOUT_KEYS = ("tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep", "etp")
 
 #: knobs that take True, False or None (searched; profile_any_gpu: None is False)
 _BOOL_KEYS = ("compile", "sequence_parallel", "async_tp", "profile_any_gpu")

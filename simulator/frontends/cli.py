@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="context-parallel degree: each sequence split over cp GPUs (ring attention); searched from 8k tokens")
     k.add_argument("--ep", type=_positive_int("--ep"),
                    help="expert-parallel degree of a mixture of experts (divides the experts and the data-parallel ranks)")
+    k.add_argument("--etp", type=_positive_int("--etp"),
+                   help="expert tensor-parallel degree: 1 runs whole experts under --tp (Megatron-Core's MoE parallel "
+                        "folding: ep then divides tp × dp); default the tensor-parallel degree")
     from ..answer.costs import add_cost_args
 
     add_cost_args(p)
@@ -92,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _knobs(a: argparse.Namespace) -> dict:
     keys = ("profile", "profile_any_gpu", "intra_node", "inter_node", "host_memory", "overhead", "tokens", "steps", "global_batch",
             "seq_len", "optimizer", "precision", "attention", "compile", "checkpointing", "sharding",
-            "offload", "micro_batch", "stack", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep")
+            "offload", "micro_batch", "stack", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep", "etp")
     out = {k: getattr(a, k) for k in keys if getattr(a, k) is not None}
     for k in ("precision", "attention", "checkpointing", "sharding", "offload", "optimizer", "stack"):
         if k in out:

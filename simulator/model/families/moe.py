@@ -218,8 +218,9 @@ def _mlp_elementwise(f: float, gated: bool, compiled: bool) -> float:
 
 def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
     """One micro-batch of ``mb`` samples (array): the transformer's graph with its MLP replaced by
-    the sparse block (module docstring). ``model`` may be a ``parallel.ShardView`` (its ``tp``
-    shard of each expert's width, its ``ep`` share of the experts)."""
+    the sparse block (module docstring). ``model`` may be a ``parallel.ShardView`` (its expert
+    tensor-parallel shard of each expert's width, its ``ep`` share of the experts; folded experts,
+    ``expert_token_shards`` > 1, route only the rank's sequence shard of the tokens)."""
     base = dense_graph(model, mb, seq_len, knobs)
     layer = base.blocks[0]
     e = workload.act_bytes(knobs.precision)
@@ -228,7 +229,8 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
     tp, ep = getattr(model, "tp", 1), getattr(model, "ep", 1)
     local = E // ep
     fs = math.ceil(model.shared_ffn_hidden / tp)
-    Tk = T * k * (LOAD_IMBALANCE if ep > 1 else 1.0)  # token copies this GPU's experts process
+    Te = T / getattr(model, "expert_token_shards", 1)  # tokens this GPU routes
+    Tk = Te * k * (LOAD_IMBALANCE if ep > 1 else 1.0)  # token copies this GPU's experts process
     up, up_s = 2 * f, 2 * fs
     loop = knobs.stack.moe_experts == "loop"
     # the loop's kernels for all local experts (every expert is hit: a micro-batch routes thousands
@@ -258,14 +260,14 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
         # the router reads the post-attention norm's output (kept for backward, as the dense
         # MLP-up kept it) and writes the expert scores; it stays in bf16 under fp8 (a narrow GEMM whose
         # scores decide the routing: FP8 recipes leave it out), as does the shared expert's gate
-        Op("router", "gemm", m=T, n=E, k=h, kernels_fwd=1, kernels_bwd=2, saved=T * e * h,
-           kept={"op": T * e * E}, params=model.router_params_per_layer()),
-        Op("router_topk", "elementwise", bytes_fwd=T * E * (e + 4 * ROUTER_PASSES), bytes_bwd=T * E * 4 * 3,
-           kernels_fwd=ROUTER_KERNELS, kernels_bwd=ROUTER_KERNELS, saved=T * E * 4,
+        Op("router", "gemm", m=Te, n=E, k=h, kernels_fwd=1, kernels_bwd=2, saved=Te * e * h,
+           kept={"op": Te * e * E}, params=model.router_params_per_layer()),
+        Op("router_topk", "elementwise", bytes_fwd=Te * E * (e + 4 * ROUTER_PASSES), bytes_bwd=Te * E * 4 * 3,
+           kernels_fwd=ROUTER_KERNELS, kernels_bwd=ROUTER_KERNELS, saved=Te * E * 4,
            recompute=frozenset({"op"}), bandwidth="elementwise"),
         # dispatch: read the tokens, write top_k copies grouped by expert; backward sums the copies'
         # gradients back
-        Op("dispatch", "elementwise", bytes_fwd=(T + Tk) * h * e, bytes_bwd=(T + Tk) * h * e,
+        Op("dispatch", "elementwise", bytes_fwd=(Te + Tk) * h * e, bytes_bwd=(Te + Tk) * h * e,
            kernels_fwd=2 + per["dispatch"], kernels_bwd=2 + bwd * per["dispatch"], recompute=frozenset({"op"}),
            bandwidth="elementwise", graph_break=loop),
         Op("expert_up", "gemm", m=Tk / local, n=up, k=h, batch=float(local), kernels_fwd=gemm_kernels["expert_up"],
@@ -283,7 +285,7 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
            params=local * f * h, fp8_linear=True, graph_break=loop),
         # combine: weight each copy by its routing probability (the copies are kept for that
         # probability's gradient) and add them back in token order
-        Op("combine", "elementwise", bytes_fwd=(2 * Tk + T) * h * e, bytes_bwd=2 * (2 * Tk + T) * h * e,
+        Op("combine", "elementwise", bytes_fwd=(2 * Tk + Te) * h * e, bytes_bwd=2 * (2 * Tk + Te) * h * e,
            kernels_fwd=2 + per["combine"], kernels_bwd=2 + bwd * per["combine"], saved=Tk * e * h,
            recompute=frozenset({"op"}), bandwidth="elementwise", graph_break=loop),
     ]

@@ -276,6 +276,8 @@ def test_published_moe_runs(row: dict) -> None:
                   if row[k]}
     if row["checkpointing"]:
         pins["checkpointing"] = row["checkpointing"]
+    if row["capacity_factor"]:
+        pins["capacity_factor"] = float(row["capacity_factor"])
     plan = simulate(row["model"], row["gpus"], stack=row["stack"], precision=row["precision"], sharding=row["sharding"],
                     tokens="10B", **pins)
     measured = float(row["measured_step_s"])
@@ -284,6 +286,40 @@ def test_published_moe_runs(row: dict) -> None:
           f"measured {measured:.2f} s, tokens/s error {error:+.1%}")
     assert plan.feasible and plan.strategy["ep"] == int(row["ep"]) and plan.strategy["tp"] == int(row["tp"])
     assert abs(error) < 0.5
+
+
+def test_capacity_factor_runs_every_expert_at_its_buffer() -> None:
+    """Capacity factor c: the experts' GEMM rows and the dispatched copies' activations are c x
+    the mean share (dropless: LOAD_IMBALANCE x under EP, the mean without); the all-to-all carries
+    c x the tokens. So under EP 8: c = 1 is faster and smaller than dropless, c = 1.25 slower and
+    larger; without EP dropless equals c = 1."""
+    m = get_model("olmoe-1b-7b")
+    v = ShardView(m, Parallelism(8, ep=8))
+    ups = {c: float(_ops(parallel.ShardView(m.model_copy(update={"capacity_factor": c}), Parallelism(8, ep=8)))
+                     ["expert_up"].m[0]) for c in (1.0, 1.25)}
+    mean = 2 * 1024 * 8 / 8
+    assert ups == {1.0: mean, 1.25: 1.25 * mean} and float(_ops(v)["expert_up"].m[0]) == pytest.approx(1.1 * mean)
+    kw = dict(tokens="1B", stack="megatron-lm", ep=8, micro_batch=4, checkpointing="none", sharding="zero1")
+    plans = {c: simulate("olmoe-1b-7b", "8xh100", capacity_factor=c, **kw) for c in (1.0, None, 1.25)}
+    steps = [plans[c].step_time_s for c in (1.0, None, 1.25)]
+    acts = [plans[c].memory_gib["activations"] for c in (1.0, None, 1.25)]
+    assert steps == sorted(steps) and steps[0] < steps[2] and acts == sorted(acts) and acts[0] < acts[2]
+    assert plans[1.25].breakdown_s["ep_comm"] == pytest.approx(1.25 * plans[1.0].breakdown_s["ep_comm"], rel=0.05)
+    one = dict(tokens="1B", stack="megatron-lm", ep=1, micro_batch=4, checkpointing="none", sharding="zero1")
+    assert simulate("olmoe-1b-7b", "8xh100", **one).step_time_s == \
+        pytest.approx(simulate("olmoe-1b-7b", "8xh100", capacity_factor=1.0, **one).step_time_s)
+    assert any("capacity factor 1.25" in n for n in plans[1.25].notes)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "olmoe-1b-7b", "--capacity-factor", "9"], "at most n_experts / top_k = 8"),
+    (["--model", "pythia-1b", "--capacity-factor", "1"], "not a mixture of experts"),
+    (["--model", "olmoe-1b-7b", "--capacity-factor", "0"], "--capacity-factor"),
+])
+def test_bad_capacity_factor_is_one_line_exit_2(args, needle, capsys) -> None:
+    assert main(["--gpus", "8xh100", *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
 
 
 def test_folded_experts_by_hand() -> None:

@@ -239,7 +239,8 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     # expert parallelism: all-to-all dispatch and combine per MoE layer (not the dense ones) and
     # pass, not overlapped
     moe_layers = model.n_layers - getattr(model, "first_dense_layers", 0)
-    ep_mb = moe_layers * parallel.ep_comm_time(tokens / workload.seq_shards(model), h,
+    load = pb.model.dispatched_load() if hasattr(pb.model, "dispatched_load") else 1.0  # padded buffers
+    ep_mb = moe_layers * parallel.ep_comm_time(tokens / workload.seq_shards(model) * load, h,
                                                    getattr(pb.model, "top_k", 1), e, par, pb.fabric, passes)
     a["ep_comm"] = ga * ep_mb
     a["step_time"] = a["step_time"] + a["ep_comm"]

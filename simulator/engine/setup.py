@@ -143,15 +143,16 @@ def _catalog_setup(text, profile, intra_node, inter_node, any_gpu=False):
 
 def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=None, seq_len=None,
           optimizer=None, intra_node=None, inter_node=None, host_memory=None, overhead=None,
-          stack=None, profile_any_gpu=False) -> Setup:
+          stack=None, profile_any_gpu=False, capacity_factor=None) -> Setup:
     """Resolve user-level inputs into a Problem (no strategy yet).
 
     ``stack``: the training software (simulator.strategy.stacks preset name; default hf-trainer).
+    ``capacity_factor``: a mixture of experts' routing (``MoESpec.capacity_factor``; None: dropless).
 
     ``overhead``: wall-clock time beyond the training steps, as a fraction of it (data loading,
     evaluation, checkpointing, restarts after failures); excluded (0) by default, docs/architecture.md, physics 7.
     """
-    spec = resolve_model_input(model)
+    spec = with_capacity_factor(resolve_model_input(model), capacity_factor)
     stk = get_stack(stack)
     recipe = make_recipe(spec, tokens=tokens, steps=steps, global_batch=global_batch,
                          seq_len=seq_len, optimizer=optimizer)
@@ -182,6 +183,21 @@ def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=No
                  optimizer=recipe.optimizer, device=dev, fabric=fab, host_memory=host,
                  gpu_label=hw["gpu"], stack=stk)
     return Setup(spec, recipe, pb, hw, prof, notes, extra)
+
+
+def with_capacity_factor(spec, capacity_factor):
+    """``spec`` routed with ``capacity_factor`` (a mixture of experts; None: as it is); UsageError
+    in one line otherwise."""
+    if capacity_factor is None:
+        return spec
+    if not hasattr(spec, "capacity_factor"):
+        raise UsageError(f"--capacity-factor: {spec.display_name} is not a mixture of experts")
+    bound = spec.n_experts / spec.top_k
+    if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)) or \
+            not 0 < capacity_factor <= bound:
+        raise UsageError(f"--capacity-factor must be a number above 0 and at most n_experts / top_k = {bound:g} "
+                         f"(each expert's buffer over its mean tokens; 1.0-1.25 is usual), got {capacity_factor!r}")
+    return spec.model_copy(update={"capacity_factor": float(capacity_factor)})
 
 
 def knob_space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
@@ -294,7 +310,7 @@ def split_knobs(knobs: dict) -> tuple[dict, dict]:
         if knobs.get(k) is not None and not isinstance(knobs[k], bool):
             raise UsageError(f"{k} must be True, False or None (searched), got {knobs[k]!r}")
     setup_keys = ("profile", "tokens", "steps", "global_batch", "seq_len", "optimizer", "intra_node",
-                  "inter_node", "host_memory", "overhead", "stack", "profile_any_gpu")
+                  "inter_node", "host_memory", "overhead", "stack", "profile_any_gpu", "capacity_factor")
     bad = set(knobs) - set(setup_keys) - set(_PIN_KEYS) - set(LAYOUT_KEYS)
     if bad:
         raise UsageError(f"unknown option(s) {', '.join(sorted(bad))}; valid: "

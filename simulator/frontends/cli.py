@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--etp", type=_positive_int("--etp"),
                    help="expert tensor-parallel degree: 1 runs whole experts under --tp (Megatron-Core's MoE parallel "
                         "folding: ep then divides tp × dp); default the tensor-parallel degree")
+    k.add_argument("--capacity-factor", dest="capacity_factor", type=_positive_float("--capacity-factor"),
+                   help="a mixture of experts' expert capacity: each expert's buffer is this many times its mean "
+                        "tokens, the rest dropped and the buffer padded (force-balanced benchmarks: 1); default dropless")
     from ..answer.costs import add_cost_args
 
     add_cost_args(p)
@@ -93,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _knobs(a: argparse.Namespace) -> dict:
-    keys = ("profile", "profile_any_gpu", "intra_node", "inter_node", "host_memory", "overhead", "tokens", "steps", "global_batch",
+    keys = ("profile", "profile_any_gpu", "intra_node", "inter_node", "host_memory", "overhead", "capacity_factor",
+            "tokens", "steps", "global_batch",
             "seq_len", "optimizer", "precision", "attention", "compile", "checkpointing", "sharding",
             "offload", "micro_batch", "stack", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep", "etp")
     out = {k: getattr(a, k) for k in keys if getattr(a, k) is not None}

@@ -65,7 +65,7 @@ _DISPLAY = {"mixtral": "Mixtral", "qwen2_moe": "Qwen2-MoE", "qwen3_moe": "Qwen3-
 #: all experts on every GPU the total is the same on each). ASSUMPTION, not fitted: the project's
 #: design notes (DESIGN.md, "Mixture-of-experts and FP8") record published gaps of 8-20% between
 #: force-balanced and dropless routing of Qwen3-235B-A22B; 1.1 is near the low end. A run with a
-#: capacity factor (tokens dropped or padded to the mean) has none: its prediction is then slow.
+#: capacity factor (``MoESpec.capacity_factor``) has none: its experts run at their capacity.
 LOAD_IMBALANCE = 1.1
 #: Router softmax and top-k: fp32 passes over the tokens x experts scores (read the half logits,
 #: write fp32 probabilities, read them for top-k, write the k weights and indices), kernels.
@@ -113,6 +113,16 @@ class MoESpec(ModelSpec):
     ``first_k_dense_replace``); the other layers are sparse."""
     dense_ffn_hidden: int = Field(default=0, ge=0)
     """Width of the dense layers' MLP (``intermediate_size``); 0 without dense layers."""
+    capacity_factor: float | None = Field(default=None, gt=0)
+    """How the training run routes (a setting of the run, ``--capacity-factor``): None, dropless
+    (every expert takes all its tokens; the busiest expert-parallel rank :data:`LOAD_IMBALANCE`
+    times the mean); c, each expert's buffer holds c times its mean share of the token copies,
+    the tokens beyond it dropped and the buffer padded to it (Megatron-Core
+    ``--moe-expert-capacity-factor c --moe-pad-expert-input-to-capacity``, NeMo's Mixtral recipes;
+    GShard, Switch): every expert, and the all-to-all, carry exactly c times the mean, whatever
+    the routing. At most ``n_experts / top_k`` (a buffer of all the tokens). Benchmarks that
+    force balanced routing (Megatron-Core ``--moe-router-force-load-balancing``, NeMo Automodel's
+    ``fake_balanced_gate``) run like capacity factor 1."""
 
     @model_validator(mode="after")
     def _check_moe(self) -> MoESpec:
@@ -124,6 +134,9 @@ class MoESpec(ModelSpec):
             raise ValueError(f"first_dense_layers ({self.first_dense_layers}) must be below n_layers ({self.n_layers})")
         if (self.first_dense_layers > 0) != (self.dense_ffn_hidden > 0):
             raise ValueError("first_dense_layers and dense_ffn_hidden go together")
+        if self.capacity_factor is not None and self.capacity_factor > self.n_experts / self.top_k:
+            raise ValueError(f"capacity_factor ({self.capacity_factor:g}) must be at most n_experts / top_k "
+                             f"({self.n_experts / self.top_k:g}: a buffer of every token)")
         if self.mla:
             if self.v_head_dim is None or self.attn_head_dim is None or self.kv_heads != self.n_heads:
                 raise ValueError("multi-head latent attention needs attn_head_dim, v_head_dim and one key head per head")
@@ -137,6 +150,19 @@ class MoESpec(ModelSpec):
     def mla(self) -> bool:
         """Whether attention is multi-head latent attention (DeepSeek)."""
         return self.kv_lora_rank is not None
+
+    def expert_load(self, ep: int) -> float:
+        """Token copies the busiest GPU's experts process over the mean share: the capacity
+        factor where there is one, else :data:`LOAD_IMBALANCE` under expert parallelism (1 with
+        all experts on every GPU)."""
+        if self.capacity_factor is not None:
+            return self.capacity_factor
+        return LOAD_IMBALANCE if ep > 1 else 1.0
+
+    def dispatched_load(self) -> float:
+        """Token copies each all-to-all carries over the mean: padded buffers (the capacity
+        factor) or the tokens themselves (dropless: 1)."""
+        return 1.0 if self.capacity_factor is None else self.capacity_factor
 
     @property
     def n_moe_layers(self) -> int:
@@ -230,7 +256,7 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
     local = E // ep
     fs = math.ceil(model.shared_ffn_hidden / tp)
     Te = T / getattr(model, "expert_token_shards", 1)  # tokens this GPU routes
-    Tk = Te * k * (LOAD_IMBALANCE if ep > 1 else 1.0)  # token copies this GPU's experts process
+    Tk = Te * k * model.expert_load(ep)  # token copies this GPU's experts process
     up, up_s = 2 * f, 2 * fs
     loop = knobs.stack.moe_experts == "loop"
     # the loop's kernels for all local experts (every expert is hit: a micro-batch routes thousands
@@ -461,9 +487,12 @@ def from_hf_config(c, name: str) -> dict:
 
 def notes(spec: MoESpec, stack) -> list[str]:
     """Active vs total parameters; under a stack that loops over the experts, that it is slow."""
+    routing = (f"the busiest expert-parallel rank processes {LOAD_IMBALANCE:g}x the mean tokens (dropless routing)"
+               if spec.capacity_factor is None else
+               f"capacity factor {spec.capacity_factor:g}: every expert's buffer is {spec.capacity_factor:g}x its mean "
+               "tokens, the rest dropped, the buffer padded")
     out = [f"{spec.display_name}: {spec.n_active_params() / 1e9:.2f} B of its {spec.n_params() / 1e9:.2f} B parameters "
-           f"are active per token (top-{spec.top_k} of {spec.n_experts} experts); MFU counts the active ones; the "
-           f"busiest expert-parallel rank processes {LOAD_IMBALANCE:g}x the mean tokens (dropless routing)"]
+           f"are active per token (top-{spec.top_k} of {spec.n_experts} experts); MFU counts the active ones; {routing}"]
     if stack.moe_experts == "loop":
         out.append(f"{stack.display} runs Hugging Face's eager expert loop, which is slow: a Python loop over the "
                    f"{spec.n_experts} experts of each layer, each a host sync (torch.where), gathers, three small "

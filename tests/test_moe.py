@@ -261,7 +261,7 @@ KNOWN_GAPS: dict[str, str] = {}
 
 
 def _row_id(row: dict) -> str:
-    return f"{row['model']}@{row['gpus']}"
+    return f"{row['model']}@{row['gpus']}:tp{row['tp']}pp{row['pp']}ep{row['ep']}"
 
 
 @pytest.mark.parametrize("row", [
@@ -358,6 +358,15 @@ def test_folding_lets_ep_exceed_dp_and_fits_the_published_layout() -> None:
     assert folded.feasible and not split.feasible
     assert folded.memory_gib["activations"] < split.memory_gib["activations"] / 1.5
     assert folded.strategy["etp"] == 1 and "etp" not in split.strategy
+
+
+def test_pinned_interleaving_up_to_a_layer_per_virtual_stage() -> None:
+    """94 layers over PP 32 (stages of 3 and 2 layers): a pinned VP 3 (Megatron-LM's uneven
+    layout, one layer per virtual stage of the busiest stage) is evaluated, VP 4 refused naming 3."""
+    kw = dict(tokens="10B", micro_batch=1, global_batch=2048, seq_len=4096, stack="megatron-lm", tp=2, pp=32, ep=8, etp=1)
+    assert simulate("qwen3-235b-a22b", "32x8xh100", vp=3, **kw).strategy["vp"] == 3
+    with pytest.raises(UsageError, match=r"at most 3 virtual stages .* valid here: 1\.\.3"):
+        simulate("qwen3-235b-a22b", "32x8xh100", vp=4, **kw)
 
 
 @pytest.mark.parametrize("args,needle", [

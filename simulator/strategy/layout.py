@@ -234,13 +234,13 @@ def allowed_layouts(n: int, g: int, model, seq: int, stack, lay: dict, attention
         if pp > 1 and not any(sh in PIPELINE_SHARDINGS for sh in shardings):
             raise UsageError(f"--pp {pp} needs --sharding ddp or zero1 (pipelining does not combine with "
                              f"{', '.join(shardings)})")
-    if vp is not None and vp > 1:
+    if vp is not None and vp > 1:  # pinned: up to a layer per virtual stage of the busiest stage (searched: 2)
         p_eff = pp or max({p.pp for p in free if tp is None or p.tp == tp})
-        min_layers = stage_layers(layers, p_eff)[-1] if p_eff > 1 else 0
-        if p_eff == 1 or vp > min_layers:
-            raise UsageError(f"--vp {vp}: interleaving needs --pp above 1 and at most {min_layers or 1} "
-                             "virtual stages (the layers of the smallest stage); valid here: "
-                             f"1..{max(1, min_layers)}")
+        max_layers = stage_layers(layers, p_eff)[0] if p_eff > 1 else 0
+        if p_eff == 1 or vp > max_layers:
+            raise UsageError(f"--vp {vp}: interleaving needs --pp above 1 and at most {max_layers or 1} "
+                             "virtual stages (the layers of the busiest stage: Megatron-LM's uneven layouts give "
+                             f"the others fewer, or none); valid here: 1..{max(1, max_layers)}")
     sp = lay.get("sequence_parallel")
     if etp is not None and etp < (tp or 1) and sp is False:
         raise UsageError(f"--etp {etp}: the folded experts dispatch each tensor-parallel rank's sequence shard; "

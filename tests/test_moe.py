@@ -4,6 +4,7 @@ presets, the MoE layer's operations, expert parallelism."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -278,6 +279,8 @@ def test_published_moe_runs(row: dict) -> None:
         pins["checkpointing"] = row["checkpointing"]
     if row["capacity_factor"]:
         pins["capacity_factor"] = float(row["capacity_factor"])
+    if row["dispatcher"]:
+        pins["moe_dispatcher"] = row["dispatcher"]
     plan = simulate(row["model"], row["gpus"], stack=row["stack"], precision=row["precision"], sharding=row["sharding"],
                     tokens="10B", **pins)
     measured = float(row["measured_step_s"])
@@ -320,6 +323,38 @@ def test_bad_capacity_factor_is_one_line_exit_2(args, needle, capsys) -> None:
     assert main(["--gpus", "8xh100", *args]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_deepep_sends_a_token_once_per_gpu_and_node() -> None:
+    """DeepEP: per token, the other GPUs (and nodes) holding any of its top-k experts, each once.
+    By hand: top-8 of 128 experts over 8 GPUs hits 8 (1 - C(112, 8) / C(128, 8)) GPUs; with one
+    expert per GPU (Mixtral's top-2 of 8 at EP 8) or top-1 it sends what NCCL's all-to-all sends;
+    across 4 nodes only the RDMA share shrinks to the nodes hit, and it is never slower."""
+    hit = 8 * (1 - math.comb(112, 8) / math.comb(128, 8))
+    assert parallel.groups_hit(128, 8, 8) == pytest.approx(hit) and 5.3 < hit < 5.4
+    fab = Fabric(1, 8, 450e9, 10e-6, 0.0, 0.0)
+    par = Parallelism(8, ep=8)
+    nccl = parallel.ep_comm_time(4096.0, 2048, 8, 2, par, fab, 2.0, 128, "alltoall")
+    deep = parallel.ep_comm_time(4096.0, 2048, 8, 2, par, fab, 2.0, 128, "deepep")
+    assert float(deep) == pytest.approx(2 * 2 * (10e-6 + 4096 * 2048 * 2 * hit * 7 / 8 / 450e9))
+    assert float(deep) < float(nccl)
+    for experts, k in ((8, 2), (64, 1)):
+        same = [float(parallel.ep_comm_time(4096.0, 4096, k, 2, par, fab, 2.0, experts, d)) for d in ("alltoall", "deepep")]
+        assert same[0] == pytest.approx(same[1])
+    fab4 = Fabric(4, 8, 450e9, 10e-6, 400e9, 20e-6)
+    p32 = Parallelism(32, ep=32)
+    across = [float(parallel.ep_comm_time(2048.0, 4096, 8, 2, p32, fab4, 2.0, 128, d)) for d in ("alltoall", "deepep")]
+    assert across[1] < across[0] / 1.5
+    nodes_hit = 4 * (1 - math.comb(96, 8) / math.comb(128, 8)) * 3 / 4
+    assert across[1] == pytest.approx(2 * 2 * (30e-6 + 2048 * 4096 * 2 * nodes_hit * 8 / 400e9))
+
+
+def test_bad_dispatcher_is_one_line_exit_2(capsys) -> None:
+    assert main(["--gpus", "8xh100", "--model", "olmoe-1b-7b", "--moe-dispatcher", "deepep"]) == 2
+    err = capsys.readouterr().err
+    assert "has no expert parallelism" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(UsageError, match="valid choices: alltoall, deepep"):
+        simulate("olmoe-1b-7b", "8xh100", stack="megatron-lm", moe_dispatcher="nccl")
 
 
 def test_folded_experts_by_hand() -> None:

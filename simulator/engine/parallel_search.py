@@ -241,7 +241,8 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     moe_layers = model.n_layers - getattr(model, "first_dense_layers", 0)
     load = pb.model.dispatched_load() if hasattr(pb.model, "dispatched_load") else 1.0  # padded buffers
     ep_mb = moe_layers * parallel.ep_comm_time(tokens / workload.seq_shards(model) * load, h,
-                                                   getattr(pb.model, "top_k", 1), e, par, pb.fabric, passes)
+                                                   getattr(pb.model, "top_k", 1), e, par, pb.fabric, passes,
+                                                   getattr(pb.model, "n_experts", 0), pb.stack.moe_dispatcher)
     a["ep_comm"] = ga * ep_mb
     a["step_time"] = a["step_time"] + a["ep_comm"]
     t_mb = (a["forward"] + a["backward"] + a["recompute"] + a["cp_comm"] + a["ep_comm"]) / ga

@@ -143,17 +143,18 @@ def _catalog_setup(text, profile, intra_node, inter_node, any_gpu=False):
 
 def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=None, seq_len=None,
           optimizer=None, intra_node=None, inter_node=None, host_memory=None, overhead=None,
-          stack=None, profile_any_gpu=False, capacity_factor=None) -> Setup:
+          stack=None, profile_any_gpu=False, capacity_factor=None, moe_dispatcher=None) -> Setup:
     """Resolve user-level inputs into a Problem (no strategy yet).
 
     ``stack``: the training software (simulator.strategy.stacks preset name; default hf-trainer).
     ``capacity_factor``: a mixture of experts' routing (``MoESpec.capacity_factor``; None: dropless).
+    ``moe_dispatcher``: how the stack's expert parallelism sends tokens (:func:`with_dispatcher`).
 
     ``overhead``: wall-clock time beyond the training steps, as a fraction of it (data loading,
     evaluation, checkpointing, restarts after failures); excluded (0) by default, docs/architecture.md, physics 7.
     """
     spec = with_capacity_factor(resolve_model_input(model), capacity_factor)
-    stk = get_stack(stack)
+    stk = with_dispatcher(get_stack(stack), moe_dispatcher)
     recipe = make_recipe(spec, tokens=tokens, steps=steps, global_batch=global_batch,
                          seq_len=seq_len, optimizer=optimizer)
     prof = _as_profile(profile)
@@ -198,6 +199,24 @@ def with_capacity_factor(spec, capacity_factor):
         raise UsageError(f"--capacity-factor must be a number above 0 and at most n_experts / top_k = {bound:g} "
                          f"(each expert's buffer over its mean tokens; 1.0-1.25 is usual), got {capacity_factor!r}")
     return spec.model_copy(update={"capacity_factor": float(capacity_factor)})
+
+
+#: The expert-parallel dispatchers (:attr:`simulator.strategy.stacks.Stack.moe_dispatcher`) and where each runs.
+DISPATCHERS = {"alltoall": "NCCL all-to-all of every routed copy (Megatron-LM --moe-token-dispatcher-type alltoall)",
+               "deepep": "DeepEP (Megatron-LM --moe-token-dispatcher-type flex --moe-enable-deepep; torchtitan and "
+                         "NeMo Automodel's DeepEP option): each token sent once per GPU and node holding its experts"}
+
+
+def with_dispatcher(stack, dispatcher):
+    """``stack`` with its expert-parallel ``dispatcher`` (None: the stack's own); UsageError in one
+    line for an unknown one or a stack without expert parallelism."""
+    if dispatcher is None:
+        return stack
+    if dispatcher not in DISPATCHERS:
+        raise UsageError(f"--moe-dispatcher {dispatcher!r}: valid choices: {', '.join(DISPATCHERS)}")
+    if "ep" not in stack.parallelisms:
+        raise UsageError(f"--moe-dispatcher {dispatcher}: the {stack.display} stack has no expert parallelism")
+    return stack.model_copy(update={"moe_dispatcher": dispatcher, "moe_dispatcher_source": DISPATCHERS[dispatcher]})
 
 
 def knob_space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
@@ -310,7 +329,8 @@ def split_knobs(knobs: dict) -> tuple[dict, dict]:
         if knobs.get(k) is not None and not isinstance(knobs[k], bool):
             raise UsageError(f"{k} must be True, False or None (searched), got {knobs[k]!r}")
     setup_keys = ("profile", "tokens", "steps", "global_batch", "seq_len", "optimizer", "intra_node",
-                  "inter_node", "host_memory", "overhead", "stack", "profile_any_gpu", "capacity_factor")
+                  "inter_node", "host_memory", "overhead", "stack", "profile_any_gpu", "capacity_factor",
+                  "moe_dispatcher")
     bad = set(knobs) - set(setup_keys) - set(_PIN_KEYS) - set(LAYOUT_KEYS)
     if bad:
         raise UsageError(f"unknown option(s) {', '.join(sorted(bad))}; valid: "

@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--capacity-factor", dest="capacity_factor", type=_positive_float("--capacity-factor"),
                    help="a mixture of experts' expert capacity: each expert's buffer is this many times its mean "
                         "tokens, the rest dropped and the buffer padded (force-balanced benchmarks: 1); default dropless")
+    k.add_argument("--moe-dispatcher", dest="moe_dispatcher", choices=("alltoall", "deepep"),
+                   help="how expert parallelism sends tokens: alltoall (NCCL, every routed copy; default) or deepep "
+                        "(DeepEP: once per GPU and node holding the token's experts)")
     from ..answer.costs import add_cost_args
 
     add_cost_args(p)
@@ -97,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _knobs(a: argparse.Namespace) -> dict:
     keys = ("profile", "profile_any_gpu", "intra_node", "inter_node", "host_memory", "overhead", "capacity_factor",
+            "moe_dispatcher",
             "tokens", "steps", "global_batch",
             "seq_len", "optimizer", "precision", "attention", "compile", "checkpointing", "sharding",
             "offload", "micro_batch", "stack", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep", "etp")

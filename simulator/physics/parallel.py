@@ -198,17 +198,50 @@ def ep_link(fab: comm.Fabric, par: Parallelism) -> tuple[float, float, float]:
     return per_byte, fab.intra_alpha + fab.inter_alpha, out
 
 
-def ep_comm_time(tokens, hidden: int, top_k: int, e, par: Parallelism, fab: comm.Fabric, passes) -> np.ndarray:
+def groups_hit(n_experts: int, top_k: int, groups: int) -> float:
+    """Expected distinct groups a token's ``top_k`` experts fall in, the ``n_experts`` split into
+    ``groups`` equal groups (GPUs, nodes), under uniform routing without repeats:
+    ``groups x (1 - C(E - E/groups, k) / C(E, k))``."""
+    miss = math.comb(n_experts - n_experts // groups, top_k) / math.comb(n_experts, top_k)
+    return groups * (1.0 - miss)
+
+
+def deepep_time(tokens, hidden: int, n_experts: int, top_k: int, e, par: Parallelism, fab: comm.Fabric) -> np.ndarray:
+    """Seconds of one DeepEP dispatch (or combine) of a GPU's ``tokens``: DeepEP (deepseek-ai/DeepEP
+    README; Megatron-Core ``--moe-token-dispatcher-type flex --moe-enable-deepep``) sends a token
+    once to each other GPU that holds any of its experts (:func:`groups_hit` of the ep GPUs, less
+    its own), over NVLink, and across nodes once to each other node holding any (RDMA, then
+    forwarded over NVLink), its RDMA and NVLink transfers overlapped: the slower of the two, plus
+    the latency. Expert-parallel ranks consecutive or tp apart as :func:`ep_link` places them."""
+    g = fab.gpus_per_node
+    peers = par.ep if par.ep * par.expert_tp <= g or fab.nodes == 1 else max(1, g // par.expert_tp)
+    nodes = par.ep // peers
+    row = np.asarray(tokens, dtype=float) * hidden * e
+    p_gpu = (groups_hit(n_experts, top_k, par.ep) - groups_hit(n_experts, top_k, par.ep) / par.ep)
+    nvlink = row * p_gpu / fab.intra_busbw
+    if nodes <= 1:
+        return fab.intra_alpha + nvlink
+    p_node = groups_hit(n_experts, top_k, nodes) * (nodes - 1) / nodes  # other nodes hit
+    rdma = row * p_node * g / fab.inter_busbw
+    return fab.intra_alpha + fab.inter_alpha + np.maximum(nvlink, rdma)
+
+
+def ep_comm_time(tokens, hidden: int, top_k: int, e, par: Parallelism, fab: comm.Fabric, passes,
+                 n_experts: int = 0, dispatcher: str = "alltoall") -> np.ndarray:
     """Seconds of expert-parallel all-to-all per MoE layer and micro-batch: a dispatch and a
     combine in each of ``passes`` forward-sized passes (2 = forward + backward, whose gradients
     travel the same all-to-alls in reverse; more with recomputation), each
-    :func:`ep_comm_bytes` at :func:`ep_link`. Not overlapped with compute (Megatron-Core's
-    default; its batch-level overlap is opt-in). ``tokens``: the GPU's tokens per micro-batch (its
-    sequence shard under sequence parallelism)."""
+    :func:`ep_comm_bytes` at :func:`ep_link` (NCCL's all-to-all, ``dispatcher`` alltoall), or
+    :func:`deepep_time` (``deepep``, with the ``n_experts``). Not overlapped with compute
+    (Megatron-Core's default; its batch-level overlap is opt-in). ``tokens``: the GPU's tokens
+    per micro-batch (its sequence shard under sequence parallelism)."""
     if par.ep <= 1:
         return np.zeros_like(np.asarray(tokens, dtype=float))
-    per_byte, alpha, _ = ep_link(fab, par)
-    one = alpha + ep_comm_bytes(tokens, hidden, top_k, e, par.ep) * per_byte
+    if dispatcher == "deepep":
+        one = deepep_time(tokens, hidden, n_experts, top_k, e, par, fab)
+    else:
+        per_byte, alpha, _ = ep_link(fab, par)
+        one = alpha + ep_comm_bytes(tokens, hidden, top_k, e, par.ep) * per_byte
     return np.asarray(passes, dtype=float) * 2.0 * one
 
 

@@ -61,6 +61,9 @@ class Stack(BaseModel):
     moe_experts: Literal["grouped", "loop"] = "grouped"
     moe_experts_source: str = ("Megatron-LM --moe-grouped-gemm with the all-to-all dispatcher; torchtitan's "
                                "grouped_mm experts: one kernel per GEMM for all of a GPU's experts")
+    moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
+    moe_dispatcher_source: str = ("NCCL all-to-all of every routed copy (Megatron-LM's default "
+                                  "--moe-token-dispatcher-type alltoall; torchtitan's default expert parallelism)")
     aliases: tuple[str, ...] = ()
 
     @field_validator("shardings")

@@ -3,6 +3,7 @@ presets, the MoE layer's operations, expert parallelism."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -152,6 +153,40 @@ def test_hugging_face_loop_is_slower_the_more_experts() -> None:
         r = [ratio(base.model_copy(update={"n_experts": n}), compiled) for n in (8, 32, 64, 128)]
         assert 1.0 < r[0] < r[1] < r[2] < r[3] and r[2] > 2.0, r
     assert 1.0 < ratio(get_model("mixtral-8x7b"), True) < 1.1
+
+
+def _first(x) -> float:
+    """The first element of an array of per-op, per-micro-batch seconds."""
+    return float(np.ravel(x)[0])
+
+
+def test_grouped_gemm_calibration_times_the_experts_as_one_gemm() -> None:
+    """With the profile's grouped_gemm_m_half h, the grouped experts' GEMMs take one GEMM of all
+    their rows times 1 + h/m (m: rows per expert) in each pass; without it each expert is its own
+    GEMM of m rows (the catalog profiles, unchanged). More h, or fewer rows per expert, is slower;
+    the eager loop's GEMMs and the dense ones are not grouped; the bound is enforced."""
+    base = default_profile("h100-sxm")
+    dev0 = device_from_spec(get_gpu("h100-sxm"), base)
+    ops = _ops(ShardView(get_model("olmoe-1b-7b"), Parallelism(8, ep=8)))
+    up = ops["expert_up"]
+    assert up.grouped and not ops["qkv"].grouped
+    assert not _ops(get_model("olmoe-1b-7b"), stack="hf-trainer")["expert_up"].grouped
+    whole = dataclasses.replace(up, m=up.m * up.batch, batch=1.0, grouped=False)
+    t_whole = compute.gemm_pass_times([whole], dev0, "bf16")
+    times = {}
+    for h in (0.0, 64.0, 512.0):
+        dev = device_from_spec(get_gpu("h100-sxm"), base.model_copy(update={"grouped_gemm_m_half": {"bf16": h}}))
+        times[h] = compute.gemm_pass_times([up], dev, "bf16")
+        for got, ref in zip(times[h], t_whole, strict=True):
+            assert _first(got) == pytest.approx(_first(ref) * (1 + h / float(up.m[0])))
+        assert _first(compute.gemm_pass_times([ops["qkv"]], dev, "bf16")[0]) == \
+            pytest.approx(_first(compute.gemm_pass_times([ops["qkv"]], dev0, "bf16")[0]))
+    assert _first(times[0.0][0]) < _first(times[64.0][0]) < _first(times[512.0][0])
+    thin = dataclasses.replace(up, m=up.m / 8, batch=up.batch * 8)  # the same rows over 8x the experts
+    dev = device_from_spec(get_gpu("h100-sxm"), base.model_copy(update={"grouped_gemm_m_half": {"bf16": 64.0}}))
+    assert _first(compute.gemm_pass_times([thin], dev, "bf16")[0]) > _first(times[64.0][0])
+    with pytest.raises(ValueError, match="grouped_gemm_m_half"):
+        type(base).model_validate({**base.model_dump(), "grouped_gemm_m_half": {"bf16": 1e5}})
 
 
 def test_hugging_face_loop_note() -> None:

@@ -298,7 +298,7 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
            bandwidth="elementwise", graph_break=loop),
         Op("expert_up", "gemm", m=Tk / local, n=up, k=h, batch=float(local), kernels_fwd=gemm_kernels["expert_up"],
            kernels_bwd=2 * gemm_kernels["expert_up"], saved=Tk * e * h, kept={"op": Tk * e * up},
-           params=local * h * up, fp8_linear=True, graph_break=loop),
+           params=local * h * up, fp8_linear=True, graph_break=loop, grouped=not loop),
     ]
     if loop:  # each expert's SiLU and gate x up product, eager kernels even under torch.compile
         xe = Tk * workload.mlp_elementwise_elements(f, True, False) * e
@@ -308,7 +308,7 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
     ops += [
         Op("expert_down", "gemm", m=Tk / local, n=h, k=f, batch=float(local), kernels_fwd=gemm_kernels["expert_down"],
            kernels_bwd=2 * gemm_kernels["expert_down"], saved=Tk * e * f, kept={"op": Tk * e * h},
-           params=local * f * h, fp8_linear=True, graph_break=loop),
+           params=local * f * h, fp8_linear=True, graph_break=loop, grouped=not loop),
         # combine: weight each copy by its routing probability (the copies are kept for that
         # probability's gradient) and add them back in token order
         Op("combine", "elementwise", bytes_fwd=(2 * Tk + Te) * h * e, bytes_bwd=2 * (2 * Tk + Te) * h * e,

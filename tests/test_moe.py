@@ -305,9 +305,9 @@ def _row_id(row: dict) -> str:
                  if _row_id(r) in KNOWN_GAPS else []) for r in _published_moe_runs()])
 def test_published_moe_runs(row: dict) -> None:
     """Each published bf16 MoE run (simulator/data/moe_runs.csv) under its recorded layout is
-    feasible, never refused, and its step time is predicted within a factor the row's caveats allow
-    (the errors: see the report printed with -s; the issue's target is 20%). :data:`KNOWN_GAPS`
-    are expected to fail, strictly."""
+    feasible, never refused, and its tokens/s predicted within the row's ``tolerance`` (the issue's
+    20%, wider where moe_runs.md names what is not modelled; the errors: see the report printed with
+    -s). :data:`KNOWN_GAPS` are expected to fail, strictly."""
     pins: dict = {k: int(row[k]) for k in ("tp", "pp", "vp", "ep", "etp", "micro_batch", "global_batch", "seq_len")
                   if row[k]}
     if row["checkpointing"]:
@@ -323,7 +323,7 @@ def test_published_moe_runs(row: dict) -> None:
     print(f"{row['model']} on {row['gpus']} ({plan.strategy_line()}): predicted {plan.step_time_s:.2f} s, "
           f"measured {measured:.2f} s, tokens/s error {error:+.1%}")
     assert plan.feasible and plan.strategy["ep"] == int(row["ep"]) and plan.strategy["tp"] == int(row["tp"])
-    assert abs(error) < 0.5
+    assert abs(error) < float(row["tolerance"])
 
 
 def test_capacity_factor_runs_every_expert_at_its_buffer() -> None:

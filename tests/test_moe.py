@@ -297,7 +297,7 @@ KNOWN_GAPS: dict[str, str] = {}
 
 
 def _row_id(row: dict) -> str:
-    return f"{row['model']}@{row['gpus']}:tp{row['tp']}pp{row['pp']}ep{row['ep']}"
+    return f"{row['model']}@{row['gpus']}:tp{row['tp']}pp{row['pp']}ep{row['ep']}" + ("+overlap" if row["a2a_overlap"] else "")
 
 
 @pytest.mark.parametrize("row", [
@@ -316,6 +316,8 @@ def test_published_moe_runs(row: dict) -> None:
         pins["capacity_factor"] = float(row["capacity_factor"])
     if row["dispatcher"]:
         pins["moe_dispatcher"] = row["dispatcher"]
+    if row["a2a_overlap"]:
+        pins["moe_a2a_overlap"] = True
     plan = simulate(row["model"], row["gpus"], stack=row["stack"], precision=row["precision"], sharding=row["sharding"],
                     tokens="10B", **pins)
     measured = float(row["measured_step_s"])
@@ -382,6 +384,22 @@ def test_deepep_sends_a_token_once_per_gpu_and_node() -> None:
     assert across[1] < across[0] / 1.5
     nodes_hit = 4 * (1 - math.comb(96, 8) / math.comb(128, 8)) * 3 / 4
     assert across[1] == pytest.approx(2 * 2 * (30e-6 + 2048 * 4096 * 2 * nodes_hit * 8 / 400e9))
+
+
+def test_overlapped_all_to_all_hides_behind_the_other_micro_batch() -> None:
+    """Overlapped (Megatron-Core --overlap-moe-expert-parallel-comm): what the compute cannot hide,
+    plus A2A_OVERLAP_SM_SHARE of what it hides; a step with it is faster, never below the step
+    without any all-to-all, and the option is refused where the stack has no expert parallelism."""
+    share = parallel.A2A_OVERLAP_SM_SHARE
+    assert float(parallel.ep_overlap_exposed(1.0, 3.0)) == pytest.approx(share)
+    assert float(parallel.ep_overlap_exposed(3.0, 1.0)) == pytest.approx(2.0 + share)
+    kw = dict(tokens="1B", stack="megatron-lm", ep=8, micro_batch=4, checkpointing="none", sharding="zero1")
+    plain, over = (simulate("olmoe-1b-7b", "8xh100", moe_a2a_overlap=o, **kw) for o in (None, True))
+    assert over.step_time_s < plain.step_time_s
+    assert over.breakdown_s["ep_comm"] == pytest.approx(share * plain.breakdown_s["ep_comm"])
+    assert over.step_time_s > plain.step_time_s - plain.breakdown_s["ep_comm"]
+    with pytest.raises(UsageError, match="no expert parallelism"):
+        simulate("olmoe-1b-7b", "8xh100", moe_a2a_overlap=True)
 
 
 def test_bad_dispatcher_is_one_line_exit_2(capsys) -> None:

@@ -237,12 +237,14 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     if par.cp > 1:
         _ring_attention(pb, model, par, seq, packs, a, per_replica / ga, e)
     # expert parallelism: all-to-all dispatch and combine per MoE layer (not the dense ones) and
-    # pass, not overlapped
+    # pass, not overlapped unless the stack overlaps it with another micro-batch's compute
     moe_layers = model.n_layers - getattr(model, "first_dense_layers", 0)
     load = pb.model.dispatched_load() if hasattr(pb.model, "dispatched_load") else 1.0  # padded buffers
     ep_mb = moe_layers * parallel.ep_comm_time(tokens / workload.seq_shards(model) * load, h,
                                                    getattr(pb.model, "top_k", 1), e, par, pb.fabric, passes,
                                                    getattr(pb.model, "n_experts", 0), pb.stack.moe_dispatcher)
+    if pb.stack.moe_a2a_overlap:
+        ep_mb = parallel.ep_overlap_exposed(ep_mb, (a["forward"] + a["backward"] + a["recompute"]) / ga)
     a["ep_comm"] = ga * ep_mb
     a["step_time"] = a["step_time"] + a["ep_comm"]
     t_mb = (a["forward"] + a["backward"] + a["recompute"] + a["cp_comm"] + a["ep_comm"]) / ga

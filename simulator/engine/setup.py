@@ -143,18 +143,20 @@ def _catalog_setup(text, profile, intra_node, inter_node, any_gpu=False):
 
 def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=None, seq_len=None,
           optimizer=None, intra_node=None, inter_node=None, host_memory=None, overhead=None,
-          stack=None, profile_any_gpu=False, capacity_factor=None, moe_dispatcher=None) -> Setup:
+          stack=None, profile_any_gpu=False, capacity_factor=None, moe_dispatcher=None,
+          moe_a2a_overlap=None) -> Setup:
     """Resolve user-level inputs into a Problem (no strategy yet).
 
     ``stack``: the training software (simulator.strategy.stacks preset name; default hf-trainer).
     ``capacity_factor``: a mixture of experts' routing (``MoESpec.capacity_factor``; None: dropless).
-    ``moe_dispatcher``: how the stack's expert parallelism sends tokens (:func:`with_dispatcher`).
+    ``moe_dispatcher``, ``moe_a2a_overlap``: how the stack's expert parallelism sends tokens
+    (:func:`with_dispatcher`).
 
     ``overhead``: wall-clock time beyond the training steps, as a fraction of it (data loading,
     evaluation, checkpointing, restarts after failures); excluded (0) by default, docs/architecture.md, physics 7.
     """
     spec = with_capacity_factor(resolve_model_input(model), capacity_factor)
-    stk = with_dispatcher(get_stack(stack), moe_dispatcher)
+    stk = with_dispatcher(get_stack(stack), moe_dispatcher, moe_a2a_overlap)
     recipe = make_recipe(spec, tokens=tokens, steps=steps, global_batch=global_batch,
                          seq_len=seq_len, optimizer=optimizer)
     prof = _as_profile(profile)
@@ -207,16 +209,25 @@ DISPATCHERS = {"alltoall": "NCCL all-to-all of every routed copy (Megatron-LM --
                          "NeMo Automodel's DeepEP option): each token sent once per GPU and node holding its experts"}
 
 
-def with_dispatcher(stack, dispatcher):
-    """``stack`` with its expert-parallel ``dispatcher`` (None: the stack's own); UsageError in one
-    line for an unknown one or a stack without expert parallelism."""
-    if dispatcher is None:
-        return stack
-    if dispatcher not in DISPATCHERS:
-        raise UsageError(f"--moe-dispatcher {dispatcher!r}: valid choices: {', '.join(DISPATCHERS)}")
-    if "ep" not in stack.parallelisms:
-        raise UsageError(f"--moe-dispatcher {dispatcher}: the {stack.display} stack has no expert parallelism")
-    return stack.model_copy(update={"moe_dispatcher": dispatcher, "moe_dispatcher_source": DISPATCHERS[dispatcher]})
+def with_dispatcher(stack, dispatcher, overlap=None):
+    """``stack`` with its expert-parallel ``dispatcher`` and all-to-all ``overlap`` (None: the
+    stack's own); UsageError in one line for an unknown dispatcher, a non-boolean overlap or a stack
+    without expert parallelism."""
+    update: dict = {}
+    if dispatcher is not None:
+        if dispatcher not in DISPATCHERS:
+            raise UsageError(f"--moe-dispatcher {dispatcher!r}: valid choices: {', '.join(DISPATCHERS)}")
+        update.update(moe_dispatcher=dispatcher, moe_dispatcher_source=DISPATCHERS[dispatcher])
+    if overlap is not None:
+        if not isinstance(overlap, bool):
+            raise UsageError(f"moe_a2a_overlap must be True, False or None (the stack's), got {overlap!r}")
+        update.update(moe_a2a_overlap=overlap, moe_a2a_overlap_source=(
+            "overlapped with another micro-batch's compute (Megatron-LM --overlap-moe-expert-parallel-comm)"
+            if overlap else "not overlapped"))
+    if update and "ep" not in stack.parallelisms:
+        flag = "--moe-dispatcher" if dispatcher is not None else "--moe-a2a-overlap"
+        raise UsageError(f"{flag}: the {stack.display} stack has no expert parallelism")
+    return stack.model_copy(update=update) if update else stack
 
 
 def knob_space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
@@ -312,7 +323,7 @@ _PIN_KEYS = ("precision", "attention", "compile", "checkpointing", "sharding", "
 LAYOUT_KEYS = ("tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep", "etp")
 
 #: knobs that take True, False or None (searched; profile_any_gpu: None is False)
-_BOOL_KEYS = ("compile", "sequence_parallel", "async_tp", "profile_any_gpu")
+_BOOL_KEYS = ("compile", "sequence_parallel", "async_tp", "profile_any_gpu", "moe_a2a_overlap")
 
 
 def _plain(value):
@@ -330,7 +341,7 @@ def split_knobs(knobs: dict) -> tuple[dict, dict]:
             raise UsageError(f"{k} must be True, False or None (searched), got {knobs[k]!r}")
     setup_keys = ("profile", "tokens", "steps", "global_batch", "seq_len", "optimizer", "intra_node",
                   "inter_node", "host_memory", "overhead", "stack", "profile_any_gpu", "capacity_factor",
-                  "moe_dispatcher")
+                  "moe_dispatcher", "moe_a2a_overlap")
     bad = set(knobs) - set(setup_keys) - set(_PIN_KEYS) - set(LAYOUT_KEYS)
     if bad:
         raise UsageError(f"unknown option(s) {', '.join(sorted(bad))}; valid: "

@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--moe-dispatcher", dest="moe_dispatcher", choices=("alltoall", "deepep"),
                    help="how expert parallelism sends tokens: alltoall (NCCL, every routed copy; default) or deepep "
                         "(DeepEP: once per GPU and node holding the token's experts)")
+    k.add_argument("--moe-a2a-overlap", dest="moe_a2a_overlap", action="store_true", default=None,
+                   help="the expert all-to-all runs beside another micro-batch's compute (Megatron-LM "
+                        "--overlap-moe-expert-parallel-comm); default not overlapped")
     from ..answer.costs import add_cost_args
 
     add_cost_args(p)
@@ -100,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _knobs(a: argparse.Namespace) -> dict:
     keys = ("profile", "profile_any_gpu", "intra_node", "inter_node", "host_memory", "overhead", "capacity_factor",
-            "moe_dispatcher",
+            "moe_dispatcher", "moe_a2a_overlap",
             "tokens", "steps", "global_batch",
             "seq_len", "optimizer", "precision", "attention", "compile", "checkpointing", "sharding",
             "offload", "micro_batch", "stack", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep", "etp")

@@ -226,6 +226,23 @@ def deepep_time(tokens, hidden: int, n_experts: int, top_k: int, e, par: Paralle
     return fab.intra_alpha + fab.inter_alpha + np.maximum(nvlink, rdma)
 
 
+#: Share of a GPU's compute the all-to-all's kernels take while they run beside it: the 20 SMs of
+#: Megatron-Core's and DeepEP's communication kernels (``--moe-deepep-num-sms`` 20; DeepEP's
+#: ``Buffer.num_sms`` 20) of an H100's 132. ASSUMPTION for other GPUs and for NCCL's all-to-all.
+A2A_OVERLAP_SM_SHARE = 20 / 132
+
+
+def ep_overlap_exposed(ep_mb, compute_mb) -> np.ndarray:
+    """Seconds the all-to-all adds per micro-batch when the stack runs it beside another
+    micro-batch's compute (Megatron-Core ``--overlap-moe-expert-parallel-comm``: 1F1B's forward
+    of one micro-batch merged with the backward of another, the dispatches and combines of each
+    during the other's compute): the part the ``compute_mb`` seconds cannot hide, plus the
+    slowdown of the compute they hide behind (:data:`A2A_OVERLAP_SM_SHARE`)."""
+    ep = np.asarray(ep_mb, dtype=float)
+    hidden = np.minimum(ep, np.asarray(compute_mb, dtype=float))
+    return ep - hidden + A2A_OVERLAP_SM_SHARE * hidden
+
+
 def ep_comm_time(tokens, hidden: int, top_k: int, e, par: Parallelism, fab: comm.Fabric, passes,
                  n_experts: int = 0, dispatcher: str = "alltoall") -> np.ndarray:
     """Seconds of expert-parallel all-to-all per MoE layer and micro-batch: a dispatch and a

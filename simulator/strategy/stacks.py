@@ -64,6 +64,9 @@ class Stack(BaseModel):
     moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
     moe_dispatcher_source: str = ("NCCL all-to-all of every routed copy (Megatron-LM's default "
                                   "--moe-token-dispatcher-type alltoall; torchtitan's default expert parallelism)")
+    moe_a2a_overlap: bool = False
+    moe_a2a_overlap_source: str = ("not overlapped (Megatron-LM's default; its --overlap-moe-expert-parallel-comm "
+                                   "is opt-in; torchtitan has none)")
     aliases: tuple[str, ...] = ()
 
     @field_validator("shardings")

@@ -352,9 +352,10 @@ def test_capacity_factor_runs_every_expert_at_its_buffer() -> None:
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--model", "olmoe-1b-7b", "--capacity-factor", "9"], "at most n_experts / top_k = 8"),
+    (["--model", "olmoe-1b-7b", "--capacity-factor", "9", "--stack", "torchtitan"], "at most n_experts / top_k = 8"),
     (["--model", "pythia-1b", "--capacity-factor", "1"], "not a mixture of experts"),
     (["--model", "olmoe-1b-7b", "--capacity-factor", "0"], "--capacity-factor"),
+    (["--model", "olmoe-1b-7b", "--capacity-factor", "1"], "eager expert loop"),
 ])
 def test_bad_capacity_factor_is_one_line_exit_2(args, needle, capsys) -> None:
     assert main(["--gpus", "8xh100", *args]) == 2

@@ -155,8 +155,8 @@ def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=No
     ``overhead``: wall-clock time beyond the training steps, as a fraction of it (data loading,
     evaluation, checkpointing, restarts after failures); excluded (0) by default, docs/architecture.md, physics 7.
     """
-    spec = with_capacity_factor(resolve_model_input(model), capacity_factor)
     stk = with_dispatcher(get_stack(stack), moe_dispatcher, moe_a2a_overlap)
+    spec = with_capacity_factor(resolve_model_input(model), capacity_factor, stk)
     recipe = make_recipe(spec, tokens=tokens, steps=steps, global_batch=global_batch,
                          seq_len=seq_len, optimizer=optimizer)
     prof = _as_profile(profile)
@@ -188,13 +188,17 @@ def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=No
     return Setup(spec, recipe, pb, hw, prof, notes, extra)
 
 
-def with_capacity_factor(spec, capacity_factor):
-    """``spec`` routed with ``capacity_factor`` (a mixture of experts; None: as it is); UsageError
-    in one line otherwise."""
+def with_capacity_factor(spec, capacity_factor, stack):
+    """``spec`` routed with ``capacity_factor`` (a mixture of experts; None: as it is) on
+    ``stack``; UsageError in one line otherwise (Hugging Face's eager expert loop has no capacity:
+    it drops and pads nothing)."""
     if capacity_factor is None:
         return spec
     if not hasattr(spec, "capacity_factor"):
         raise UsageError(f"--capacity-factor: {spec.display_name} is not a mixture of experts")
+    if stack.moe_experts == "loop":
+        raise UsageError(f"--capacity-factor: the {stack.display} stack runs Hugging Face's eager expert loop, "
+                         "which drops and pads nothing (dropless); use --stack megatron-lm or torchtitan")
     bound = spec.n_experts / spec.top_k
     if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)) or \
             not 0 < capacity_factor <= bound:

@@ -401,6 +401,8 @@ def test_overlapped_all_to_all_hides_behind_the_other_micro_batch() -> None:
     assert over.step_time_s > plain.step_time_s - plain.breakdown_s["ep_comm"]
     with pytest.raises(UsageError, match="no expert parallelism"):
         simulate("olmoe-1b-7b", "8xh100", moe_a2a_overlap=True)
+    assert any("expert all-to-all: NCCL" in n and "overlapped with another micro-batch" in n for n in over.notes)
+    assert not any("expert all-to-all:" in n for n in plain.notes)
 
 
 def test_bad_dispatcher_is_one_line_exit_2(capsys) -> None:

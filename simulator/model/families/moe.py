@@ -493,6 +493,8 @@ def notes(spec: MoESpec, stack) -> list[str]:
                "tokens, the rest dropped, the buffer padded")
     out = [f"{spec.display_name}: {spec.n_active_params() / 1e9:.2f} B of its {spec.n_params() / 1e9:.2f} B parameters "
            f"are active per token (top-{spec.top_k} of {spec.n_experts} experts); MFU counts the active ones; {routing}"]
+    if stack.moe_dispatcher != "alltoall" or stack.moe_a2a_overlap:
+        out.append(f"expert all-to-all: {stack.moe_dispatcher_source}; {stack.moe_a2a_overlap_source}")
     if stack.moe_experts == "loop":
         out.append(f"{stack.display} runs Hugging Face's eager expert loop, which is slow: a Python loop over the "
                    f"{spec.n_experts} experts of each layer, each a host sync (torch.where), gathers, three small "

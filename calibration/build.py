@@ -96,6 +96,26 @@ class Bandwidth(Part):
     copy_eff: float | None
 
 
+def grouped_section(dev: DeviceContext, results: dict[str, dict], tag: str) -> Part:
+    """``grouped_gemm_m_half``: per precision, the rows per group at which a grouped GEMM takes
+    twice one GEMM of all its rows (``grouped_gemm/`` benches, :mod:`calibration.benches.grouped_gemm`)."""
+    fits: dict[str, Any] = {}
+    m_half: dict[str, float] = {}
+    notes: list[str] = []
+    for prec in dev.precisions:
+        pts = [r for _, r in _ok(results, f"grouped_gemm/{prec}/")]
+        if pts:
+            f_g = F.fit_grouped([r["rows"] for r in pts], [r["time_s"] for r in pts], [r["dense_s"] for r in pts])
+            fits[f"grouped_gemm_m_half/{prec}"] = f_g.as_dict()
+            m_half[prec] = f_g.params["m_half"]
+            impls = ", ".join(sorted({r.get("impl", "?") for r in pts}))
+            notes.append(f"{prec} {m_half[prec]:.3g} rows ({f_g.n} shapes of {min(r['rows'] for r in pts):g}-"
+                         f"{max(r['rows'] for r in pts):g} rows per group, {impls}, rms log {f_g.rms_log:.2f})")
+    source = (f"{tag}: grouped GEMMs of a few groups against one torch.mm of all their rows, time ratio fitted as "
+              "1 + m_half / rows: " + "; ".join(notes)) if notes else None
+    return Part({"grouped_gemm_m_half": m_half, "grouped_gemm_m_half_source": source}, fits)
+
+
 @dataclass(kw_only=True)
 class Peaks(Part):
     """:func:`peaks_section`'s part: the dense peak (TFLOPS) of each precision and its source."""
@@ -127,6 +147,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     peaks = peaks_section(dev, results, cat_peaks, cat_src)
     gemm = gemm_sections(dev, results, tag, peaks, bw, launch.eager_s)
     misaligned = misaligned_section(dev, results, tag)
+    grouped = grouped_section(dev, results, tag)
     attention = attention_section(dev, results, tag, peaks.tflops, gemm.fields["gemm"], launch.eager_s)
     fresh = fresh_section(results, tag, bw.gbs)
     ops = op_class_section(results, tag, bw, launch.eager_s, fresh.memory)
@@ -136,7 +157,7 @@ def build_profile(dev: DeviceContext, results: dict[str, dict], command: str,
     collectives = collectives_section(results, tag)
     device = device_section(dev, command, name or f"{dev.slug} (calibrated {date})", gpu_id, peaks, bw,
                             extra_sources, host_allocator)
-    data, fits, warn = _merged([launch, bw, peaks, gemm, misaligned, attention, fresh, ops, optimizer, host,
+    data, fits, warn = _merged([launch, bw, peaks, gemm, misaligned, grouped, attention, fresh, ops, optimizer, host,
                                 cpu_adam, collectives, device, at_bound_warning(ops.fields["bw_eff_ops"])])
     profile = parse_profile(data, origin="calibration")
     dispatch = dispatch_section(results, profile, data["launch_source"])
@@ -798,6 +819,7 @@ def _flat(profile: Profile) -> dict[str, float]:
     out.update({f"bw_eff_ops.{k}": v for k, v in d["bw_eff_ops"].items()})
     out.update({f"optimizer_bw_eff.{k}": v for k, v in d["optimizer_bw_eff"].items()})
     out.update({f"gemm_misaligned.{k}": v for k, v in d["gemm_misaligned"].items()})
+    out.update({f"grouped_gemm_m_half.{k}": v for k, v in d["grouped_gemm_m_half"].items()})
     if d["fresh_memory"]:
         out.update({"fresh_memory.gbs": d["fresh_memory"]["gbs"],
                     "fresh_memory.keep_bytes": d["fresh_memory"]["keep_bytes"]})

@@ -301,6 +301,23 @@ def fit_ratio(slow_times, fast_times, lo: float = 1.0, hi: float = 4.0) -> Fit:
     return Fit({"ratio": ratio}, int(s.size), rms, ["ratio"] if ratio != raw else [])
 
 
+def fit_grouped(rows, grouped_times, dense_times, hi: float = 4096.0) -> Fit:
+    """Fit ``m_half`` in [0, hi] rows of a grouped GEMM's time over one GEMM of all its rows,
+    ``1 + m_half / rows`` (:attr:`simulator.hardware.profile.Profile.grouped_gemm_m_half`), by least
+    squares of the log ratios, robust (a round the loaded host stalled pulls it less; a grouped call
+    faster than the reference fits 0)."""
+    m, r = _arr(rows), _arr(grouped_times) / _arr(dense_times)
+    logr = np.log(r)
+
+    def resid(p):
+        return np.log1p(p[0] / m) - logr
+
+    x0 = float(np.clip(np.median((r - 1.0) * m), 1e-3, hi - 1e-3))
+    h = float(_solve(resid, [x0], [0.0], [hi], robust=True)[0])
+    rms = float(np.sqrt(np.mean(resid([h]) ** 2)))
+    return Fit({"m_half": h}, int(m.size), rms, ["m_half"] if h <= 1e-6 or h >= hi - 1e-6 else [])
+
+
 def fit_bandwidth(nbytes, times, bw: float, launch_s: float, kernels_per_call=1) -> Fit:
     """Fit ``bw_eff`` in (0, 1] of :func:`simulator.physics.kernels.memory_bound_time`."""
     b, t = _arr(nbytes), _arr(times)

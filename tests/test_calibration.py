@@ -25,7 +25,7 @@ from simulator.physics import kernels  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # a few benchmarks of every group the profile needs, so the tiny run stays well under 30 s
-ONLY = ("launch,bandwidth/copy/*,bandwidth/gelu/*,gemm/fp32/*,gemm_align,attention/flash/*,"
+ONLY = ("launch,bandwidth/copy/*,bandwidth/gelu/*,gemm/fp32/*,gemm_align,grouped_gemm,attention/flash/*,"
         "optimizer/fused/*,optimizer/for_loop/*,host,mask_add/*")
 
 
@@ -71,6 +71,43 @@ def test_fit_gemm_tolerates_noise():
     assert f.params["e_max"] == pytest.approx(0.6, rel=0.05)
     assert f.params["x_half"] == pytest.approx(200.0, rel=0.15)
     assert 0.01 < f.rms_log < 0.06
+
+
+def test_fit_grouped_recovers_rows_per_group():
+    """Grouped over dense time 1 + m_half / rows: recovered exactly; calls faster than the
+    reference (a ratio below 1) fit 0, reported as clipped; the bound holds."""
+    rows = np.array([16.0, 64.0, 256.0, 1024.0])
+    f = F.fit_grouped(rows, 1.0 + 48.0 / rows, np.ones(4))
+    assert f.params["m_half"] == pytest.approx(48.0, rel=1e-4) and f.rms_log < 1e-6 and not f.clipped
+    assert F.fit_grouped(rows, np.full(4, 0.8), np.ones(4)).params["m_half"] == pytest.approx(0.0, abs=1e-6)
+    assert F.fit_grouped(rows, 1.0 + 1e5 / rows, np.ones(4)).clipped == ["m_half"]
+
+
+def test_grouped_gemm_bench_computes_the_groups_and_keeps_the_median_round():
+    """The grouped call (torch._grouped_mm where it runs, else a loop of torch.mm) multiplies each
+    group's rows by its own weight; the record keeps the round with the median grouped/dense ratio."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from calibration.benches import grouped_gemm
+    from calibration.timing import Timing
+
+    a, b = torch.randn(3 * 8, 16), torch.randn(3, 16, 24)
+    fn, impl = grouped_gemm.grouped_call(a, b, 8)
+    out = fn()
+    if out is None:  # the loop writes into its own buffer; rerun through the reference
+        assert impl == "mm_loop"
+    else:
+        assert impl == "grouped_mm"
+        for i in range(3):
+            assert torch.allclose(out[i * 8:(i + 1) * 8], a[i * 8:(i + 1) * 8] @ b[i], atol=1e-4)
+    seq = iter([2.0, 1.0, 30.0, 1.0, 3.0, 1.0])  # (grouped, dense) per round; round 2 stalled
+    ctx = SimpleNamespace(settings=SimpleNamespace(budget_s=0.6), device=torch.device("cpu"),
+                          time=lambda fn, budget_s=None: Timing.of_calls([next(seq) * 1e-3]))
+    rec = grouped_gemm._bench("fp32", 2, 8, 16, 8)(ctx)
+    assert rec["time_s"] / rec["dense_s"] == pytest.approx(3.0) and rec["rows"] == 8.0
+    assert sorted(rec["round_ratios"]) == pytest.approx([2.0, 3.0, 30.0])
 
 
 def test_fit_bandwidth_and_alpha_beta_recover():
@@ -126,6 +163,9 @@ def test_tiny_run_writes_loadable_profile(tiny_run):
     assert not prof.bw_eff_ops or 0 < prof.bw_eff_ops.get("broadcast", 1.0) <= 1.0
     # misaligned output rows: a time ratio within its bounds, from the paired bench
     assert "gemm_misaligned/fp32" in data["fits"] and 1.0 <= prof.gemm_misaligned["fp32"] <= 4.0
+    # grouped GEMMs against one GEMM of all their rows: rows per group within the bound
+    assert "grouped_gemm_m_half/fp32" in data["fits"] and 0.0 <= prof.grouped_gemm_m_half["fp32"] <= 4096.0
+    assert all(data["results"][k]["impl"] in ("grouped_mm", "mm_loop") for k in keys if k.startswith("grouped_gemm/"))
     # the fitted parameters make simulator.physics.kernels reproduce the measured GEMMs
     g = prof.gemm["fp32"]
     for key, rec in data["results"].items():

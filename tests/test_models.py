@@ -251,6 +251,7 @@ FIXTURE_TO_PRESET = {
     "Mixtral-8x7B-v0.1": "mixtral-8x7b",
     "OLMoE-1B-7B-0924": "olmoe-1b-7b",
     "Qwen3-30B-A3B-Base": "qwen3-30b-a3b",
+    "Qwen3-235B-A22B": "qwen3-235b-a22b",
     "DeepSeek-V2-Lite": "deepseek-v2-lite",
 }
 

@@ -3,7 +3,9 @@ presets, the MoE layer's operations, expert parallelism."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +37,10 @@ EXACT = {
     "OLMoE-1B-7B-0924": (6_919_161_856, 1_282_017_280),
     "Qwen3-30B-A3B-Base": (30_532_122_624, 3_353_032_704),
     "Qwen1.5-MoE-A2.7B": (14_315_784_192, 2_689_173_504),
+    # by hand: 94 x (attention 4096 x (64 + 2 x 4) x 128 + 64 x 128 x 4096, QK-norms 2 x 128, router
+    # 4096 x 128, 128 experts 3 x 4096 x 1536, two norms) + untied 151936 x 4096 embedding and head
+    # + final norm (the model card: 235B total, 22B activated)
+    "Qwen3-235B-A22B": (235_093_634_560, 22_190_763_520),
     # DeepSeek: transformers 5.25 DeepseekV2/V3ForCausalLM on the meta device (model cards: V2-Lite
     # 15.7 B total, 2.4 B active without the 0.21 B embedding; V3 671 B without its 14 B
     # multi-token-prediction module, which transformers does not build)
@@ -43,6 +49,8 @@ EXACT = {
 }
 PRESETS = {"mixtral-8x7b": "Mixtral-8x7B-v0.1", "olmoe-1b-7b": "OLMoE-1B-7B-0924", "qwen3-30b-a3b": "Qwen3-30B-A3B-Base",
            "deepseek-v2-lite": "DeepSeek-V2-Lite"}
+#: Presets too large for 8 GPUs (validation rows run them on hundreds).
+LARGE_PRESETS = {"qwen3-235b-a22b": "Qwen3-235B-A22B"}
 
 
 @pytest.mark.parametrize("fixture", sorted(EXACT))
@@ -51,10 +59,10 @@ def test_exact_total_and_active_from_config(fixture: str) -> None:
     assert (m.n_params(), m.n_active_params()) == EXACT[fixture]
 
 
-@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("preset", sorted(PRESETS | LARGE_PRESETS))
 def test_presets_count_exactly(preset: str) -> None:
     m = get_model(preset)
-    assert (m.n_params(), m.n_active_params()) == EXACT[PRESETS[preset]]
+    assert (m.n_params(), m.n_active_params()) == EXACT[(PRESETS | LARGE_PRESETS)[preset]]
     assert m.hf_id and "config.json" in m.source
 
 
@@ -145,6 +153,40 @@ def test_hugging_face_loop_is_slower_the_more_experts() -> None:
         r = [ratio(base.model_copy(update={"n_experts": n}), compiled) for n in (8, 32, 64, 128)]
         assert 1.0 < r[0] < r[1] < r[2] < r[3] and r[2] > 2.0, r
     assert 1.0 < ratio(get_model("mixtral-8x7b"), True) < 1.1
+
+
+def _first(x) -> float:
+    """The first element of an array of per-op, per-micro-batch seconds."""
+    return float(np.ravel(x)[0])
+
+
+def test_grouped_gemm_calibration_times_the_experts_as_one_gemm() -> None:
+    """With the profile's grouped_gemm_m_half h, the grouped experts' GEMMs take one GEMM of all
+    their rows times 1 + h/m (m: rows per expert) in each pass; without it each expert is its own
+    GEMM of m rows (the catalog profiles, unchanged). More h, or fewer rows per expert, is slower;
+    the eager loop's GEMMs and the dense ones are not grouped; the bound is enforced."""
+    base = default_profile("h100-sxm")
+    dev0 = device_from_spec(get_gpu("h100-sxm"), base)
+    ops = _ops(ShardView(get_model("olmoe-1b-7b"), Parallelism(8, ep=8)))
+    up = ops["expert_up"]
+    assert up.grouped and not ops["qkv"].grouped
+    assert not _ops(get_model("olmoe-1b-7b"), stack="hf-trainer")["expert_up"].grouped
+    whole = dataclasses.replace(up, m=up.m * up.batch, batch=1.0, grouped=False)
+    t_whole = compute.gemm_pass_times([whole], dev0, "bf16")
+    times = {}
+    for h in (0.0, 64.0, 512.0):
+        dev = device_from_spec(get_gpu("h100-sxm"), base.model_copy(update={"grouped_gemm_m_half": {"bf16": h}}))
+        times[h] = compute.gemm_pass_times([up], dev, "bf16")
+        for got, ref in zip(times[h], t_whole, strict=True):
+            assert _first(got) == pytest.approx(_first(ref) * (1 + h / float(up.m[0])))
+        assert _first(compute.gemm_pass_times([ops["qkv"]], dev, "bf16")[0]) == \
+            pytest.approx(_first(compute.gemm_pass_times([ops["qkv"]], dev0, "bf16")[0]))
+    assert _first(times[0.0][0]) < _first(times[64.0][0]) < _first(times[512.0][0])
+    thin = dataclasses.replace(up, m=up.m / 8, batch=up.batch * 8)  # the same rows over 8x the experts
+    dev = device_from_spec(get_gpu("h100-sxm"), base.model_copy(update={"grouped_gemm_m_half": {"bf16": 64.0}}))
+    assert _first(compute.gemm_pass_times([thin], dev, "bf16")[0]) > _first(times[64.0][0])
+    with pytest.raises(ValueError, match="grouped_gemm_m_half"):
+        type(base).model_validate({**base.model_dump(), "grouped_gemm_m_half": {"bf16": 1e5}})
 
 
 def test_hugging_face_loop_note() -> None:
@@ -248,14 +290,34 @@ def _published_moe_runs() -> list[dict]:
     return list(csv.DictReader(text.splitlines()))
 
 
-@pytest.mark.parametrize("row", _published_moe_runs(), ids=lambda r: f"{r['model']}@{r['gpus']}")
+#: Published rows the simulator still calls infeasible under their recorded layout, and why (a
+#: known gap, not an accepted answer: the test fails once the row becomes feasible, so the entry
+#: goes with the fix).
+KNOWN_GAPS: dict[str, str] = {}
+
+
+def _row_id(row: dict) -> str:
+    return f"{row['model']}@{row['gpus']}:tp{row['tp']}pp{row['pp']}ep{row['ep']}" + ("+overlap" if row["a2a_overlap"] else "")
+
+
+@pytest.mark.parametrize("row", [
+    pytest.param(r, id=_row_id(r), marks=[pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[_row_id(r)])]
+                 if _row_id(r) in KNOWN_GAPS else []) for r in _published_moe_runs()])
 def test_published_moe_runs(row: dict) -> None:
     """Each published bf16 MoE run (simulator/data/moe_runs.csv) under its recorded layout is
-    feasible, never refused, and its step time is predicted within a factor the row's caveats allow
-    (the errors: see the report printed with -s; the issue's target is 20%)."""
-    pins = {k: int(row[k]) for k in ("tp", "pp", "ep", "global_batch", "seq_len") if row[k]}
-    if row["micro_batch"]:
-        pins["micro_batch"] = int(row["micro_batch"])
+    feasible, never refused, and its tokens/s predicted within the row's ``tolerance`` (the issue's
+    20%, wider where moe_runs.md names what is not modelled; the errors: see the report printed with
+    -s). :data:`KNOWN_GAPS` are expected to fail, strictly."""
+    pins: dict = {k: int(row[k]) for k in ("tp", "pp", "vp", "ep", "etp", "micro_batch", "global_batch", "seq_len")
+                  if row[k]}
+    if row["checkpointing"]:
+        pins["checkpointing"] = row["checkpointing"]
+    if row["capacity_factor"]:
+        pins["capacity_factor"] = float(row["capacity_factor"])
+    if row["dispatcher"]:
+        pins["moe_dispatcher"] = row["dispatcher"]
+    if row["a2a_overlap"]:
+        pins["moe_a2a_overlap"] = True
     plan = simulate(row["model"], row["gpus"], stack=row["stack"], precision=row["precision"], sharding=row["sharding"],
                     tokens="10B", **pins)
     measured = float(row["measured_step_s"])
@@ -263,7 +325,152 @@ def test_published_moe_runs(row: dict) -> None:
     print(f"{row['model']} on {row['gpus']} ({plan.strategy_line()}): predicted {plan.step_time_s:.2f} s, "
           f"measured {measured:.2f} s, tokens/s error {error:+.1%}")
     assert plan.feasible and plan.strategy["ep"] == int(row["ep"]) and plan.strategy["tp"] == int(row["tp"])
-    assert abs(error) < 0.5
+    assert abs(error) < float(row["tolerance"])
+
+
+def test_capacity_factor_runs_every_expert_at_its_buffer() -> None:
+    """Capacity factor c: the experts' GEMM rows and the dispatched copies' activations are c x
+    the mean share (dropless: LOAD_IMBALANCE x under EP, the mean without); the all-to-all carries
+    c x the tokens. So under EP 8: c = 1 is faster and smaller than dropless, c = 1.25 slower and
+    larger; without EP dropless equals c = 1."""
+    m = get_model("olmoe-1b-7b")
+    v = ShardView(m, Parallelism(8, ep=8))
+    ups = {c: float(_ops(parallel.ShardView(m.model_copy(update={"capacity_factor": c}), Parallelism(8, ep=8)))
+                     ["expert_up"].m[0]) for c in (1.0, 1.25)}
+    mean = 2 * 1024 * 8 / 8
+    assert ups == {1.0: mean, 1.25: 1.25 * mean} and float(_ops(v)["expert_up"].m[0]) == pytest.approx(1.1 * mean)
+    kw = dict(tokens="1B", stack="megatron-lm", ep=8, micro_batch=4, checkpointing="none", sharding="zero1")
+    plans = {c: simulate("olmoe-1b-7b", "8xh100", capacity_factor=c, **kw) for c in (1.0, None, 1.25)}
+    steps = [plans[c].step_time_s for c in (1.0, None, 1.25)]
+    acts = [plans[c].memory_gib["activations"] for c in (1.0, None, 1.25)]
+    assert steps == sorted(steps) and steps[0] < steps[2] and acts == sorted(acts) and acts[0] < acts[2]
+    assert plans[1.25].breakdown_s["ep_comm"] == pytest.approx(1.25 * plans[1.0].breakdown_s["ep_comm"], rel=0.05)
+    one = dict(tokens="1B", stack="megatron-lm", ep=1, micro_batch=4, checkpointing="none", sharding="zero1")
+    assert simulate("olmoe-1b-7b", "8xh100", **one).step_time_s == \
+        pytest.approx(simulate("olmoe-1b-7b", "8xh100", capacity_factor=1.0, **one).step_time_s)
+    assert any("capacity factor 1.25" in n for n in plans[1.25].notes)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "olmoe-1b-7b", "--capacity-factor", "9", "--stack", "torchtitan"], "at most n_experts / top_k = 8"),
+    (["--model", "pythia-1b", "--capacity-factor", "1"], "not a mixture of experts"),
+    (["--model", "olmoe-1b-7b", "--capacity-factor", "0"], "--capacity-factor"),
+    (["--model", "olmoe-1b-7b", "--capacity-factor", "1"], "eager expert loop"),
+])
+def test_bad_capacity_factor_is_one_line_exit_2(args, needle, capsys) -> None:
+    assert main(["--gpus", "8xh100", *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_deepep_sends_a_token_once_per_gpu_and_node() -> None:
+    """DeepEP: per token, the other GPUs (and nodes) holding any of its top-k experts, each once.
+    By hand: top-8 of 128 experts over 8 GPUs hits 8 (1 - C(112, 8) / C(128, 8)) GPUs; with one
+    expert per GPU (Mixtral's top-2 of 8 at EP 8) or top-1 it sends what NCCL's all-to-all sends;
+    across 4 nodes only the RDMA share shrinks to the nodes hit, and it is never slower."""
+    hit = 8 * (1 - math.comb(112, 8) / math.comb(128, 8))
+    assert parallel.groups_hit(128, 8, 8) == pytest.approx(hit) and 5.3 < hit < 5.4
+    fab = Fabric(1, 8, 450e9, 10e-6, 0.0, 0.0)
+    par = Parallelism(8, ep=8)
+    nccl = parallel.ep_comm_time(4096.0, 2048, 8, 2, par, fab, 2.0, 128, "alltoall")
+    deep = parallel.ep_comm_time(4096.0, 2048, 8, 2, par, fab, 2.0, 128, "deepep")
+    assert float(deep) == pytest.approx(2 * 2 * (10e-6 + 4096 * 2048 * 2 * hit * 7 / 8 / 450e9))
+    assert float(deep) < float(nccl)
+    for experts, k in ((8, 2), (64, 1)):
+        same = [float(parallel.ep_comm_time(4096.0, 4096, k, 2, par, fab, 2.0, experts, d)) for d in ("alltoall", "deepep")]
+        assert same[0] == pytest.approx(same[1])
+    fab4 = Fabric(4, 8, 450e9, 10e-6, 400e9, 20e-6)
+    p32 = Parallelism(32, ep=32)
+    across = [float(parallel.ep_comm_time(2048.0, 4096, 8, 2, p32, fab4, 2.0, 128, d)) for d in ("alltoall", "deepep")]
+    assert across[1] < across[0] / 1.5
+    nodes_hit = 4 * (1 - math.comb(96, 8) / math.comb(128, 8)) * 3 / 4
+    assert across[1] == pytest.approx(2 * 2 * (30e-6 + 2048 * 4096 * 2 * nodes_hit * 8 / 400e9))
+
+
+def test_overlapped_all_to_all_hides_behind_the_other_micro_batch() -> None:
+    """Overlapped (Megatron-Core --overlap-moe-expert-parallel-comm): what the compute cannot hide,
+    plus A2A_OVERLAP_SM_SHARE of what it hides; a step with it is faster, never below the step
+    without any all-to-all, and the option is refused where the stack has no expert parallelism."""
+    share = parallel.A2A_OVERLAP_SM_SHARE
+    assert float(parallel.ep_overlap_exposed(1.0, 3.0)) == pytest.approx(share)
+    assert float(parallel.ep_overlap_exposed(3.0, 1.0)) == pytest.approx(2.0 + share)
+    kw = dict(tokens="1B", stack="megatron-lm", ep=8, micro_batch=4, checkpointing="none", sharding="zero1")
+    plain, over = (simulate("olmoe-1b-7b", "8xh100", moe_a2a_overlap=o, **kw) for o in (None, True))
+    assert over.step_time_s < plain.step_time_s
+    assert over.breakdown_s["ep_comm"] == pytest.approx(share * plain.breakdown_s["ep_comm"])
+    assert over.step_time_s > plain.step_time_s - plain.breakdown_s["ep_comm"]
+    with pytest.raises(UsageError, match="no expert parallelism"):
+        simulate("olmoe-1b-7b", "8xh100", moe_a2a_overlap=True)
+    assert any("expert all-to-all: NCCL" in n and "overlapped with another micro-batch" in n for n in over.notes)
+    assert not any("expert all-to-all:" in n for n in plain.notes)
+
+
+def test_bad_dispatcher_is_one_line_exit_2(capsys) -> None:
+    assert main(["--gpus", "8xh100", "--model", "olmoe-1b-7b", "--moe-dispatcher", "deepep"]) == 2
+    err = capsys.readouterr().err
+    assert "has no expert parallelism" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(UsageError, match="valid choices: alltoall, deepep"):
+        simulate("olmoe-1b-7b", "8xh100", stack="megatron-lm", moe_dispatcher="nccl")
+
+
+def test_folded_experts_by_hand() -> None:
+    """Expert TP 1 under TP 4 (Megatron-Core's MoE parallel folding): whole experts, E/ep of them,
+    on the rank's sequence shard (a quarter of the tokens: the same expert FLOPs as the TP-split
+    experts on all of them, a quarter of the dispatched copies' hidden-wide activations); the
+    sparse layers pay only the attention's half of the TP collectives; the expert data-parallel
+    group spans tp x dp / ep ranks; EP 8 of consecutive ranks stays in the node."""
+    m = get_model("qwen3-235b-a22b")
+    split, folded = Parallelism(8, tp=4, sp=True, ep=8), Parallelism(8, tp=4, sp=True, ep=8, etp=1)
+    vs, vf = parallel.view(m, split), parallel.view(m, folded)
+    assert (vs.ffn_hidden, vf.ffn_hidden) == (1536 // 4, 1536) and vf.expert_token_shards == 4
+    assert vf.n_expert_params() == 4 * vs.n_expert_params() == vf.n_layers * 16 * 3 * 4096 * 1536
+    up_s, up_f = _ops(vs, mb=1.0, seq=4096)["expert_up"], _ops(vf, mb=1.0, seq=4096)["expert_up"]
+    assert float(up_f.m[0]) == float(up_s.m[0]) / 4 and up_f.n == 4 * up_s.n
+    assert float(up_f.gemm_flops_fwd()[0]) == pytest.approx(float(up_s.gemm_flops_fwd()[0]))
+    assert float(up_f.saved[0]) == pytest.approx(float(up_s.saved[0]) / 4)
+    assert parallel.tp_comm_layers(vf, folded) == vf.n_layers / 2 and parallel.tp_comm_layers(vs, split) == vs.n_layers
+    assert memory.expert_dp(vf, 8) == 4 and memory.expert_dp(vs, 8) == 1
+    fab = Fabric(4, 8, 450e9, 10e-6, 50e9, 20e-6)
+    assert parallel.ep_link(fab, folded)[2] == 0.0 and parallel.ep_link(fab, split)[2] > 0.5
+    assert "EP 8 (expert TP 1)" in folded.describe()
+
+
+def test_folding_lets_ep_exceed_dp_and_fits_the_published_layout() -> None:
+    """Qwen3-235B-A22B on 256 H100 at TP 2, PP 8, EP 32 (data-parallel degree 16) is refused
+    without folding and evaluated with it; at TP 4, EP 8 without recomputation it fits folded
+    (the hidden-wide copies a quarter) and not split."""
+    kw = dict(tokens="10B", micro_batch=1, global_batch=2048, seq_len=4096, stack="megatron-lm", sharding="zero1")
+    with pytest.raises(UsageError, match="--etp 1"):
+        simulate("qwen3-235b-a22b", "32x8xh100", tp=2, pp=8, vp=4, ep=32, **kw)
+    assert simulate("qwen3-235b-a22b", "32x8xh100", tp=2, pp=8, vp=4, ep=32, etp=1, **kw).feasible
+    lay = dict(tp=4, pp=8, vp=4, ep=8, checkpointing="none")
+    folded = simulate("qwen3-235b-a22b", "32x8xh100", etp=1, **lay, **kw)
+    split = simulate("qwen3-235b-a22b", "32x8xh100", **lay, **kw)
+    assert folded.feasible and not split.feasible
+    assert folded.memory_gib["activations"] < split.memory_gib["activations"] / 1.5
+    assert folded.strategy["etp"] == 1 and "etp" not in split.strategy
+
+
+def test_pinned_interleaving_up_to_a_layer_per_virtual_stage() -> None:
+    """94 layers over PP 32 (stages of 3 and 2 layers): a pinned VP 3 (Megatron-LM's uneven
+    layout, one layer per virtual stage of the busiest stage) is evaluated, VP 4 refused naming 3."""
+    kw = dict(tokens="10B", micro_batch=1, global_batch=2048, seq_len=4096, stack="megatron-lm", tp=2, pp=32, ep=8, etp=1)
+    assert simulate("qwen3-235b-a22b", "32x8xh100", vp=3, **kw).strategy["vp"] == 3
+    with pytest.raises(UsageError, match=r"at most 3 virtual stages .* valid here: 1\.\.3"):
+        simulate("qwen3-235b-a22b", "32x8xh100", vp=4, **kw)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "olmoe-1b-7b", "--tp", "4", "--etp", "2", "--stack", "megatron-lm"], "valid choices: 1, 4"),
+    (["--model", "pythia-1b", "--etp", "1"], "not a mixture of experts"),
+    (["--model", "olmoe-1b-7b", "--tp", "2", "--ep", "8", "--stack", "megatron-lm"], "--etp 1"),
+    (["--model", "olmoe-1b-7b", "--tp", "2", "--etp", "1", "--no-sequence-parallel", "--stack", "megatron-lm"],
+     "sequence parallelism"),
+])
+def test_bad_expert_tensor_parallelism_is_one_line_exit_2(args, needle, capsys) -> None:
+    assert main(["--gpus", "8xh100", *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
 
 
 def test_warm_searches_equal_cold_ones() -> None:
@@ -274,7 +481,7 @@ def test_warm_searches_equal_cold_ones() -> None:
     from simulator.core import memo
     from simulator.engine.estimate import _COLUMNS
 
-    cases = [dict(ep=1), dict(ep=2), dict(ep=4, micro_batch=2), dict(ep=4)]
+    cases = [dict(ep=1), dict(ep=2), dict(ep=4, micro_batch=2), dict(ep=4), dict(tp=2, ep=4, etp=1), dict(tp=2, ep=4)]
     warm = [run_search("olmoe-1b-7b", "8xh100", stack="megatron-lm", **k).table for k in cases]
     for k, w in zip(cases, warm, strict=True):
         memo.clear()

@@ -15,12 +15,23 @@ from .base import Bench, RunContext
 
 def plan(ctx: RunContext, groups: list[str] | None = None) -> list[Bench]:
     """All benchmarks for this device and mode, in execution order."""
-    from . import attention, bandwidth, dispatch, gemm, gemm_align, host, optimizer, stepops
+    from . import (
+        attention,
+        bandwidth,
+        dispatch,
+        gemm,
+        gemm_align,
+        grouped_gemm,
+        host,
+        optimizer,
+        stepops,
+    )
 
     benches: list[Bench] = []
     benches += bandwidth.plan(ctx)  # launch overhead + bandwidth first: the fits need them
     benches += gemm.plan(ctx)
     benches += gemm_align.plan(ctx)
+    benches += grouped_gemm.plan(ctx)
     benches += attention.plan(ctx)
     benches += optimizer.plan(ctx)
     benches += stepops.plan(ctx)

@@ -141,6 +141,7 @@ class Table:
     pp_comm: np.ndarray
     cp_comm: np.ndarray  # ring attention's exposed K/V exchange
     ep: np.ndarray  # expert-parallel degree (a mixture of experts)
+    etp: np.ndarray  # expert tensor-parallel degree; 0: the tensor-parallel degree (Parallelism.etp None)
     ep_comm: np.ndarray  # expert-parallel all-to-all (exposed)
 
     def __len__(self) -> int:
@@ -186,7 +187,7 @@ class Table:
     def parallelism(self, i: int) -> Parallelism:
         """The layout of strategy ``i``."""
         return Parallelism(int(self.dp[i]), int(self.tp[i]), int(self.pp[i]), int(self.vp[i]), bool(self.sp[i]),
-                           bool(self.async_tp[i]), int(self.cp[i]), int(self.ep[i]))
+                           bool(self.async_tp[i]), int(self.cp[i]), int(self.ep[i]), int(self.etp[i]) or None)
 
     def strategy(self, i: int) -> Strategy:
         """Strategy ``i`` with its knob values and layout."""
@@ -587,7 +588,7 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
         valid=valid4, host_ok=host_ok, rank=rank,
         dp=np.asarray(pb.dp_ranks), tp=np.asarray(1), pp=np.asarray(1), vp=np.asarray(1), sp=np.asarray(False),
         async_tp=np.asarray(False), cp=np.asarray(1),
-        bubble=zero, tp_comm=zero, tp_comm_hidden=zero, pp_comm=zero, cp_comm=zero, ep=np.asarray(1),
+        bubble=zero, tp_comm=zero, tp_comm_hidden=zero, pp_comm=zero, cp_comm=zero, ep=np.asarray(1), etp=np.asarray(0),
         ep_comm=zero,
     )
     return Grid(pb, packs, list(space.shardings), list(space.offloads), shape, cols)

@@ -63,7 +63,7 @@ def states_floor(pb: Problem, space: Space, par: Parallelism, offloads: list[str
     one GPU of ``par`` (the bound used to prune layouts that cannot fit); ``offloads``: only
     strategies with these offload choices (default: the space's). Kept per process, keyed by the
     view's fields of ``par`` (tp, sp, pp, ep), its dp x cp ranks and the knobs it reads."""
-    key = (pb.model, par.tp, par.sp, par.pp, par.ep, par.dp * par.cp, pb.optimizer, pb.stack,
+    key = (pb.model, par.tp, par.sp, par.pp, par.ep, par.etp, par.dp * par.cp, pb.optimizer, pb.stack,
            tuple(space.precisions), tuple(space.shardings), tuple(space.offloads if offloads is None else offloads))
     return cached(_STATES_FLOOR, key, lambda: _states_floor(pb, space, par, offloads))
 
@@ -228,8 +228,8 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     ga = a["grad_accum"].astype(float)
     tokens = per_replica * seq / ga  # mean tokens per micro-batch on one GPU
     h = getattr(pb.model, "hidden", 0)  # other families (no layouts): no TP or stage traffic
-    tp_mb = model.n_layers * parallel.tp_comm_time(tokens, h, e, par.tp, par.sp, passes,
-                                                   *parallel.tp_link(pb.fabric, par.tp))
+    tp_mb = parallel.tp_comm_layers(model, par) * parallel.tp_comm_time(tokens, h, e, par.tp, par.sp, passes,
+                                                                         *parallel.tp_link(pb.fabric, par.tp))
     tp_sync, use_async = tp_mb, np.zeros((1, 1, 1, 1), dtype=bool)
     if async_allowed(pb, par, async_tp):
         tp_mb, use_async = _async_tp(pb, model, packs, a["pack"], tokens, tp_mb, passes, par.tp, async_tp)
@@ -237,10 +237,14 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     if par.cp > 1:
         _ring_attention(pb, model, par, seq, packs, a, per_replica / ga, e)
     # expert parallelism: all-to-all dispatch and combine per MoE layer (not the dense ones) and
-    # pass, not overlapped
+    # pass, not overlapped unless the stack overlaps it with another micro-batch's compute
     moe_layers = model.n_layers - getattr(model, "first_dense_layers", 0)
-    ep_mb = moe_layers * parallel.ep_comm_time(tokens / workload.seq_shards(model), h,
-                                                   getattr(pb.model, "top_k", 1), e, par, pb.fabric, passes)
+    load = pb.model.dispatched_load() if hasattr(pb.model, "dispatched_load") else 1.0  # padded buffers
+    ep_mb = moe_layers * parallel.ep_comm_time(tokens / workload.seq_shards(model) * load, h,
+                                                   getattr(pb.model, "top_k", 1), e, par, pb.fabric, passes,
+                                                   getattr(pb.model, "n_experts", 0), pb.stack.moe_dispatcher)
+    if pb.stack.moe_a2a_overlap:
+        ep_mb = parallel.ep_overlap_exposed(ep_mb, (a["forward"] + a["backward"] + a["recompute"]) / ga)
     a["ep_comm"] = ga * ep_mb
     a["step_time"] = a["step_time"] + a["ep_comm"]
     t_mb = (a["forward"] + a["backward"] + a["recompute"] + a["cp_comm"] + a["ep_comm"]) / ga
@@ -264,7 +268,8 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
         b["mem_logits"] = np.where(first_binds, 0.0, log)
         b["mem_other"] = a["mem_other"] + pb.stack.fragmentation * (b["mem_activations"] - act)
         b["mem_total"] = rest + np.maximum(first * F, act * F + log)
-        for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp), ("cp", p.cp), ("ep", p.ep)):
+        for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp), ("cp", p.cp), ("ep", p.ep),
+                       ("etp", p.etp or 0)):
             b[k] = np.full((1, 1, 1, 1), val)
         b["async_tp"] = use_async
         simpler = np.log2(p.tp) + np.log2(p.pp) + np.log2(p.cp) + (vp - 1)
@@ -294,11 +299,11 @@ def _compute_floors(pb: Problem, space: Space, pars: list[Parallelism]) -> tuple
     L = np.array([float(stage_layers(pb.model.n_layers, p.pp)[0]) for p in pars])
     full, one = np.full(len(pars), np.inf), np.full(len(pars), np.inf)
     compiles = [True] if True in space.compiles else list(space.compiles)
-    for key in {(p.tp, p.sp, p.cp, p.ep) for p in pars}:
-        tp, sp, cp, ep = key
+    for key in {(p.tp, p.sp, p.cp, p.ep, p.etp) for p in pars}:
+        tp, sp, cp, ep, etp = key
         seq = pb.seq_len // cp
-        idx = np.array([i for i, p in enumerate(pars) if (p.tp, p.sp, p.cp, p.ep) == key])
-        base = parallel.ShardView(pb.model, Parallelism(1, tp, 1, 1, sp, ep=ep))
+        idx = np.array([i for i, p in enumerate(pars) if (p.tp, p.sp, p.cp, p.ep, p.etp) == key])
+        base = parallel.ShardView(pb.model, Parallelism(1, tp, 1, 1, sp, ep=ep, etp=etp))
         mb = np.unique(np.concatenate([[1.0], B[idx]]))
         at_b, at_1 = np.searchsorted(mb, B[idx]), np.searchsorted(mb, 1.0)
         memos: tuple[dict, dict] = ({}, {})
@@ -410,7 +415,7 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[Parallelism],
         """The tight floor, computed for the key's whole tensor/context-parallel view at once when
         needed."""
         if key not in tight:
-            same = [k for k in keep if (k.tp, k.sp, k.cp, k.ep) == (key.tp, key.sp, key.cp, key.ep)]
+            same = [k for k in keep if (k.tp, k.sp, k.cp, k.ep, k.etp) == (key.tp, key.sp, key.cp, key.ep, key.etp)]
             tight.update(zip(same, step_floors(pb, space, [par_of[k] for k in same], async_tp), strict=True))
         return tight[key]
 

@@ -143,16 +143,20 @@ def _catalog_setup(text, profile, intra_node, inter_node, any_gpu=False):
 
 def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=None, seq_len=None,
           optimizer=None, intra_node=None, inter_node=None, host_memory=None, overhead=None,
-          stack=None, profile_any_gpu=False) -> Setup:
+          stack=None, profile_any_gpu=False, capacity_factor=None, moe_dispatcher=None,
+          moe_a2a_overlap=None) -> Setup:
     """Resolve user-level inputs into a Problem (no strategy yet).
 
     ``stack``: the training software (simulator.strategy.stacks preset name; default hf-trainer).
+    ``capacity_factor``: a mixture of experts' routing (``MoESpec.capacity_factor``; None: dropless).
+    ``moe_dispatcher``, ``moe_a2a_overlap``: how the stack's expert parallelism sends tokens
+    (:func:`with_dispatcher`).
 
     ``overhead``: wall-clock time beyond the training steps, as a fraction of it (data loading,
     evaluation, checkpointing, restarts after failures); excluded (0) by default, docs/architecture.md, physics 7.
     """
-    spec = resolve_model_input(model)
-    stk = get_stack(stack)
+    stk = with_dispatcher(get_stack(stack), moe_dispatcher, moe_a2a_overlap)
+    spec = with_capacity_factor(resolve_model_input(model), capacity_factor, stk)
     recipe = make_recipe(spec, tokens=tokens, steps=steps, global_batch=global_batch,
                          seq_len=seq_len, optimizer=optimizer)
     prof = _as_profile(profile)
@@ -182,6 +186,52 @@ def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=No
                  optimizer=recipe.optimizer, device=dev, fabric=fab, host_memory=host,
                  gpu_label=hw["gpu"], stack=stk)
     return Setup(spec, recipe, pb, hw, prof, notes, extra)
+
+
+def with_capacity_factor(spec, capacity_factor, stack):
+    """``spec`` routed with ``capacity_factor`` (a mixture of experts; None: as it is) on
+    ``stack``; UsageError in one line otherwise (Hugging Face's eager expert loop has no capacity:
+    it drops and pads nothing)."""
+    if capacity_factor is None:
+        return spec
+    if not hasattr(spec, "capacity_factor"):
+        raise UsageError(f"--capacity-factor: {spec.display_name} is not a mixture of experts")
+    if stack.moe_experts == "loop":
+        raise UsageError(f"--capacity-factor: the {stack.display} stack runs Hugging Face's eager expert loop, "
+                         "which drops and pads nothing (dropless); use --stack megatron-lm or torchtitan")
+    bound = spec.n_experts / spec.top_k
+    if isinstance(capacity_factor, bool) or not isinstance(capacity_factor, (int, float)) or \
+            not 0 < capacity_factor <= bound:
+        raise UsageError(f"--capacity-factor must be a number above 0 and at most n_experts / top_k = {bound:g} "
+                         f"(each expert's buffer over its mean tokens; 1.0-1.25 is usual), got {capacity_factor!r}")
+    return spec.model_copy(update={"capacity_factor": float(capacity_factor)})
+
+
+#: The expert-parallel dispatchers (:attr:`simulator.strategy.stacks.Stack.moe_dispatcher`) and where each runs.
+DISPATCHERS = {"alltoall": "NCCL all-to-all of every routed copy (Megatron-LM --moe-token-dispatcher-type alltoall)",
+               "deepep": "DeepEP (Megatron-LM --moe-token-dispatcher-type flex --moe-enable-deepep; torchtitan and "
+                         "NeMo Automodel's DeepEP option): each token sent once per GPU and node holding its experts"}
+
+
+def with_dispatcher(stack, dispatcher, overlap=None):
+    """``stack`` with its expert-parallel ``dispatcher`` and all-to-all ``overlap`` (None: the
+    stack's own); UsageError in one line for an unknown dispatcher, a non-boolean overlap or a stack
+    without expert parallelism."""
+    update: dict = {}
+    if dispatcher is not None:
+        if dispatcher not in DISPATCHERS:
+            raise UsageError(f"--moe-dispatcher {dispatcher!r}: valid choices: {', '.join(DISPATCHERS)}")
+        update.update(moe_dispatcher=dispatcher, moe_dispatcher_source=DISPATCHERS[dispatcher])
+    if overlap is not None:
+        if not isinstance(overlap, bool):
+            raise UsageError(f"moe_a2a_overlap must be True, False or None (the stack's), got {overlap!r}")
+        update.update(moe_a2a_overlap=overlap, moe_a2a_overlap_source=(
+            "overlapped with another micro-batch's compute (Megatron-LM --overlap-moe-expert-parallel-comm)"
+            if overlap else "not overlapped"))
+    if update and "ep" not in stack.parallelisms:
+        flag = "--moe-dispatcher" if dispatcher is not None else "--moe-a2a-overlap"
+        raise UsageError(f"{flag}: the {stack.display} stack has no expert parallelism")
+    return stack.model_copy(update=update) if update else stack
 
 
 def knob_space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
@@ -274,10 +324,10 @@ def family_knobs(s: Setup, pins: dict, pick, notes: list[str]) -> tuple[list, li
 
 
 _PIN_KEYS = ("precision", "attention", "compile", "checkpointing", "sharding", "offload", "micro_batch")
-LAYOUT_KEYS = ("tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep")
+LAYOUT_KEYS = ("tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep", "etp")
 
 #: knobs that take True, False or None (searched; profile_any_gpu: None is False)
-_BOOL_KEYS = ("compile", "sequence_parallel", "async_tp", "profile_any_gpu")
+_BOOL_KEYS = ("compile", "sequence_parallel", "async_tp", "profile_any_gpu", "moe_a2a_overlap")
 
 
 def _plain(value):
@@ -294,7 +344,8 @@ def split_knobs(knobs: dict) -> tuple[dict, dict]:
         if knobs.get(k) is not None and not isinstance(knobs[k], bool):
             raise UsageError(f"{k} must be True, False or None (searched), got {knobs[k]!r}")
     setup_keys = ("profile", "tokens", "steps", "global_batch", "seq_len", "optimizer", "intra_node",
-                  "inter_node", "host_memory", "overhead", "stack", "profile_any_gpu")
+                  "inter_node", "host_memory", "overhead", "stack", "profile_any_gpu", "capacity_factor",
+                  "moe_dispatcher", "moe_a2a_overlap")
     bad = set(knobs) - set(setup_keys) - set(_PIN_KEYS) - set(LAYOUT_KEYS)
     if bad:
         raise UsageError(f"unknown option(s) {', '.join(sorted(bad))}; valid: "

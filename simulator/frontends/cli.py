@@ -80,6 +80,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="context-parallel degree: each sequence split over cp GPUs (ring attention); searched from 8k tokens")
     k.add_argument("--ep", type=_positive_int("--ep"),
                    help="expert-parallel degree of a mixture of experts (divides the experts and the data-parallel ranks)")
+    k.add_argument("--etp", type=_positive_int("--etp"),
+                   help="expert tensor-parallel degree: 1 runs whole experts under --tp (Megatron-Core's MoE parallel "
+                        "folding: ep then divides tp × dp); default the tensor-parallel degree")
+    k.add_argument("--capacity-factor", dest="capacity_factor", type=_positive_float("--capacity-factor"),
+                   help="a mixture of experts' expert capacity: each expert's buffer is this many times its mean "
+                        "tokens, the rest dropped and the buffer padded (force-balanced benchmarks: 1); default dropless")
+    k.add_argument("--moe-dispatcher", dest="moe_dispatcher", choices=("alltoall", "deepep"),
+                   help="how expert parallelism sends tokens: alltoall (NCCL, every routed copy; default) or deepep "
+                        "(DeepEP: once per GPU and node holding the token's experts)")
+    k.add_argument("--moe-a2a-overlap", dest="moe_a2a_overlap", action="store_true", default=None,
+                   help="the expert all-to-all runs beside another micro-batch's compute (Megatron-LM "
+                        "--overlap-moe-expert-parallel-comm); default not overlapped")
     from ..answer.costs import add_cost_args
 
     add_cost_args(p)
@@ -90,9 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _knobs(a: argparse.Namespace) -> dict:
-    keys = ("profile", "profile_any_gpu", "intra_node", "inter_node", "host_memory", "overhead", "tokens", "steps", "global_batch",
+    keys = ("profile", "profile_any_gpu", "intra_node", "inter_node", "host_memory", "overhead", "capacity_factor",
+            "moe_dispatcher", "moe_a2a_overlap",
+            "tokens", "steps", "global_batch",
             "seq_len", "optimizer", "precision", "attention", "compile", "checkpointing", "sharding",
-            "offload", "micro_batch", "stack", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep")
+            "offload", "micro_batch", "stack", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep", "etp")
     out = {k: getattr(a, k) for k in keys if getattr(a, k) is not None}
     for k in ("precision", "attention", "checkpointing", "sharding", "offload", "optimizer", "stack"):
         if k in out:

@@ -51,6 +51,9 @@ class StridedWalk(StrictModel):
 #: upper bound of a GEMM's k-term steepness (``GemmEfficiency.k_power``): a measured drop sharper than
 #: this is a step the calibration points cannot resolve
 K_POWER_MAX = 8.0
+#: Upper bound of ``grouped_gemm_m_half`` (rows per group): a grouped GEMM at twice the time of one
+#: GEMM of all its rows even with 4096 rows per group would be no grouped kernel at all.
+GROUPED_M_HALF_MAX = 4096.0
 
 
 class GemmEfficiency(StrictModel):
@@ -315,6 +318,12 @@ class Profile(StrictModel):
     # absent: 1 (calibration/benches/gemm_align.py)
     gemm_misaligned: dict[str, float] = {}
     gemm_misaligned_source: str | None = None
+    # grouped GEMMs (a mixture of experts' experts, Op.grouped): rows per group at which a grouped GEMM
+    # of g groups of m rows takes twice the time of one GEMM of their g x m rows (time factor
+    # 1 + m_half / m), per precision; absent: each group timed as its own GEMM of m rows
+    # (calibration/benches/grouped_gemm.py)
+    grouped_gemm_m_half: dict[str, float] = {}
+    grouped_gemm_m_half_source: str | None = None
     spread: dict[str, float] = {}  # relative IQR of each fitted parameter over measurement resamples
     # fitted parameters that sit at a bound (an efficiency at the peak, a GEMM asymptote capped just above
     # the best point measured): what the measurements could not pin down, and why; written by `calibrate`
@@ -332,6 +341,12 @@ class Profile(StrictModel):
     @classmethod
     def _misaligned(cls, v: dict[str, float]) -> dict[str, float]:
         return _check_map(v, "gemm_misaligned", PRECISIONS, 1.0, 4.0, "in [1, 4]", lo_closed=True)
+
+    @field_validator("grouped_gemm_m_half")
+    @classmethod
+    def _grouped(cls, v: dict[str, float]) -> dict[str, float]:
+        return _check_map(v, "grouped_gemm_m_half", PRECISIONS, 0.0, GROUPED_M_HALF_MAX,
+                          f"in [0, {GROUPED_M_HALF_MAX:g}] rows", lo_closed=True)
 
     def bw_eff(self, op: str) -> float:
         """Bandwidth efficiency of op class ``op`` (``memory_bw_eff`` unless calibrated apart; an

@@ -299,7 +299,9 @@ def gemm_pass_times(ops: Sequence[Op | workload.Gemm], dev: Device, precision: s
     (first axis): the profile's shape-dependent efficiency (forward layout; the input gradient
     (m,k,n) in the backward layout, the weight gradient (n,k,m) in the weight-gradient layout),
     or the operand traffic if slower; forward outputs whose rows are not whole cache lines take
-    the profile's ``gemm_misaligned`` factor."""
+    the profile's ``gemm_misaligned`` factor. ``batch`` GEMMs of an op are ``batch`` times one GEMM
+    of m rows; a grouped op's (``Op.grouped``), where the profile calibrates
+    ``grouped_gemm_m_half`` h, one GEMM of all batch x m rows in each pass times 1 + h/m."""
     prof = dev.profile
     g, gb, gw = prof.gemm_for(precision), prof.gemm_bwd_for(precision), prof.gemm_wgrad_for(precision)
     peak, e = dev.gemm_peak(precision), workload.act_bytes(precision)
@@ -318,11 +320,21 @@ def gemm_pass_times(ops: Sequence[Op | workload.Gemm], dev: Device, precision: s
         return w * kernels.gemm_time(mm, nn, kk, peak, eff.e_max, eff.x_half, e, bw, bw_eff, 0.0,
                                      eff.operand_half_bytes, eff.operand_floor, weight, walk, eff.halves, eff.k_power)
 
-    t_f = t(m, n, k, g)
+    h = prof.grouped_gemm_m_half.get(precision)
+    if h is not None and any(getattr(op, "grouped", False) for op in ops):
+        grouped = np.array([getattr(op, "grouped", False) for op in ops]).reshape(n.shape)
+        factor = np.where(grouped, 1.0 + h / np.maximum(m, 1.0), 1.0)
+        m_f = np.where(grouped, w * m, m)  # a grouped op as one GEMM of all its rows and weights
+        weight = np.where(grouped, w * weight, weight)
+        w = np.where(grouped, 1.0, w)
+    else:
+        factor, m_f = 1.0, m
+
+    t_f = factor * t(m_f, n, k, g)
     mis = prof.gemm_misaligned.get(precision)
     if mis:  # output rows that are not whole cache lines (GPT-2's 50257-token head)
         t_f = t_f * np.where(np.mod(n * e, CACHE_LINE_BYTES) != 0, mis, 1.0)
-    return t_f, t(m, k, n, gb, walks=True), t(n, k, m, gw)
+    return t_f, factor * t(m_f, k, n, gb, walks=True), factor * t(n, k, m_f, gw)
 
 
 def _gemm_key(precision: str, where: str, op: Op) -> tuple:

@@ -186,17 +186,24 @@ def layout_states(model, layer_params: float, precision: str, sharding: str, off
                   n_gpus: int, stack=None) -> dict[str, float]:
     """:func:`model_states` of a GPU's view of the model (``parallel.ShardView``) over ``n_gpus``
     data-parallel ranks. Under expert parallelism (a mixture of experts, ``ep`` > 1) the GPU's
-    experts (``n_expert_params``) are replicated only over the n/ep ranks holding the same experts
-    (Megatron-Core's expert data-parallel group), so their sharded states are divided by n/ep,
-    the rest of the model's by n; otherwise exactly :func:`model_states`."""
+    experts (``n_expert_params``) are replicated only over the ranks holding the same experts
+    (Megatron-Core's expert data-parallel group, :func:`expert_dp`), so their sharded states are
+    divided by that, the rest of the model's by n; otherwise exactly :func:`model_states`."""
     P, ep = float(model.n_params()), getattr(model, "ep", 1)
     if ep <= 1:
         return model_states(P, layer_params, precision, sharding, offload, optimizer, n_gpus, stack)
     X = float(model.n_expert_params())
     dense = model_states(P - X, layer_params, precision, sharding, offload, optimizer, n_gpus, stack)
     experts = model_states(X, X / max(model.n_layers, 1), precision, sharding, offload, optimizer,
-                           max(1, n_gpus // ep), stack)
+                           expert_dp(model, n_gpus), stack)
     return {k: dense[k] + experts[k] for k in dense}
+
+
+def expert_dp(model, n_gpus: int) -> int:
+    """Ranks holding the same experts among ``n_gpus`` data-parallel ranks of a view with
+    ``ep`` > 1: n/ep, or n x (tp/etp)/ep when the experts are folded (the expert grid spans the
+    stage's tp x dp GPUs)."""
+    return max(1, n_gpus * getattr(model, "expert_token_shards", 1) // model.ep)
 
 
 def sharded_params(model, n_gpus: int) -> float:
@@ -207,4 +214,4 @@ def sharded_params(model, n_gpus: int) -> float:
     if ep <= 1:
         return P / n_gpus
     X = float(model.n_expert_params())
-    return (P - X) / n_gpus + X / max(1, n_gpus // ep)
+    return (P - X) / n_gpus + X / expert_dp(model, n_gpus)

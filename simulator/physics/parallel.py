@@ -76,6 +76,17 @@ def tp_comm_time(tokens, hidden: int, e: int, tp: int, sp: bool, passes, bw: flo
     return np.asarray(passes, dtype=float) * per_pass
 
 
+def tp_comm_layers(view, par: Parallelism) -> float:
+    """Layers' worth of :func:`tp_comm_time` one GPU of ``par`` pays: every layer of its view,
+    less half of each sparse layer whose experts run folded (``etp`` 1: the MoE block takes the
+    sequence shard as it is and sends it by all-to-all, so only the attention's all-gather and
+    reduce-scatter remain; a shared expert, tensor-parallel, keeps its own)."""
+    layers = float(view.n_layers)
+    if par.folded and not getattr(view, "shared_ffn_hidden", 0):
+        layers -= 0.5 * (view.n_layers - getattr(view, "first_dense_layers", 0))
+    return layers
+
+
 def tp_link(fab: comm.Fabric, tp: int) -> tuple[float, float]:
     """(bus bandwidth in bytes/s, latency in s) the tensor-parallel collectives of ``tp`` ranks
     see, in the bytes of :func:`tp_comm_bytes_per_layer`. Inside a node: its link. Across
@@ -172,30 +183,82 @@ def ep_comm_bytes(tokens, hidden: int, top_k: int, e: int, ep: int) -> np.ndarra
 
 def ep_link(fab: comm.Fabric, par: Parallelism) -> tuple[float, float, float]:
     """(seconds per byte sent, latency in s, share of the bytes leaving the node) of the
-    expert-parallel all-to-all. The ep ranks are tp apart (taken from the data-parallel ranks):
-    inside one node while ep x tp GPUs fit in it, over its link; beyond, each GPU's peers on its own
-    node (g/tp of the ep ranks) still take their share over the node's link and the rest crosses
-    the node's network, which all g GPUs of the node use at once (each sends its own tokens)."""
-    g = fab.gpus_per_node
-    if par.ep * par.tp <= g or fab.nodes == 1:
+    expert-parallel all-to-all. The ep ranks are the expert tensor-parallel degree apart (tp, taken
+    from the data-parallel ranks; 1 when folded, Megatron-Core's consecutive expert ranks):
+    inside one node while ep x etp GPUs fit in it, over its link; beyond, each GPU's peers on its
+    own node (g/etp of the ep ranks) still take their share over the node's link and the rest
+    crosses the node's network, which all g GPUs of the node use at once (each sends its own
+    tokens)."""
+    g, stride = fab.gpus_per_node, par.expert_tp
+    if par.ep * stride <= g or fab.nodes == 1:
         return 1.0 / fab.intra_busbw, fab.intra_alpha, 0.0
-    peers = max(1, g // par.tp)  # ep ranks on each node
+    peers = max(1, g // stride)  # ep ranks on each node
     out = (par.ep - peers) / (par.ep - 1)  # of the bytes sent to other ranks
     per_byte = (1.0 - out) / fab.intra_busbw + out * g / fab.inter_busbw
     return per_byte, fab.intra_alpha + fab.inter_alpha, out
 
 
-def ep_comm_time(tokens, hidden: int, top_k: int, e, par: Parallelism, fab: comm.Fabric, passes) -> np.ndarray:
+def groups_hit(n_experts: int, top_k: int, groups: int) -> float:
+    """Expected distinct groups a token's ``top_k`` experts fall in, the ``n_experts`` split into
+    ``groups`` equal groups (GPUs, nodes), under uniform routing without repeats:
+    ``groups x (1 - C(E - E/groups, k) / C(E, k))``."""
+    miss = math.comb(n_experts - n_experts // groups, top_k) / math.comb(n_experts, top_k)
+    return groups * (1.0 - miss)
+
+
+def deepep_time(tokens, hidden: int, n_experts: int, top_k: int, e, par: Parallelism, fab: comm.Fabric) -> np.ndarray:
+    """Seconds of one DeepEP dispatch (or combine) of a GPU's ``tokens``: DeepEP (deepseek-ai/DeepEP
+    README; Megatron-Core ``--moe-token-dispatcher-type flex --moe-enable-deepep``) sends a token
+    once to each other GPU that holds any of its experts (:func:`groups_hit` of the ep GPUs, less
+    its own), over NVLink, and across nodes once to each other node holding any (RDMA, then
+    forwarded over NVLink), its RDMA and NVLink transfers overlapped: the slower of the two, plus
+    the latency. Expert-parallel ranks consecutive or tp apart as :func:`ep_link` places them."""
+    g = fab.gpus_per_node
+    peers = par.ep if par.ep * par.expert_tp <= g or fab.nodes == 1 else max(1, g // par.expert_tp)
+    nodes = par.ep // peers
+    row = np.asarray(tokens, dtype=float) * hidden * e
+    p_gpu = (groups_hit(n_experts, top_k, par.ep) - groups_hit(n_experts, top_k, par.ep) / par.ep)
+    nvlink = row * p_gpu / fab.intra_busbw
+    if nodes <= 1:
+        return fab.intra_alpha + nvlink
+    p_node = groups_hit(n_experts, top_k, nodes) * (nodes - 1) / nodes  # other nodes hit
+    rdma = row * p_node * g / fab.inter_busbw
+    return fab.intra_alpha + fab.inter_alpha + np.maximum(nvlink, rdma)
+
+
+#: Share of a GPU's compute the all-to-all's kernels take while they run beside it: the 20 SMs of
+#: Megatron-Core's and DeepEP's communication kernels (``--moe-deepep-num-sms`` 20; DeepEP's
+#: ``Buffer.num_sms`` 20) of an H100's 132. ASSUMPTION for other GPUs and for NCCL's all-to-all.
+A2A_OVERLAP_SM_SHARE = 20 / 132
+
+
+def ep_overlap_exposed(ep_mb, compute_mb) -> np.ndarray:
+    """Seconds the all-to-all adds per micro-batch when the stack runs it beside another
+    micro-batch's compute (Megatron-Core ``--overlap-moe-expert-parallel-comm``: 1F1B's forward
+    of one micro-batch merged with the backward of another, the dispatches and combines of each
+    during the other's compute): the part the ``compute_mb`` seconds cannot hide, plus the
+    slowdown of the compute they hide behind (:data:`A2A_OVERLAP_SM_SHARE`)."""
+    ep = np.asarray(ep_mb, dtype=float)
+    hidden = np.minimum(ep, np.asarray(compute_mb, dtype=float))
+    return ep - hidden + A2A_OVERLAP_SM_SHARE * hidden
+
+
+def ep_comm_time(tokens, hidden: int, top_k: int, e, par: Parallelism, fab: comm.Fabric, passes,
+                 n_experts: int = 0, dispatcher: str = "alltoall") -> np.ndarray:
     """Seconds of expert-parallel all-to-all per MoE layer and micro-batch: a dispatch and a
     combine in each of ``passes`` forward-sized passes (2 = forward + backward, whose gradients
     travel the same all-to-alls in reverse; more with recomputation), each
-    :func:`ep_comm_bytes` at :func:`ep_link`. Not overlapped with compute (Megatron-Core's
-    default; its batch-level overlap is opt-in). ``tokens``: the GPU's tokens per micro-batch (its
-    sequence shard under sequence parallelism)."""
+    :func:`ep_comm_bytes` at :func:`ep_link` (NCCL's all-to-all, ``dispatcher`` alltoall), or
+    :func:`deepep_time` (``deepep``, with the ``n_experts``). Not overlapped with compute
+    (Megatron-Core's default; its batch-level overlap is opt-in). ``tokens``: the GPU's tokens
+    per micro-batch (its sequence shard under sequence parallelism)."""
     if par.ep <= 1:
         return np.zeros_like(np.asarray(tokens, dtype=float))
-    per_byte, alpha, _ = ep_link(fab, par)
-    one = alpha + ep_comm_bytes(tokens, hidden, top_k, e, par.ep) * per_byte
+    if dispatcher == "deepep":
+        one = deepep_time(tokens, hidden, n_experts, top_k, e, par, fab)
+    else:
+        per_byte, alpha, _ = ep_link(fab, par)
+        one = alpha + ep_comm_bytes(tokens, hidden, top_k, e, par.ep) * per_byte
     return np.asarray(passes, dtype=float) * 2.0 * one
 
 
@@ -244,6 +307,10 @@ class ShardView:
         self.ffn_hidden = math.ceil(spec.ffn_hidden / tp)
         self.vocab_size = math.ceil(spec.vocab_size / tp)
         self.ep = par.ep
+        # folded experts (expert TP below tp): whole experts (the expert tp's share of each), each
+        # rank's sequence shard dispatched on its own
+        self.etp = par.expert_tp
+        self.expert_token_shards = tp // par.expert_tp if par.folded else 1
         b = spec.param_breakdown()
         kv_rows = 2 * self.n_kv_heads * self.head_dim * spec.hidden  # replicated KV heads count fully
         q_out = 2 * self.n_heads * self.head_dim * spec.hidden
@@ -255,9 +322,11 @@ class ShardView:
         self.first_dense_layers = max(0, self.n_layers - getattr(spec, "n_moe_layers", self.n_layers))
         attn = spec.attention_shard_params(self.n_heads) if getattr(spec, "mla", False) else q_out + kv_rows
         dense = 0
-        if hasattr(spec, "n_experts"):  # a mixture of experts: its ep share of the experts, tp of each
-            self._experts = (self.n_layers - self.first_dense_layers) * spec.n_experts // par.ep * mlp
-            mlp = (spec.n_experts // par.ep * mlp + spec.router_params_per_layer()
+        if hasattr(spec, "n_experts"):  # a mixture of experts: its ep share of the experts, etp of each
+            self.ffn_hidden = math.ceil(spec.ffn_hidden / self.etp)
+            expert = up * spec.hidden * self.ffn_hidden
+            self._experts = (self.n_layers - self.first_dense_layers) * spec.n_experts // par.ep * expert
+            mlp = (spec.n_experts // par.ep * expert + spec.router_params_per_layer()
                    + math.ceil(spec.shared_params_per_layer() / tp))
             dense = self.first_dense_layers * (3 * spec.hidden * math.ceil(spec.dense_ffn_hidden / tp) - mlp)
         layer = attn + mlp + b["norms_per_layer"]
@@ -287,7 +356,7 @@ class ShardView:
 
     #: What one GPU's shard is made of (the spec's other attributes, read through, are the spec's).
     _SHARD = ("tp", "seq_shards", "n_layers", "n_window_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab_size",
-              "ep", "first_dense_layers", "_emb", "_params", "_experts")
+              "ep", "etp", "expert_token_shards", "first_dense_layers", "_emb", "_params", "_experts")
 
     def _key(self) -> tuple:
         return (self._spec, *(self.__dict__[k] for k in self._SHARD))
@@ -328,10 +397,10 @@ class ShardView:
 
 def view(spec, par: Parallelism):
     """The model as one GPU of ``par`` sees it (the spec itself without tp, pp or ep); one
-    :class:`ShardView` per spec and (tp, sp, pp, ep), the fields it reads of ``par``, per process."""
+    :class:`ShardView` per spec and (tp, sp, pp, ep, etp), the fields it reads of ``par``, per process."""
     if par.tp == 1 and par.pp == 1 and par.ep == 1:
         return spec
-    return cached(_VIEWS, (spec, par.tp, par.sp, par.pp, par.ep), lambda: ShardView(spec, par))
+    return cached(_VIEWS, (spec, par.tp, par.sp, par.pp, par.ep, par.etp), lambda: ShardView(spec, par))
 
 
 _VIEWS = store()

@@ -39,7 +39,7 @@ SHARD_STAGE = {"ddp": 0, "zero1": 1, "zero2": 2, "fsdp-grad-op": 2, "zero3": 3, 
 
 
 #: The layout as flat keys (``Strategy`` input and output; JSON stays flat).
-LAYOUT_KEYS = ("dp", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep")
+LAYOUT_KEYS = ("dp", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep", "etp")
 
 
 class Strategy(BaseModel):
@@ -75,8 +75,9 @@ class Strategy(BaseModel):
         out = {k: v for k, v in data.items() if k not in LAYOUT_KEYS}
         tp, pp, vp, cp, ep = (int(flat[k]) if flat[k] is not None else 1 for k in ("tp", "pp", "vp", "cp", "ep"))
         sp, async_tp = bool(flat["sequence_parallel"]), bool(flat["async_tp"])
+        etp = int(flat["etp"]) if flat["etp"] is not None else None
         if flat["dp"] is not None:
-            out["parallelism"] = Parallelism(int(flat["dp"]), tp, pp, vp, sp, async_tp, cp, ep)
+            out["parallelism"] = Parallelism(int(flat["dp"]), tp, pp, vp, sp, async_tp, cp, ep, etp)
         elif (tp, pp, vp, sp, async_tp, cp, ep) != (1, 1, 1, False, False, 1, 1):
             raise ValueError("a tensor- or pipeline-parallel layout needs its data-parallel degree dp")
         return out
@@ -91,6 +92,8 @@ class Strategy(BaseModel):
                    async_tp=self.async_tp, cp=self.cp)
         if self.ep > 1:  # only mixtures of experts have it
             out["ep"] = self.ep
+        if self.parallelism is not None and self.parallelism.etp is not None:  # pinned expert tensor parallelism
+            out["etp"] = self.parallelism.etp
         return out
 
     @property

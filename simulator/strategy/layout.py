@@ -21,7 +21,12 @@ class Parallelism:
     ``ep``: expert parallelism (a mixture of experts): the experts of each MoE layer split over ep
     of the data-parallel ranks, which exchange tokens by all-to-all (:func:`ep_comm_time`); ep
     divides dp (Megatron-Core and torchtitan carve the expert-parallel group out of the
-    data-parallel ranks), the GPU count is still dp x tp x pp x cp.
+    data-parallel ranks), the GPU count is still dp x tp x pp x cp. ``etp``: expert tensor
+    parallelism, None = tp (Megatron-Core's default ``--expert-tensor-parallel-size``: each expert
+    split over the tensor-parallel ranks, which all process the micro-batch's tokens) or 1 with
+    tp > 1 (Megatron-Core's MoE parallel folding, pinned: whole experts, each tensor-parallel
+    rank's sequence shard dispatched on its own, the expert-parallel group drawn from the
+    consecutive tp x dp ranks, so ep divides tp x dp).
     """
 
     dp: int  # data-parallel replicas (the context-parallel ranks of a replica share its samples)
@@ -32,10 +37,22 @@ class Parallelism:
     async_tp: bool = False
     cp: int = 1
     ep: int = 1
+    etp: int | None = None
 
     @property
     def n_gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Tensor-parallel ranks each expert is split over (``etp``, else tp)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def folded(self) -> bool:
+        """Whether the experts run folded (``etp`` 1 under tp > 1): whole experts, each rank's
+        sequence shard dispatched on its own."""
+        return self.expert_tp < self.tp
 
     def describe(self) -> str:
         """E.g. 'TP 8 + sequence parallel · CP 2 · PP 4 (interleaved × 2) · EP 2 · DP 2'; '' for plain DP."""
@@ -49,7 +66,7 @@ class Parallelism:
         if self.pp > 1:
             parts.append(f"PP {self.pp}" + (f" (interleaved × {self.vp})" if self.vp > 1 else " (1F1B)"))
         if self.ep > 1:
-            parts.append(f"EP {self.ep}")
+            parts.append(f"EP {self.ep}" + (f" (expert TP {self.expert_tp})" if self.folded else ""))
         parts.append(f"DP {self.dp}")
         return " · ".join(parts)
 
@@ -74,7 +91,7 @@ CP_ATTENTIONS = ("sdpa",)
 CP_SEARCHED = (1, 2, 4, 8)
 
 
-def expert_degrees(n_experts: int, dp: int, tp: int, gpus_per_node: int, ep=None) -> list[int]:
+def expert_degrees(n_experts: int, dp: int, tp: int, gpus_per_node: int, ep=None, etp=None) -> list[int]:
     """Expert-parallel degrees of a layout with ``dp`` data-parallel ranks: ep divides the
     experts and dp. Megatron-Core (megatron/core/parallel_state.py, initialize_model_parallel)
     builds the expert grid from the same GPUs: expert_tensor_parallel_size defaults to the tensor-
@@ -82,16 +99,19 @@ def expert_degrees(n_experts: int, dp: int, tp: int, gpus_per_node: int, ep=None
     data-parallel size; with etp = tp that is ep dividing dp x cp, of which ep dividing dp (no
     context parallelism among the expert ranks) is modelled; torchtitan likewise borrows its EP
     ranks from data parallelism. Searched inside a node (ep x tp GPUs at most the node's), where
-    the all-to-all runs over NVLink; ``ep`` pins one (across nodes allowed). No experts: [1]."""
+    the all-to-all runs over NVLink; ``ep`` pins one (across nodes allowed). With ``etp`` 1 under
+    tp > 1 (MoE parallel folding, pinned) the expert grid is etp x ep x edp over the same tp x dp
+    GPUs of a stage: ep divides tp x dp. No experts: [1]."""
     if n_experts <= 1:
         return [1]
+    ranks = dp * tp if etp is not None and etp < tp else dp
     if ep is not None:
-        return [ep] if n_experts % ep == 0 and dp % ep == 0 else []
+        return [ep] if n_experts % ep == 0 and ranks % ep == 0 else []
     return [d for d in range(1, dp + 1) if dp % d == 0 and n_experts % d == 0 and d * tp <= gpus_per_node]
 
 
 def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=None, pp=None,
-            vp=None, sp=None, cp=None, seq_len: int = 0, n_experts: int = 0, ep=None) -> list[Parallelism]:
+            vp=None, sp=None, cp=None, seq_len: int = 0, n_experts: int = 0, ep=None, etp=None) -> list[Parallelism]:
     """Every ``dp x tp x pp x cp = n_gpus`` layout: tp divides the node's GPUs and the heads (or,
     pinned, a multiple of the node's GPUs dividing the heads: TP across nodes, :func:`tp_link`); pp at
     most the layers (uneven stages allowed); vp in {1, 2} where every stage has 2+ layers per
@@ -100,7 +120,8 @@ def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=
     layouts); cp in
     :data:`CP_SEARCHED` dividing the sequence into 2 cp chunks, searched from :data:`CP_MIN_SEQ`
     tokens on (else 1); with ``n_experts`` (a mixture of experts) every ep of
-    :func:`expert_degrees`. ``tp``, ``pp``, ``vp``, ``sp``, ``cp``, ``ep`` pin a knob (None = search)."""
+    :func:`expert_degrees`. ``tp``, ``pp``, ``vp``, ``sp``, ``cp``, ``ep``, ``etp`` pin a knob (None =
+    search; ``etp`` None = tp, 1 applies to tp > 1 with sequence parallelism)."""
     out = []
     tps = [t for t in range(1, gpus_per_node + 1) if gpus_per_node % t == 0 and n_heads % t == 0
            and n_gpus % t == 0]
@@ -123,10 +144,13 @@ def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=
                 vps = [1] + ([2] if p > 1 and min_layers >= 4 else []) if vp is None else [vp]
                 splits = t > 1 and (seq_len // c) % t == 0  # SP splits each rank's tokens over tp
                 sps = [splits] if sp is None else [bool(sp)] if splits or not sp else []
+                folded = etp is not None and etp < t
                 for v in vps:
                     for s in sps:
-                        for x in expert_degrees(n_experts, d, t, gpus_per_node, ep):
-                            out.append(Parallelism(d, t, p, v, s, cp=c, ep=x))
+                        if folded and not s:  # the folded experts dispatch each rank's sequence shard
+                            continue
+                        for x in expert_degrees(n_experts, d, t, gpus_per_node, ep, etp if folded else None):
+                            out.append(Parallelism(d, t, p, v, s, cp=c, ep=x, etp=etp if folded else None))
     return out
 
 
@@ -147,7 +171,17 @@ def allowed_layouts(n: int, g: int, model, seq: int, stack, lay: dict, attention
     bad pin and its valid values."""
     heads, layers = getattr(model, "n_heads", None), getattr(model, "n_layers", None)
     experts = getattr(model, "n_experts", 0)
-    ep = lay.get("ep")
+    ep, etp = lay.get("ep"), lay.get("etp")
+    if etp is not None and (not isinstance(etp, int) or isinstance(etp, bool) or etp <= 0):
+        raise UsageError(f"--etp must be a positive integer, got {etp!r}")
+    if etp is not None and not experts:
+        raise UsageError(f"--etp {etp}: {model.display_name} is not a mixture of experts")
+    if etp is not None and etp != 1 and etp != lay.get("tp"):
+        raise UsageError(f"--etp {etp}: expert tensor parallelism is modelled as 1 (Megatron-Core's MoE parallel "
+                         f"folding) or the tensor-parallel degree (its default); valid choices: 1"
+                         + (f", {lay['tp']}" if lay.get("tp") else ""))
+    if etp is not None and etp < (lay.get("tp") or 1) and "ep" not in stack.parallelisms:
+        raise UsageError(f"--etp {etp}: the {stack.display} stack has no expert parallelism")
     if ep is not None and (not isinstance(ep, int) or isinstance(ep, bool) or ep <= 0):
         raise UsageError(f"--ep must be a positive integer, got {ep!r}")
     if ep is not None and ep > 1 and not experts:
@@ -200,21 +234,29 @@ def allowed_layouts(n: int, g: int, model, seq: int, stack, lay: dict, attention
         if pp > 1 and not any(sh in PIPELINE_SHARDINGS for sh in shardings):
             raise UsageError(f"--pp {pp} needs --sharding ddp or zero1 (pipelining does not combine with "
                              f"{', '.join(shardings)})")
-    if vp is not None and vp > 1:
+    if vp is not None and vp > 1:  # pinned: up to a layer per virtual stage of the busiest stage (searched: 2)
         p_eff = pp or max({p.pp for p in free if tp is None or p.tp == tp})
-        min_layers = stage_layers(layers, p_eff)[-1] if p_eff > 1 else 0
-        if p_eff == 1 or vp > min_layers:
-            raise UsageError(f"--vp {vp}: interleaving needs --pp above 1 and at most {min_layers or 1} "
-                             "virtual stages (the layers of the smallest stage); valid here: "
-                             f"1..{max(1, min_layers)}")
+        max_layers = stage_layers(layers, p_eff)[0] if p_eff > 1 else 0
+        if p_eff == 1 or vp > max_layers:
+            raise UsageError(f"--vp {vp}: interleaving needs --pp above 1 and at most {max_layers or 1} "
+                             "virtual stages (the layers of the busiest stage: Megatron-LM's uneven layouts give "
+                             f"the others fewer, or none); valid here: 1..{max(1, max_layers)}")
     sp = lay.get("sequence_parallel")
-    out = layouts(n, g, heads, layers, tp=tp, pp=pp, vp=vp, sp=sp, cp=cp, seq_len=seq, n_experts=experts, ep=ep)
+    if etp is not None and etp < (tp or 1) and sp is False:
+        raise UsageError(f"--etp {etp}: the folded experts dispatch each tensor-parallel rank's sequence shard; "
+                         "it needs sequence parallelism (drop --no-sequence-parallel)")
+    out = layouts(n, g, heads, layers, tp=tp, pp=pp, vp=vp, sp=sp, cp=cp, seq_len=seq, n_experts=experts, ep=ep,
+                  etp=etp)
     base = layouts(n, g, heads, layers, tp=tp, pp=pp, vp=vp, sp=sp, cp=cp, seq_len=seq) if ep and not out else []
     if base:
-        ok = sorted({d for p in base for d in range(1, p.dp + 1) if p.dp % d == 0 and experts % d == 0})
+        folded = etp is not None and etp < (tp or 1)
+        ok = sorted({d for p in base for r in [p.dp * p.tp if folded else p.dp] for d in range(1, r + 1)
+                     if r % d == 0 and experts % d == 0})
+        where = ("ranks of a pipeline stage (GPUs / (pp × cp)) under --etp 1" if folded
+                 else "data-parallel degree (GPUs / (tp × pp × cp)); --etp 1 (Megatron-Core's MoE parallel "
+                      "folding) draws them from tp × dp")
         raise UsageError(f"--ep {ep}: the expert-parallel ranks are data-parallel ranks, so ep must divide the "
-                         f"data-parallel degree (GPUs / (tp × pp × cp)) and the {experts} experts; valid choices here: "
-                         f"{', '.join(map(str, ok))}")
+                         f"{where} and the {experts} experts; valid choices here: {', '.join(map(str, ok))}")
     if sp and not out:
         ok = sorted({p.tp for p in free if p.tp > 1 and (seq // (cp or 1)) % p.tp == 0 and "tp" not in lacking})
         raise UsageError(f"--sequence-parallel splits the tensor-parallel ranks' {seq // (cp or 1)} tokens over tp: "

@@ -64,6 +64,12 @@ class Stack(BaseModel):
     moe_experts: Literal["grouped", "loop"] = "grouped"
     moe_experts_source: str = ("Megatron-LM --moe-grouped-gemm with the all-to-all dispatcher; torchtitan's "
                                "grouped_mm experts: one kernel per GEMM for all of a GPU's experts")
+    moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
+    moe_dispatcher_source: str = ("NCCL all-to-all of every routed copy (Megatron-LM's default "
+                                  "--moe-token-dispatcher-type alltoall; torchtitan's default expert parallelism)")
+    moe_a2a_overlap: bool = False
+    moe_a2a_overlap_source: str = ("not overlapped (Megatron-LM's default; its --overlap-moe-expert-parallel-comm "
+                                   "is opt-in; torchtitan has none)")
     aliases: tuple[str, ...] = ()
 
     @field_validator("shardings")

@@ -52,6 +52,9 @@ class Op:
     for the device there, so the forward of such ops overlaps neither the dispatch nor the device
     work of the others, and torch.compile breaks its graph there, so their kernels pay the eager
     host time per kernel in both passes (:meth:`simulator.physics.compute._Timed.pass_time`).
+    ``grouped``: the ``batch`` GEMMs run as one grouped GEMM (a mixture of experts' experts under
+    ``torch._grouped_mm`` or Megatron-Core's grouped GEMM), timed against one GEMM of all their rows
+    where the profile calibrates it (``grouped_gemm_m_half``), else as ``batch`` GEMMs of m rows.
     """
 
     name: str
@@ -80,6 +83,7 @@ class Op:
     params: int = 0
     fp8_linear: bool = False
     graph_break: bool = False
+    grouped: bool = False
 
     def kept_under(self, policy: str) -> np.ndarray | float:
         """Bytes kept per repetition under an op-granular policy (``none``, ``selective``, ``op``)."""

@@ -65,7 +65,7 @@ _DISPLAY = {"mixtral": "Mixtral", "qwen2_moe": "Qwen2-MoE", "qwen3_moe": "Qwen3-
 #: all experts on every GPU the total is the same on each). ASSUMPTION, not fitted: the project's
 #: design notes (DESIGN.md, "Mixture-of-experts and FP8") record published gaps of 8-20% between
 #: force-balanced and dropless routing of Qwen3-235B-A22B; 1.1 is near the low end. A run with a
-#: capacity factor (tokens dropped or padded to the mean) has none: its prediction is then slow.
+#: capacity factor (``MoESpec.capacity_factor``) has none: its experts run at their capacity.
 LOAD_IMBALANCE = 1.1
 #: Router softmax and top-k: fp32 passes over the tokens x experts scores (read the half logits,
 #: write fp32 probabilities, read them for top-k, write the k weights and indices), kernels.
@@ -113,6 +113,16 @@ class MoESpec(ModelSpec):
     ``first_k_dense_replace``); the other layers are sparse."""
     dense_ffn_hidden: int = Field(default=0, ge=0)
     """Width of the dense layers' MLP (``intermediate_size``); 0 without dense layers."""
+    capacity_factor: float | None = Field(default=None, gt=0)
+    """How the training run routes (a setting of the run, ``--capacity-factor``): None, dropless
+    (every expert takes all its tokens; the busiest expert-parallel rank :data:`LOAD_IMBALANCE`
+    times the mean); c, each expert's buffer holds c times its mean share of the token copies,
+    the tokens beyond it dropped and the buffer padded to it (Megatron-Core
+    ``--moe-expert-capacity-factor c --moe-pad-expert-input-to-capacity``, NeMo's Mixtral recipes;
+    GShard, Switch): every expert, and the all-to-all, carry exactly c times the mean, whatever
+    the routing. At most ``n_experts / top_k`` (a buffer of all the tokens). Benchmarks that
+    force balanced routing (Megatron-Core ``--moe-router-force-load-balancing``, NeMo Automodel's
+    ``fake_balanced_gate``) run like capacity factor 1."""
 
     @model_validator(mode="after")
     def _check_moe(self) -> MoESpec:
@@ -124,6 +134,9 @@ class MoESpec(ModelSpec):
             raise ValueError(f"first_dense_layers ({self.first_dense_layers}) must be below n_layers ({self.n_layers})")
         if (self.first_dense_layers > 0) != (self.dense_ffn_hidden > 0):
             raise ValueError("first_dense_layers and dense_ffn_hidden go together")
+        if self.capacity_factor is not None and self.capacity_factor > self.n_experts / self.top_k:
+            raise ValueError(f"capacity_factor ({self.capacity_factor:g}) must be at most n_experts / top_k "
+                             f"({self.n_experts / self.top_k:g}: a buffer of every token)")
         if self.mla:
             if self.v_head_dim is None or self.attn_head_dim is None or self.kv_heads != self.n_heads:
                 raise ValueError("multi-head latent attention needs attn_head_dim, v_head_dim and one key head per head")
@@ -137,6 +150,19 @@ class MoESpec(ModelSpec):
     def mla(self) -> bool:
         """Whether attention is multi-head latent attention (DeepSeek)."""
         return self.kv_lora_rank is not None
+
+    def expert_load(self, ep: int) -> float:
+        """Token copies the busiest GPU's experts process over the mean share: the capacity
+        factor where there is one, else :data:`LOAD_IMBALANCE` under expert parallelism (1 with
+        all experts on every GPU)."""
+        if self.capacity_factor is not None:
+            return self.capacity_factor
+        return LOAD_IMBALANCE if ep > 1 else 1.0
+
+    def dispatched_load(self) -> float:
+        """Token copies each all-to-all carries over the mean: padded buffers (the capacity
+        factor) or the tokens themselves (dropless: 1)."""
+        return 1.0 if self.capacity_factor is None else self.capacity_factor
 
     @property
     def n_moe_layers(self) -> int:
@@ -218,8 +244,9 @@ def _mlp_elementwise(f: float, gated: bool, compiled: bool) -> float:
 
 def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
     """One micro-batch of ``mb`` samples (array): the transformer's graph with its MLP replaced by
-    the sparse block (module docstring). ``model`` may be a ``parallel.ShardView`` (its ``tp``
-    shard of each expert's width, its ``ep`` share of the experts)."""
+    the sparse block (module docstring). ``model`` may be a ``parallel.ShardView`` (its expert
+    tensor-parallel shard of each expert's width, its ``ep`` share of the experts; folded experts,
+    ``expert_token_shards`` > 1, route only the rank's sequence shard of the tokens)."""
     base = dense_graph(model, mb, seq_len, knobs)
     layer = base.blocks[0]
     e = workload.act_bytes(knobs.precision)
@@ -228,7 +255,8 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
     tp, ep = getattr(model, "tp", 1), getattr(model, "ep", 1)
     local = E // ep
     fs = math.ceil(model.shared_ffn_hidden / tp)
-    Tk = T * k * (LOAD_IMBALANCE if ep > 1 else 1.0)  # token copies this GPU's experts process
+    Te = T / getattr(model, "expert_token_shards", 1)  # tokens this GPU routes
+    Tk = Te * k * model.expert_load(ep)  # token copies this GPU's experts process
     up, up_s = 2 * f, 2 * fs
     loop = knobs.stack.moe_experts == "loop"
     # the loop's kernels for all local experts (every expert is hit: a micro-batch routes thousands
@@ -258,19 +286,19 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
         # the router reads the post-attention norm's output (kept for backward, as the dense
         # MLP-up kept it) and writes the expert scores; it stays in bf16 under fp8 (a narrow GEMM whose
         # scores decide the routing: FP8 recipes leave it out), as does the shared expert's gate
-        Op("router", "gemm", m=T, n=E, k=h, kernels_fwd=1, kernels_bwd=2, saved=T * e * h,
-           kept={"op": T * e * E}, params=model.router_params_per_layer()),
-        Op("router_topk", "elementwise", bytes_fwd=T * E * (e + 4 * ROUTER_PASSES), bytes_bwd=T * E * 4 * 3,
-           kernels_fwd=ROUTER_KERNELS, kernels_bwd=ROUTER_KERNELS, saved=T * E * 4,
+        Op("router", "gemm", m=Te, n=E, k=h, kernels_fwd=1, kernels_bwd=2, saved=Te * e * h,
+           kept={"op": Te * e * E}, params=model.router_params_per_layer()),
+        Op("router_topk", "elementwise", bytes_fwd=Te * E * (e + 4 * ROUTER_PASSES), bytes_bwd=Te * E * 4 * 3,
+           kernels_fwd=ROUTER_KERNELS, kernels_bwd=ROUTER_KERNELS, saved=Te * E * 4,
            recompute=frozenset({"op"}), bandwidth="elementwise"),
         # dispatch: read the tokens, write top_k copies grouped by expert; backward sums the copies'
         # gradients back
-        Op("dispatch", "elementwise", bytes_fwd=(T + Tk) * h * e, bytes_bwd=(T + Tk) * h * e,
+        Op("dispatch", "elementwise", bytes_fwd=(Te + Tk) * h * e, bytes_bwd=(Te + Tk) * h * e,
            kernels_fwd=2 + per["dispatch"], kernels_bwd=2 + bwd * per["dispatch"], recompute=frozenset({"op"}),
            bandwidth="elementwise", graph_break=loop),
         Op("expert_up", "gemm", m=Tk / local, n=up, k=h, batch=float(local), kernels_fwd=gemm_kernels["expert_up"],
            kernels_bwd=2 * gemm_kernels["expert_up"], saved=Tk * e * h, kept={"op": Tk * e * up},
-           params=local * h * up, fp8_linear=True, graph_break=loop),
+           params=local * h * up, fp8_linear=True, graph_break=loop, grouped=not loop),
     ]
     if loop:  # each expert's SiLU and gate x up product, eager kernels even under torch.compile
         xe = Tk * workload.mlp_elementwise_elements(f, True, False) * e
@@ -280,10 +308,10 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
     ops += [
         Op("expert_down", "gemm", m=Tk / local, n=h, k=f, batch=float(local), kernels_fwd=gemm_kernels["expert_down"],
            kernels_bwd=2 * gemm_kernels["expert_down"], saved=Tk * e * f, kept={"op": Tk * e * h},
-           params=local * f * h, fp8_linear=True, graph_break=loop),
+           params=local * f * h, fp8_linear=True, graph_break=loop, grouped=not loop),
         # combine: weight each copy by its routing probability (the copies are kept for that
         # probability's gradient) and add them back in token order
-        Op("combine", "elementwise", bytes_fwd=(2 * Tk + T) * h * e, bytes_bwd=2 * (2 * Tk + T) * h * e,
+        Op("combine", "elementwise", bytes_fwd=(2 * Tk + Te) * h * e, bytes_bwd=2 * (2 * Tk + Te) * h * e,
            kernels_fwd=2 + per["combine"], kernels_bwd=2 + bwd * per["combine"], saved=Tk * e * h,
            recompute=frozenset({"op"}), bandwidth="elementwise", graph_break=loop),
     ]
@@ -459,9 +487,14 @@ def from_hf_config(c, name: str) -> dict:
 
 def notes(spec: MoESpec, stack) -> list[str]:
     """Active vs total parameters; under a stack that loops over the experts, that it is slow."""
+    routing = (f"the busiest expert-parallel rank processes {LOAD_IMBALANCE:g}x the mean tokens (dropless routing)"
+               if spec.capacity_factor is None else
+               f"capacity factor {spec.capacity_factor:g}: every expert's buffer is {spec.capacity_factor:g}x its mean "
+               "tokens, the rest dropped, the buffer padded")
     out = [f"{spec.display_name}: {spec.n_active_params() / 1e9:.2f} B of its {spec.n_params() / 1e9:.2f} B parameters "
-           f"are active per token (top-{spec.top_k} of {spec.n_experts} experts); MFU counts the active ones; the "
-           f"busiest expert-parallel rank processes {LOAD_IMBALANCE:g}x the mean tokens (dropless routing)"]
+           f"are active per token (top-{spec.top_k} of {spec.n_experts} experts); MFU counts the active ones; {routing}"]
+    if stack.moe_dispatcher != "alltoall" or stack.moe_a2a_overlap:
+        out.append(f"expert all-to-all: {stack.moe_dispatcher_source}; {stack.moe_a2a_overlap_source}")
     if stack.moe_experts == "loop":
         out.append(f"{stack.display} runs Hugging Face's eager expert loop, which is slow: a Python loop over the "
                    f"{spec.n_experts} experts of each layer, each a host sync (torch.where), gathers, three small "

@@ -191,8 +191,24 @@ def main() -> int:
         print(f"wrote {len(CASES)} cases and {len(REPORTS)} reports to {GOLDEN.relative_to(ROOT)}")
         return 0
     diffs = differences(json.loads(GOLDEN.read_text(encoding="utf-8")), new)
-    print("\n".join(diffs[:50]) or f"all {len(CASES)} cases and {len(REPORTS)} reports unchanged")
-    return 1 if diffs else 0
+    if not diffs:
+        print(f"all {len(CASES)} cases and {len(REPORTS)} reports unchanged")
+        return 0
+    print("\n".join(diffs[:50]))
+    print(summary(diffs))
+    return 1
+
+
+def summary(diffs: list[str]) -> str:
+    """One line per case or report that differs: how many values, and which parts (plan, table, ...)."""
+    parts: dict[str, dict[str, int]] = {}
+    for d in diffs:
+        name, part = (d.lstrip(".").split(".") + [""])[:2]
+        parts.setdefault(name, {}).setdefault(part.split("[")[0].split(":")[0], 0)
+        parts[name][part.split("[")[0].split(":")[0]] += 1
+    lines = [f"{len(diffs)} differences in {len(parts)} of {len(CASES)} cases and {len(REPORTS)} reports:"]
+    lines += [f"  {name}: " + ", ".join(f"{part} {n}" for part, n in sorted(p.items())) for name, p in sorted(parts.items())]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -202,10 +202,13 @@ def main() -> int:
 def summary(diffs: list[str]) -> str:
     """One line per case or report that differs: how many values, and which parts (plan, table, ...)."""
     parts: dict[str, dict[str, int]] = {}
+    names = sorted([*CASES, *REPORTS, "reports"], key=len, reverse=True)  # case names hold dots (pythia-2.8b)
     for d in diffs:
-        name, part = (d.lstrip(".").split(".") + [""])[:2]
-        parts.setdefault(name, {}).setdefault(part.split("[")[0].split(":")[0], 0)
-        parts[name][part.split("[")[0].split(":")[0]] += 1
+        path = d.lstrip(".")
+        name = next((n for n in names if path.startswith(n + ".") or path.startswith(n + ":")), path.split(".")[0])
+        part = path[len(name) + 1:].split(".")[0].split("[")[0].split(":")[0]
+        parts.setdefault(name, {}).setdefault(part, 0)
+        parts[name][part] += 1
     lines = [f"{len(diffs)} differences in {len(parts)} of {len(CASES)} cases and {len(REPORTS)} reports:"]
     lines += [f"  {name}: " + ", ".join(f"{part} {n}" for part, n in sorted(p.items())) for name, p in sorted(parts.items())]
     return "\n".join(lines)

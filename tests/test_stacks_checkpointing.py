@@ -166,7 +166,9 @@ def test_norm_precision_by_stack_changes_traffic_not_memory():
     assert not stacks.get_stack("llm-foundry").fp32_norm(2, False)
     assert not stacks.get_stack("hf-trainer").fp32_norm(2, True)  # Inductor fuses the norm
     kw = dict(KW, micro_batch=2)
-    hf = simulate("mpt-1b", "1xh100", stack="hf-trainer", **kw)
+    # hf-trainer with llm-foundry's attention kernel and AdamW implementation: only the loss and norms differ
+    hf_like = stacks.get_stack("hf-trainer").model_copy(update={"attention_kernel": "flash", "optimizer": "foreach"})
+    hf = simulate("mpt-1b", "1xh100", stack=hf_like, **kw)
     lf = simulate("mpt-1b", "1xh100", stack="llm-foundry", **kw)
     assert lf.step_time_s < hf.step_time_s  # fused loss, half norms
     # HF's eager modules keep more (tests/test_hf_eager.py); the norm's precision changes no saved byte

@@ -158,7 +158,7 @@ def _ring_attention(pb: Problem, model, par: Parallelism, seq: int, packs: list[
         sel = a["pack"] == k
         if not sel.any() or pb.device.gemm_peak(p) is None:
             continue
-        part = attention_core(model, seq, one, p, att, pb.device)  # one sample, one block per layer
+        part = attention_core(model, seq, one, p, att, pb.device, pb.stack)  # one sample, one block per layer
         f1[sel], b1[sel], ff1[sel], fb1[sel] = part.t_fwd[0], part.t_bwd[0], part.fl_fwd[0], part.fl_bwd[0]
         rec[sel] = 1.0 if ck == "selective" else checkpointed_layers(ck, L) / L  # attention recomputed
     more = par.cp - 1
@@ -323,7 +323,7 @@ def _view_time(view, seq: int, mb: np.ndarray, precision: str, attention: str, c
     with the cp-1 further attention blocks of context parallelism (affine in the layers too)."""
     t = micro_batch_time(view, seq, mb, precision, attention, compiled, "none", pb.device, memo, pb.stack).total
     if cp > 1:
-        part = attention_core(view, seq, mb, precision, attention, pb.device)
+        part = attention_core(view, seq, mb, precision, attention, pb.device, pb.stack)
         t = t + (cp - 1) * (part.t_fwd + part.t_bwd)
     return t
 
@@ -358,9 +358,10 @@ def _seconds_per_token(pb: Problem, space: Space) -> float:
     if not precs:
         return 0.0
     peak = max(dev.gemm_peak(p) for p in precs)
-    at = prof.attention
+    kernels = [prof.attention, *prof.attention_kernels.values()]
     eff = min(1.0, max([prof.gemm_for(p).e_max for p in precs]
-                       + [at.flash_fwd, at.flash_bwd, at.mem_efficient_fwd, at.mem_efficient_bwd]))
+                       + [e for at in kernels for e in (at.flash_fwd, at.flash_bwd, at.mem_efficient_fwd,
+                                                          at.mem_efficient_bwd)]))
     return model_flops_per_token(pb.model, pb.seq_len) / (peak * eff)
 
 

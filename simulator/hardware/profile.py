@@ -105,11 +105,21 @@ class AttentionEfficiency(StrictModel):
     mem_efficient_bwd: float = Field(gt=0, le=1)
     head_dim_half: float = Field(default=0.0, ge=0)  # elements; 0 = no head-size dependence
     seq_half: float = Field(default=0.0, ge=0)  # tokens; 0 = no sequence-length dependence
+    # the fp32 (memory-efficient) kernel's own halves where its figures were fitted with other ones (None: the above)
+    mem_efficient_head_dim_half: float | None = Field(default=None, ge=0)
+    mem_efficient_seq_half: float | None = Field(default=None, ge=0)
     # where the flash figures come from: 'published' benchmark charts (another GPU's shape, another
     # kernel build: an end-to-end fit's attention_scale corrects them) or 'measured' on this device's own
     # SDPA at training shapes (causal, the training layouts), which an end-to-end fit leaves as they are
     basis: Literal["published", "measured"] = "published"
     source: str
+
+
+#: Fused-attention kernels a profile may time apart from ``attention`` (FlashAttention-2, the flash backend
+#: of torch SDPA and the flash-attn package): ``cudnn``, cuDNN's fused flash attention (what torch SDPA
+#: dispatches to on sm90 and later, and Transformer Engine's FusedAttention), a stack's choice
+#: (:attr:`simulator.strategy.stacks.Stack.attention_kernel`)
+ATTENTION_KERNELS = ("cudnn",)
 
 
 class FreshMemory(StrictModel):
@@ -275,6 +285,9 @@ class Profile(StrictModel):
     provenance: Provenance
     gemm: dict[str, GemmEfficiency]  # per precision actually executed: fp32, tf32, bf16, fp16
     attention: AttentionEfficiency
+    # further fused-attention kernels timed apart (ATTENTION_KERNELS: half precision only; absent, a stack that
+    # asks for one runs at ``attention``'s flash figures)
+    attention_kernels: dict[str, AttentionEfficiency] = {}
     memory_bw_eff: float = Field(gt=0, le=1)  # of device.mem_bw_gbs, bandwidth-bound kernels
     memory_bw_eff_source: str
     launch_overhead_us: float = Field(ge=0)  # per kernel, eager PyTorch
@@ -336,6 +349,19 @@ class Profile(StrictModel):
     @classmethod
     def _bw_ops(cls, v: dict[str, float]) -> dict[str, float]:
         return _check_map(v, "bw_eff_ops", BW_OP_CLASSES + ACTIVATION_CLASSES, 0.0, 1.0, "in (0, 1]")
+
+    @field_validator("attention_kernels")
+    @classmethod
+    def _attention_kernels(cls, v: dict[str, AttentionEfficiency]) -> dict[str, AttentionEfficiency]:
+        bad = [k for k in v if k not in ATTENTION_KERNELS]
+        if bad:
+            raise ValueError(f"attention_kernels: unknown key {bad[0]!r}; valid: {', '.join(ATTENTION_KERNELS)}")
+        return v
+
+    def attention_kernel(self, kernel: str) -> AttentionEfficiency:
+        """The fused-attention efficiencies of ``kernel`` (``flash`` or one of :data:`ATTENTION_KERNELS`):
+        its own where timed apart, else ``attention``'s."""
+        return self.attention_kernels.get(kernel, self.attention)
 
     @field_validator("gemm_misaligned")
     @classmethod

@@ -59,20 +59,25 @@ class MicroBatchTime:
 
 
 def fused_attention_rate(dev: Device, precision: str, head_dim: float, seq_len: float,
-                         causal: bool) -> tuple[float, np.ndarray, np.ndarray]:
+                         causal: bool, kernel: str = "flash") -> tuple[float, np.ndarray, np.ndarray]:
     """(peak FLOP/s, forward efficiency, backward efficiency) of fused attention (SDPA) for one
     head size (elements), sequence length (tokens) and mask: FlashAttention on the tensor peak in
     half precision (bf16 under fp8: attention stays in bf16), the memory-efficient kernel on CUDA
-    cores on fp32 inputs; the profile's
-    efficiencies scaled by :func:`simulator.physics.kernels.attention_efficiency`. ``seq_half`` describes
+    cores on fp32 inputs; the profile's efficiencies (in half precision the stack's ``kernel``'s,
+    :meth:`simulator.hardware.profile.Profile.attention_kernel`) scaled by
+    :func:`simulator.physics.kernels.attention_efficiency`. ``seq_half`` describes
     causal kernels (decoder training); without the mask the score tiles are full from the first
     one, so the sequence dependence is weaker (:data:`NONCAUSAL_SEQ_HALF`)."""
-    a = dev.profile.attention
-    if precision in MIXED_PRECISIONS:
+    if precision in MIXED_PRECISIONS:  # the stack's ``kernel``: cuDNN's where the profile times it apart
+        a = dev.profile.attention_kernel(kernel)
         peak, e_f, e_b = dev.gemm_peak(base_precision(precision)), a.flash_fwd, a.flash_bwd
+        d_half, s_half = a.head_dim_half, a.seq_half
     else:
+        a = dev.profile.attention
         peak, e_f, e_b = dev.peak_flops["fp32"], a.mem_efficient_fwd, a.mem_efficient_bwd
-    shape = (head_dim, seq_len, a.head_dim_half, a.seq_half * (1.0 if causal else NONCAUSAL_SEQ_HALF))
+        d_half = a.head_dim_half if a.mem_efficient_head_dim_half is None else a.mem_efficient_head_dim_half
+        s_half = a.seq_half if a.mem_efficient_seq_half is None else a.mem_efficient_seq_half
+    shape = (head_dim, seq_len, d_half, s_half * (1.0 if causal else NONCAUSAL_SEQ_HALF))
     return peak, kernels.attention_efficiency(e_f, *shape), kernels.attention_efficiency(e_b, *shape)
 
 
@@ -91,7 +96,7 @@ def op_times(op: Op, dev: Device, precision: str) -> tuple[np.ndarray, np.ndarra
     prof = dev.profile
     bw, bw_eff = dev.mem_bw, prof.memory_bw_eff
     if op.kind == "attention":
-        peak, e_f, e_b = fused_attention_rate(dev, precision, op.head_dim, op.seq, op.causal)
+        peak, e_f, e_b = fused_attention_rate(dev, precision, op.head_dim, op.seq, op.causal, op.attention_kernel)
         return op.fwd_flops() / (peak * e_f), op.bwd_flops() / (peak * e_b)
     peak = dev.peak_flops["fp32"]
     eff_bw = bw * (prof.bw_eff(op.bandwidth) if op.bandwidth else bw_eff)
@@ -167,13 +172,14 @@ class CoreTime:
     fl_bwd: np.ndarray
 
 
-def attention_core(model, seq_len: int, mb: np.ndarray, precision: str, attention: str, dev: Device) -> CoreTime:
+def attention_core(model, seq_len: int, mb: np.ndarray, precision: str, attention: str, dev: Device,
+                   stack: Stack | str | None = None) -> CoreTime:
     """The attention core of one micro-batch of ``mb`` samples (array), all blocks: the ops that
     selective checkpointing re-runs (Korthikanti et al. 2022: the fused kernel, or eager
     attention's scores, softmax and values). Context parallelism runs it once more per further
-    key/value block of the ring."""
+    key/value block of the ring. ``stack``: the training stack (None: the default), which picks the kernel."""
     mb = np.asarray(mb, dtype=float)
-    tm = _timed(graph(model, seq_len, mb, precision, attention, False), dev, precision, False, {})
+    tm = _timed(graph(model, seq_len, mb, precision, attention, False, stack), dev, precision, False, {})
     core = [r for r in tm.rows if r.block is not None and "selective" in r.recompute]
     z = np.zeros_like(mb)
     return CoreTime(*(sum((getattr(r, f) for r in core), z) for f in ("t_fwd", "t_bwd", "fl_fwd", "fl_bwd")))

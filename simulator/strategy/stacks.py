@@ -58,6 +58,9 @@ class Stack(BaseModel):
     async_tp_overlap_source: str = ASYNC_TP_OVERLAP_SOURCE
     states: Literal["mixed", "half", "master"] = "mixed"
     states_source: str = "torch.autocast over fp32 parameters (mixed precision): fp32 weights, gradients and moments"
+    attention_kernel: Literal["flash", "cudnn"] = "flash"
+    attention_kernel_source: str = ("FlashAttention-2: the flash-attn package, or torch SDPA's flash backend "
+                                    "(the kernel of Shah et al. 2024's FA2 bars and of the end-to-end fits)")
     optimizer: Literal["fused", "foreach", "for_loop"] = "foreach"
     optimizer_source: str = ("torch.optim.AdamW's default on CUDA tensors (foreach=None picks the multi-tensor "
                              "foreach implementation; fused must be asked for)")

@@ -47,6 +47,8 @@ class Op:
     ``fp8_linear``: a GEMM of a linear layer that FP8 training converts (torchao's Float8Linear,
     Transformer Engine's Linear): under precision fp8 its three GEMMs run at the FP8 peak and
     the block pays their inputs' scaling casts (:func:`simulator.model.fp8.with_fp8_casts`).
+    ``attention_kernel``: the fused-attention kernel the stack runs (``flash``, ``cudnn``:
+    :attr:`simulator.strategy.stacks.Stack.attention_kernel`), timed at the profile's figures for it.
     ``graph_break``: the op runs in a Python loop whose forward reads data-dependent sizes back to
     the host (``torch.where`` / ``nonzero`` in Hugging Face's eager expert loop): the host waits
     for the device there, so the forward of such ops overlaps neither the dispatch nor the device
@@ -83,6 +85,7 @@ class Op:
     params: int = 0
     fp8_linear: bool = False
     graph_break: bool = False
+    attention_kernel: str = "flash"
     grouped: bool = False
 
     def kept_under(self, policy: str) -> np.ndarray | float:

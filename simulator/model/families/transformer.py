@@ -54,7 +54,7 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
         fl = workload.attention_flops_fwd(model, mb, seq_len, fused=True) / L1
         ops.append(Op("attention", "attention", flops_fwd=fl, flops_bwd=workload.FLASH_BWD_FLOPS * fl, kernels_fwd=1,
                       kernels_bwd=1, recompute=frozenset({"selective"}), head_dim=model.head_dim, seq=seq_len,
-                      causal=workload.is_causal(model), heads=model.n_heads))
+                      causal=workload.is_causal(model), heads=model.n_heads, attention_kernel=stack.attention_kernel))
     else:
         core = hf_core if hf else workload.eager_scores_bytes_per_token(model, seq_len, e)
         # autocast's fp32 list holds softmax as it holds layer_norm: the stacks whose norms run in fp32 upcast it

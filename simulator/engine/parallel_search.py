@@ -289,27 +289,50 @@ def _compute_floors(pb: Problem, space: Space, pars: list[Parallelism]) -> tuple
     a pass's time is the larger of two sums affine in the stage's layers L (kernels; host
     dispatch), so it is convex in L and f(L) >= f(2) + (L-2) (f(2) - f(1)) for L >= 2, exact
     when the same sum dominates at 1, 2 and L layers."""
-    dev = pb.device
     B = np.array([float(math.ceil(pb.global_batch / p.dp)) for p in pars])
     L = np.array([float(stage_layers(pb.model.n_layers, p.pp)[0]) for p in pars])
     full, one = np.full(len(pars), np.inf), np.full(len(pars), np.inf)
-    compiles = [True] if True in space.compiles else list(space.compiles)
     for key in {(p.tp, p.sp, p.cp, p.ep) for p in pars}:
-        tp, sp, cp, ep = key
-        seq = pb.seq_len // cp
         idx = np.array([i for i, p in enumerate(pars) if (p.tp, p.sp, p.cp, p.ep) == key])
-        base = parallel.ShardView(pb.model, Parallelism(1, tp, 1, 1, sp, ep=ep))
         mb = np.unique(np.concatenate([[1.0], B[idx]]))
         at_b, at_1 = np.searchsorted(mb, B[idx]), np.searchsorted(mb, 1.0)
-        memos: tuple[dict, dict] = ({}, {})
-        for p, att, c in [(p, att, c) for p in space.precisions if dev.gemm_peak(p) is not None
-                          for att in space.attentions if cp == 1 or att in CP_ATTENTIONS for c in compiles]:
-            f1, f2 = (_view_time(base.with_layers(n), seq, mb, p, att, c, cp, pb, memo)
-                      for n, memo in zip((1, 2), memos, strict=True))
+        for f1, f2 in _layer_times(pb, space, key, mb):
             fl = np.where(L[idx, None] >= 2, f2 + (L[idx, None] - 2) * (f2 - f1), f1)  # (layouts, mb)
             full[idx] = np.minimum(full[idx], fl[np.arange(idx.size), at_b])
             one[idx] = np.minimum(one[idx], fl[:, at_1])
     return full, one
+
+
+def _layer_times(pb: Problem, space: Space, key: tuple[int, bool, int, int],
+                 mb: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per searched (supported precision, attention, compilation; compiled only where compiling
+    is searched), the seconds of a micro-batch of each of ``mb`` samples on the view of ``key`` =
+    (tp, sp, cp, ep) with 1 and with 2 layers (:func:`_view_time`). Kept per process, keyed by
+    every input it reads."""
+    compiles = [True] if True in space.compiles else list(space.compiles)
+    ck = (pb.model, key, pb.seq_len, mb.tobytes(), tuple(space.precisions), tuple(space.attentions),
+          tuple(compiles), pb.stack, pb.device.name)
+    return cached(_LAYER_TIMES, ck, lambda: _view_layer_times(pb, space, key, mb, compiles), pb.device)
+
+
+_LAYER_TIMES = store()
+
+
+def _view_layer_times(pb: Problem, space: Space, key: tuple[int, bool, int, int], mb: np.ndarray,
+                      compiles: list[bool]) -> list[tuple[np.ndarray, np.ndarray]]:
+    dev = pb.device
+    tp, sp, cp, ep = key
+    seq = pb.seq_len // cp
+    base = parallel.ShardView(pb.model, Parallelism(1, tp, 1, 1, sp, ep=ep))
+    memos: tuple[dict, dict] = ({}, {})
+    out = []
+    for p, att, c in [(p, att, c) for p in space.precisions if dev.gemm_peak(p) is not None
+                      for att in space.attentions if cp == 1 or att in CP_ATTENTIONS for c in compiles]:
+        f1, f2 = (_view_time(base.with_layers(n), seq, mb, p, att, c, cp, pb, memo)
+                  for n, memo in zip((1, 2), memos, strict=True))
+        frozen(f1, f2)
+        out.append((f1, f2))
+    return out
 
 
 def _view_time(view, seq: int, mb: np.ndarray, precision: str, attention: str, compiled: bool, cp: int,

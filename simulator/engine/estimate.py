@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from functools import partial
 from itertools import product
 
 import numpy as np
@@ -238,10 +237,6 @@ class MicroBatches:
     mi: np.ndarray  # (M,) index of each candidate in ``evaluated``
     li: np.ndarray  # (M,) index of each candidate's last micro-batch in ``evaluated``
 
-    def per_step(self, x: np.ndarray) -> np.ndarray:
-        """A (K, E) per-micro-batch quantity summed over one optimizer step: (K, M)."""
-        return (self.grad_accum - 1) * x[:, self.mi] + x[:, self.li]
-
 
 def micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray) -> MicroBatches:
     """The pinned micro-batch sizes, or every size from 1 whose activations could fit at all next
@@ -288,7 +283,10 @@ class PackCompute:
     seconds of forward, backward and recompute, executed FLOPs, activation and logit bytes; and
     seconds of autocast's weight casts per micro-batch (K,), in forward and backward (``cast``) and
     again in recomputation (``rec_cast``: whole checkpointed layers re-cast their weights).
-    Unsupported precisions: inf."""
+    Unsupported precisions: inf. ``sized`` stacks the (K, E) quantities the evaluation gathers at
+    its micro-batch sizes, in the order of :data:`_SIZED`: forward, backward, recompute, FLOPs,
+    their sum (a micro-batch's compute), backward + recompute, activations, logits and the
+    activations outside the blocks."""
 
     fwd: np.ndarray
     bwd: np.ndarray
@@ -299,6 +297,11 @@ class PackCompute:
     cast: np.ndarray
     rec_cast: np.ndarray
     act_outside: np.ndarray
+    sized: np.ndarray  # (len(_SIZED), K, E)
+
+
+#: The rows of :attr:`PackCompute.sized`.
+_SIZED = ("fwd", "bwd", "rec", "hw", "total", "bwd_rec", "act", "logit", "act_outside")
 
 
 def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, sizes: np.ndarray) -> PackCompute:
@@ -333,8 +336,29 @@ def _compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, si
         cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / rate
         rerun = checkpointed_layers(ck, model.n_layers) * _layer_params(model)  # forward casts again
         rec_cast[i] = 0.5 * float(workload.autocast_cast_bytes(rerun, p, half_params=False).nbytes) / rate
-    frozen(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out)
-    return PackCompute(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out)
+    sized = np.stack([fwd, bwd, rec, hw, fwd + bwd + rec, bwd + rec, act, logit, act_out])
+    frozen(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out, sized)
+    return PackCompute(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out, sized)
+
+
+@dataclass(frozen=True)
+class PerSize:
+    """:attr:`PackCompute.sized` at a search's micro-batch candidates (``at``, (K, M) each: one
+    micro-batch of the candidate's size) and at each candidate's last micro-batch (``last``);
+    ``per_step``: the first five (forward, backward, recompute, FLOPs, compute) summed over an
+    optimizer step, (ga - 1) x at + last. Units as in :class:`PackCompute`."""
+
+    at: dict[str, np.ndarray]
+    last: dict[str, np.ndarray]
+    per_step: dict[str, np.ndarray]
+
+
+def per_size(pc: PackCompute, mb: MicroBatches) -> PerSize:
+    """:class:`PerSize` of ``pc`` at the candidates of ``mb``."""
+    at, last = pc.sized[:, :, mb.mi], pc.sized[:, :, mb.li]
+    step = (mb.grad_accum - 1) * at[:5] + last[:5]
+    return PerSize(dict(zip(_SIZED, at, strict=True)), dict(zip(_SIZED, last, strict=True)),
+                   dict(zip(_SIZED[:5], step, strict=True)))
 
 
 @dataclass(frozen=True)
@@ -393,8 +417,8 @@ def _model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
     return out
 
 
-def sharding_schedule(pb: Problem, shardings: list[str], st: States, pc: PackCompute,
-                      mb: MicroBatches) -> np.ndarray:
+def sharding_schedule(pb: Problem, shardings: list[str], st: States, ps: PerSize, mb: MicroBatches,
+                      P: float, PL: float) -> np.ndarray:
     """Seconds per optimizer step of data-parallel communication not hidden behind compute, (K, M, Z).
 
     DDP all-reduces the gradients once per step behind the last backward; ZeRO-1 reduce-scatters
@@ -403,23 +427,20 @@ def sharding_schedule(pb: Problem, shardings: list[str], st: States, pc: PackCom
     forward (and again in backward under full sharding) and reduce-scatter gradients in
     backward. Collectives are issued in pieces, each paying the latency and each a unit of
     overlap: DDP buckets of 25 MiB (bucket_cap_mb default), DeepSpeed ZeRO buckets of 5e8
-    elements, ZeRO-3 / FSDP one gather / reduce-scatter per unit (L layers + the root)."""
+    elements, ZeRO-3 / FSDP one gather / reduce-scatter per unit (L layers + the root). ``P``:
+    the model's (or view's) parameters, ``PL``: one layer's."""
     model, fab, n = pb.model, pb.fabric, pb.dp_ranks
-    K, M, Z = len(pc.cast), mb.sizes.size, len(shardings)
-    out = np.zeros((K, M, Z))
+    K, M, Z = st.grad_bpp.shape[0], mb.sizes.size, len(shardings)
     if n <= 1:
-        return out
-    P, PL, L = float(model.n_params()), _layer_params(model), model.n_layers
-    mi, li = mb.mi, mb.li
-    bwd_mb = (pc.bwd + pc.rec)[:, mi][:, :, None]
-    bwd_last = (pc.bwd + pc.rec)[:, li][:, :, None]
-    fwd_mb = pc.fwd[:, mi][:, :, None]
-    fwd_last = pc.fwd[:, li][:, :, None]
+        return np.zeros((K, M, Z))
+    L = model.n_layers
+    bwd_mb, bwd_last = ps.at["bwd_rec"][:, :, None], ps.last["bwd_rec"][:, :, None]
+    fwd_mb, fwd_last = ps.at["fwd"][:, :, None], ps.last["fwd"][:, :, None]
     gaz = mb.grad_accum[None, :, None]
     gc = st.grad_bpp
     grad_bytes = (P * gc)[:, None, :]
     w_bytes = (P * st.weight_bpp)[:, None, :]
-    exposed = partial(comm.exposed, overlap=fab.overlap)
+    overlap = fab.overlap
     # each family's collectives, where a sharding of it is searched; the last bucket to fill
     # cannot overlap: at worst a full bucket (monotone in model size)
     if "ddp" in shardings:
@@ -442,14 +463,15 @@ def sharding_schedule(pb: Problem, shardings: list[str], st: States, pc: PackCom
         rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
 
     def per_mb(c, win_mb, win_last, floor):  # every micro-batch communicates
-        return (gaz - 1) * exposed(c, win_mb, floor) + exposed(c, win_last, floor)
+        return (gaz - 1) * comm.exposed(c, win_mb, floor, overlap) + comm.exposed(c, win_last, floor, overlap)
 
+    out = []
     for j, s in enumerate(shardings):
         sl = (slice(None), slice(None), slice(j, j + 1))
         if s == "ddp":
-            e = exposed(ar[sl], bwd_last, ar_bucket[sl])
+            e = comm.exposed(ar[sl], bwd_last, ar_bucket[sl], overlap)
         elif s == "zero1":
-            e = exposed(rs_z[sl], bwd_last, rs_bucket[sl]) + ag_z[sl]
+            e = comm.exposed(rs_z[sl], bwd_last, rs_bucket[sl], overlap) + ag_z[sl]
         elif s == "zero2":
             e = per_mb(rs_z[sl], bwd_mb, bwd_last, rs_bucket[sl]) + ag_z[sl]
         elif s == "fsdp-grad-op":
@@ -457,18 +479,19 @@ def sharding_schedule(pb: Problem, shardings: list[str], st: States, pc: PackCom
         else:  # zero3 / fsdp-full: gather in forward, gather + reduce-scatter in backward
             e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) \
                 + per_mb(ag_l[sl] + rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
-        out[:, :, j] = np.broadcast_to(e, (K, M, 1))[:, :, 0]
-    return out
+        out.append(e)  # (K, M, 1): every window spans the packs and micro-batches
+    return np.concatenate(out, axis=2)
 
 
-def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: States, pc: PackCompute,
-                          mb: MicroBatches, opt_fresh: float) -> tuple[np.ndarray, np.ndarray]:
+def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: States, ps: PerSize,
+                          mb: MicroBatches, opt_fresh: float, P: float) -> tuple[np.ndarray, np.ndarray]:
     """Seconds per optimizer step of the optimizer step on the GPU (K, Z, NO; 0 where it runs on
     the CPU) and of offload (K, M, Z, NO): the CPU step and the host-link traffic
-    (:mod:`simulator.physics.optimizer_time`). Each rank updates its shard under ZeRO-1 and above."""
+    (:mod:`simulator.physics.optimizer_time`). Each rank updates its shard under ZeRO-1 and above.
+    ``P``: the model's (or view's) parameters."""
     model, dev, fab, n = pb.model, pb.device, pb.fabric, pb.dp_ranks
     prof = dev.profile
-    P, L = float(model.n_params()), model.n_layers
+    L = model.n_layers
     K, Z, NO = len(packs), len(space.shardings), len(space.offloads)
     stage = np.array([SHARD_STAGE[s] for s in space.shardings])
     local = np.where(stage >= 1, memory.sharded_params(model, n), P)[None, :, None]  # params each rank updates
@@ -487,10 +510,9 @@ def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: Sta
         local, st.grad_bpp[:, :, None], st.weight_bpp[:, :, None], cpu_rate, dev.host_bw), 0.0)
     optimizer_t = np.broadcast_to(np.where(offl == "none", gpu_opt, 0.0), (K, Z, NO))
     stream = optimizer_time.offload_stream_time(P, st.weight_bpp, st.grad_bpp, n, dev.host_bw)[:, :, None]
-    tmb = pc.fwd + pc.bwd + pc.rec
     stream4 = np.where(offl == "all", stream, 0.0)[:, None, :, :]
-    offload_t = optimizer_time.offload_time(off_step[:, None, :, :], stream4, tmb[:, mb.mi][:, :, None, None],
-                                            tmb[:, mb.li][:, :, None, None], mb.grad_accum[None, :, None, None], L)
+    offload_t = optimizer_time.offload_time(off_step[:, None, :, :], stream4, ps.at["total"][:, :, None, None],
+                                            ps.last["total"][:, :, None, None], mb.grad_accum[None, :, None, None], L)
     return optimizer_t, offload_t
 
 
@@ -531,15 +553,17 @@ def evaluate_grid(pb: Problem, space: Space) -> Grid:
     supported = np.array([dev.gemm_peak(pk[0]) is not None for pk in packs])
     mb = micro_batch_candidates(pb, space, packs, supported)
     pc = compute_per_pack(pb, packs, supported, mb.evaluated)
+    ps = per_size(pc, mb)
     st = model_states(pb, space, packs)
+    P, PL = float(pb.model.n_params()), _layer_params(pb.model)
     grad_fresh, opt_fresh = fresh_memory.step_fresh(pb.model, dev.profile)  # fresh pages (CPU), per step
-    exposed_comm = sharding_schedule(pb, space.shardings, st, pc, mb)
-    optimizer_t, offload_t = optimizer_and_offload(pb, space, packs, st, pc, mb, opt_fresh)
-    return assemble(pb, space, packs, supported, mb, pc, st, grad_fresh, exposed_comm, optimizer_t, offload_t)
+    exposed_comm = sharding_schedule(pb, space.shardings, st, ps, mb, P, PL)
+    optimizer_t, offload_t = optimizer_and_offload(pb, space, packs, st, ps, mb, opt_fresh, P)
+    return assemble(pb, space, packs, supported, mb, pc, ps, st, grad_fresh, exposed_comm, optimizer_t, offload_t)
 
 
 def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray, mb: MicroBatches,
-             pc: PackCompute, st: States, grad_fresh: float, exposed_comm: np.ndarray,
+             pc: PackCompute, ps: PerSize, st: States, grad_fresh: float, exposed_comm: np.ndarray,
              optimizer_t: np.ndarray, offload_t: np.ndarray) -> Grid:
     """The step (s) = compute (micro-batches, gradient first touches, autocast casts) + exposed
     communication + optimizer + offload; memory per GPU (bytes) = states + activations + logits +
@@ -547,19 +571,19 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
     simplicity rank; all on the (K, M, Z, NO) axes of a :class:`Grid` (not yet :func:`ranked`)."""
     K, M, Z, NO = len(packs), mb.sizes.size, len(space.shardings), len(space.offloads)
     shape = (K, M, Z, NO)
-    mi, ga = mb.mi, mb.grad_accum
-    compute = mb.per_step(pc.fwd + pc.bwd + pc.rec) + grad_fresh  # gradients are allocated once per step
+    ga = mb.grad_accum
+    step_of = ps.per_step
+    compute = step_of["total"] + grad_fresh  # gradients are allocated once per step
     fb_cast = (pc.cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]  # (K,M,Z)
     rec_cast = (pc.rec_cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]
     comp4 = (compute[:, :, None] + fb_cast + rec_cast)[..., None]
     step = np.broadcast_to(comp4 + exposed_comm[..., None] + optimizer_t[:, None] + offload_t, shape)
-    act4 = pc.act[:, mi][:, :, None, None]
-    log4 = pc.logit[:, mi][:, :, None, None]
+    act4 = ps.at["act"][:, :, None, None]
+    log4 = ps.at["logit"][:, :, None, None]
     mem_w = st.weights[:, None]
     # gradients of a single-micro-batch DDP step are written during backward as activations go
     fresh = (ga == 1)[None, :, None, None] & np.array([s == "ddp" for s in space.shardings])[None, None, :, None]
-    mem_g = memory.gradients_at_peak(st.gradients[:, None], act4, pc.act_outside[:, mi][:, :, None, None],
-                                     log4, fresh)
+    mem_g = memory.gradients_at_peak(st.gradients[:, None], act4, ps.at["act_outside"][:, :, None, None], log4, fresh)
     mem_o = st.optimizer[:, None]
     other = st.buffers[:, None, :, None] + pb.stack.fragmentation * act4
     total = np.broadcast_to(mem_w + mem_g + mem_o + act4 + log4 + other, shape)
@@ -573,14 +597,15 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
     micro_batch = mb.sizes[None, :, None, None]
     rank = simplicity_rank(packs, space.shardings, pack, sharding, offload, micro_batch, mb.sizes.max())
     zero = np.asarray(0.0)
+    half_cast = 0.5 * fb_cast[..., None]
     cols = dict(
         pack=pack, sharding=sharding, offload=offload, micro_batch=micro_batch,
         grad_accum=ga[None, :, None, None],
         step_time=step, compute=comp4,
-        forward=mb.per_step(pc.fwd)[:, :, None, None] + 0.5 * fb_cast[..., None],
-        backward=(mb.per_step(pc.bwd) + grad_fresh)[:, :, None, None] + 0.5 * fb_cast[..., None],
-        recompute=mb.per_step(pc.rec)[:, :, None, None] + rec_cast[..., None], exposed_comm=exposed_comm[..., None],
-        optimizer=optimizer_t[:, None], offload_time=offload_t, hw_flops=mb.per_step(pc.hw)[:, :, None, None],
+        forward=step_of["fwd"][:, :, None, None] + half_cast,
+        backward=(step_of["bwd"] + grad_fresh)[:, :, None, None] + half_cast,
+        recompute=step_of["rec"][:, :, None, None] + rec_cast[..., None], exposed_comm=exposed_comm[..., None],
+        optimizer=optimizer_t[:, None], offload_time=offload_t, hw_flops=step_of["hw"][:, :, None, None],
         mem_weights=mem_w, mem_gradients=mem_g, mem_optimizer=mem_o, mem_activations=act4,
         mem_logits=log4, mem_other=other, mem_total=total, host_need=host_need,
         valid=valid4, host_ok=host_ok, rank=rank,

@@ -222,9 +222,7 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     a["sharding"] = np.array([space.shardings.index(s) for s in shardings])[a["sharding"]]
     _node_sharing(pb, space, model, par, fab, a)
     packs = grid.packs
-    e = np.array([workload.act_bytes(pk[0]) for pk in packs], dtype=float)[a["pack"]]
-    # forward + backward, and the forward again for every recomputed layer (full, every:K)
-    passes = np.array([2.0 + checkpointed_layers(pk[3], model.n_layers) / model.n_layers for pk in packs])[a["pack"]]
+    e, passes = (x[a["pack"]] for x in _pack_factors(tuple(packs), model.n_layers))
     ga = a["grad_accum"].astype(float)
     tokens = per_replica * seq / ga  # mean tokens per micro-batch on one GPU
     h = getattr(pb.model, "hidden", 0)  # other families (no layouts): no TP or stage traffic
@@ -250,7 +248,7 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     stored = stored_activations(model, seq, packs, a["pack"], a["micro_batch"], act, pb.stack) if par.pp > 1 else act
     out = []
     for vp in vps:
-        p = dataclasses.replace(par, vp=vp)
+        p = par.with_vp(vp)
         p2p_mb = parallel.p2p_time(tokens, h, e, p, pb.fabric)
         bubble = parallel.bubble_time(p.pp, t_mb + tp_mb + p2p_mb, vp)
         b = dict(a)
@@ -265,14 +263,32 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
         b["mem_other"] = a["mem_other"] + pb.stack.fragmentation * (b["mem_activations"] - act)
         b["mem_total"] = rest + np.maximum(first * F, act * F + log)
         for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp), ("cp", p.cp), ("ep", p.ep)):
-            b[k] = np.full((1, 1, 1, 1), val)
+            b[k] = np.asarray(val)
         b["async_tp"] = use_async
         simpler = np.log2(p.tp) + np.log2(p.pp) + np.log2(p.cp) + (vp - 1)
-        out.append(dataclasses.replace(grid, cols=ranked(b, pb.device.usable_memory, simpler)))
+        out.append(Grid(grid.problem, packs, grid.shardings, grid.offloads, grid.shape,
+                        ranked(b, pb.device.usable_memory, simpler)))
     if packs != (every := list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))):
         index = np.array([every.index(pk) for pk in packs])  # the layout's packs among the search's
         out = [dataclasses.replace(g, cols={**g.cols, "pack": index[g.cols["pack"]]}) for g in out]
     return out
+
+
+def _pack_factors(packs: tuple[tuple, ...], n_layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per pack: bytes per activation element, and forward-sized passes per micro-batch (forward +
+    backward, and the forward again for every recomputed layer: full, every:K) of a stage of
+    ``n_layers`` layers; kept per process (read-only)."""
+    return cached(_PACK_FACTORS, (packs, n_layers), lambda: _make_pack_factors(packs, n_layers))
+
+
+_PACK_FACTORS = store()
+
+
+def _make_pack_factors(packs: tuple[tuple, ...], n_layers: int) -> tuple[np.ndarray, np.ndarray]:
+    e = np.array([workload.act_bytes(pk[0]) for pk in packs], dtype=float)
+    passes = np.array([2.0 + checkpointed_layers(pk[3], n_layers) / n_layers for pk in packs])
+    frozen(e, passes)
+    return e, passes
 
 
 def _compute_floors(pb: Problem, space: Space, pars: list[Parallelism]) -> tuple[np.ndarray, np.ndarray]:
@@ -419,10 +435,10 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[Parallelism],
             continue
         if par.cp > 1 and not any(x in CP_ATTENTIONS for x in space.attentions):
             continue
-        groups.setdefault(dataclasses.replace(par, vp=1), []).append(par.vp)
+        groups.setdefault(par.with_vp(1), []).append(par.vp)
     floors = {key: states_floor(pb, space, key) for key in groups}
     keep = [k for k in groups if floors[k] <= pb.device.usable_memory] or [min(floors, key=floors.get)]
-    par_of = {k: dataclasses.replace(k, vp=max(groups[k])) for k in keep}
+    par_of = {k: k.with_vp(max(groups[k])) for k in keep}
     prune = prune and len(keep) > 1
     per_token = _seconds_per_token(pb, space) if prune else 0.0
     cheap = {k: flops_floor(pb, space, par_of[k], async_tp, per_token) for k in keep} if prune \

@@ -37,6 +37,14 @@ class Parallelism:
     def n_gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
 
+    def with_vp(self, vp: int) -> Parallelism:
+        """The same layout with ``vp`` virtual pipeline stages per GPU: ``dataclasses.replace(self,
+        vp=vp)`` without its introspection (a search makes several per layout)."""
+        out = object.__new__(Parallelism)
+        out.__dict__.update(self.__dict__)
+        object.__setattr__(out, "vp", vp)
+        return out
+
     def describe(self) -> str:
         """E.g. 'TP 8 + sequence parallel · CP 2 · PP 4 (interleaved × 2) · EP 2 · DP 2'; '' for plain DP."""
         if self.tp == 1 and self.pp == 1 and self.cp == 1 and self.ep == 1:

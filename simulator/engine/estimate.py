@@ -516,13 +516,50 @@ def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: Sta
     return optimizer_t, offload_t
 
 
+def spread(x: np.ndarray, n: int) -> np.ndarray:
+    """``x`` (last axis of length 1) repeated ``n`` times along its last axis, written out: the
+    same elements as broadcasting it, but elementwise operations with arrays spanning that axis
+    then run over whole contiguous rows instead of ``n`` elements at a time."""
+    if n == 1:
+        return x
+    out = np.empty(x.shape[:-1] + (n,), dtype=x.dtype)
+    for i in range(n):
+        out[..., i] = x[..., 0]
+    return out
+
+
+def _offload_allowed(shardings: tuple[str, ...], offloads: tuple[str, ...]) -> np.ndarray:
+    """(Z, NO): which sharding and offload combinations the frameworks offer
+    (:func:`offload_allowed`); kept per process (read-only)."""
+    def make() -> np.ndarray:
+        out = np.array([[offload_allowed(s, off) for off in offloads] for s in shardings])
+        frozen(out)
+        return out
+    return cached(_OFFLOAD_ALLOWED, (shardings, offloads), make)
+
+
+_OFFLOAD_ALLOWED = store()
+
+
 def simplicity_rank(packs: list[tuple], shardings: list[str], pack: np.ndarray, sharding: np.ndarray,
                     offload: np.ndarray, micro_batch: np.ndarray, largest_micro_batch: int) -> np.ndarray:
     """Simplicity rank: ties are broken towards no offload, no checkpointing, plain DDP, a larger
     micro-batch (float; the arrays broadcast together)."""
-    ck_rank = np.array([checkpointing_rank(pk[3]) for pk in packs])
-    stage = np.array([SHARD_STAGE[s] for s in shardings])
+    ck_rank, stage = _rank_orders(tuple(pk[3] for pk in packs), tuple(shardings))
     return offload * 100 + ck_rank[pack] * 10 + stage[sharding] + 1.0 - micro_batch / (largest_micro_batch + 1.0)
+
+
+def _rank_orders(checkpointings: tuple[str, ...], shardings: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The simplicity order of each pack's checkpointing and of each sharding (its stage); kept
+    per process (read-only)."""
+    def make() -> tuple[np.ndarray, np.ndarray]:
+        out = np.array([checkpointing_rank(c) for c in checkpointings]), np.array([SHARD_STAGE[s] for s in shardings])
+        frozen(*out)
+        return out
+    return cached(_RANK_ORDERS, (checkpointings, shardings), make)
+
+
+_RANK_ORDERS = store()
 
 
 def ranked(cols: dict[str, np.ndarray], usable_memory: float, simpler: float = 0.0) -> dict[str, np.ndarray]:
@@ -574,21 +611,22 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
     ga = mb.grad_accum
     step_of = ps.per_step
     compute = step_of["total"] + grad_fresh  # gradients are allocated once per step
-    fb_cast = (pc.cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]  # (K,M,Z)
-    rec_cast = (pc.rec_cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]
+    fp32 = st.fp32_params[:, None, :].astype(float)  # (K,1,Z): 1 where autocast casts fp32 weights
+    fb_cast = (pc.cast[:, None] * ga[None, :])[:, :, None] * fp32  # (K,M,Z)
+    rec_cast = (pc.rec_cast[:, None] * ga[None, :])[:, :, None] * fp32
     comp4 = (compute[:, :, None] + fb_cast + rec_cast)[..., None]
-    step = np.broadcast_to(comp4 + exposed_comm[..., None] + optimizer_t[:, None] + offload_t, shape)
+    step = spread(comp4 + exposed_comm[..., None], NO) + optimizer_t[:, None] + offload_t
     act4 = ps.at["act"][:, :, None, None]
     log4 = ps.at["logit"][:, :, None, None]
     mem_w = st.weights[:, None]
     # gradients of a single-micro-batch DDP step are written during backward as activations go
-    fresh = (ga == 1)[None, :, None, None] & np.array([s == "ddp" for s in space.shardings])[None, None, :, None]
+    fresh = spread((ga == 1)[None, :, None, None] & np.array([s == "ddp" for s in space.shardings])[None, None, :, None],
+                   NO)
     mem_g = memory.gradients_at_peak(st.gradients[:, None], act4, ps.at["act_outside"][:, :, None, None], log4, fresh)
     mem_o = st.optimizer[:, None]
-    other = st.buffers[:, None, :, None] + pb.stack.fragmentation * act4
+    other = spread(st.buffers[:, None, :, None] + pb.stack.fragmentation * act4, NO)
     total = np.broadcast_to(mem_w + mem_g + mem_o + act4 + log4 + other, shape)
-    valid = np.array([[offload_allowed(s, off) for off in space.offloads] for s in space.shardings])
-    valid4 = valid[None, None] & supported[:, None, None, None]
+    valid4 = _offload_allowed(tuple(space.shardings), tuple(space.offloads))[None, None] & supported[:, None, None, None]
     host_need = st.host[:, None] * pb.fabric.gpus_per_node  # per node
     host_ok = host_need <= pb.host_memory
 

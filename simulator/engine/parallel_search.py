@@ -23,7 +23,7 @@ from ..physics.compute import attention_core, micro_batch_time
 from ..strategy.knobs import SHARD_STAGE, checkpointed_layers, offload_allowed
 from ..strategy.layout import CP_ATTENTIONS, PIPELINE_SHARDINGS, Parallelism, stage_layers
 from ..strategy.stacks import Stack
-from .estimate import Grid, Problem, Space, Table, evaluate_grid, ranked
+from .estimate import Grid, Problem, Space, Table, evaluate_grid, ranked, spread
 
 
 def micro_batch_sizes(per_replica: int) -> np.ndarray:
@@ -250,7 +250,7 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     for vp in vps:
         p = par.with_vp(vp)
         p2p_mb = parallel.p2p_time(tokens, h, e, p, pb.fabric)
-        bubble = parallel.bubble_time(p.pp, t_mb + tp_mb + p2p_mb, vp)
+        bubble = spread(parallel.bubble_time(p.pp, t_mb + tp_mb + p2p_mb, vp), grid.shape[3])
         b = dict(a)
         b["bubble"], b["tp_comm"], b["pp_comm"] = bubble, ga * tp_mb, ga * p2p_mb
         b["tp_comm_hidden"] = ga * (tp_sync - tp_mb)

@@ -462,25 +462,36 @@ def sharding_schedule(pb: Problem, shardings: list[str], st: States, ps: PerSize
         ag_unit = comm.gather_or_scatter(fab, w_bytes * unit)
         rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
 
-    def per_mb(c, win_mb, win_last, floor):  # every micro-batch communicates
-        return (gaz - 1) * comm.exposed(c, win_mb, floor, overlap) + comm.exposed(c, win_last, floor, overlap)
+    more = gaz - 1
 
-    out = []
-    for j, s in enumerate(shardings):
-        sl = (slice(None), slice(None), slice(j, j + 1))
-        if s == "ddp":
+    def per_mb(c, win_mb, win_last, floor):  # every micro-batch communicates
+        return more * comm.exposed(c, win_mb, floor, overlap) + comm.exposed(c, win_last, floor, overlap)
+
+    out = np.empty((K, M, Z))
+    for family, cols in _families(tuple(shardings)):
+        sl = (slice(None), slice(None), cols)
+        if family == "ddp":
             e = comm.exposed(ar[sl], bwd_last, ar_bucket[sl], overlap)
-        elif s == "zero1":
+        elif family == "zero1":
             e = comm.exposed(rs_z[sl], bwd_last, rs_bucket[sl], overlap) + ag_z[sl]
-        elif s == "zero2":
+        elif family == "zero2":
             e = per_mb(rs_z[sl], bwd_mb, bwd_last, rs_bucket[sl]) + ag_z[sl]
-        elif s == "fsdp-grad-op":
+        elif family == "fsdp-grad-op":
             e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) + per_mb(rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
         else:  # zero3 / fsdp-full: gather in forward, gather + reduce-scatter in backward
             e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) \
                 + per_mb(ag_l[sl] + rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
-        out.append(e)  # (K, M, 1): every window spans the packs and micro-batches
-    return np.concatenate(out, axis=2)
+        out[sl] = e  # every window spans the packs and micro-batches
+    return out
+
+
+def _families(shardings: tuple[str, ...]) -> list[tuple[str, slice | list[int]]]:
+    """The shardings' communication schedules (ddp, zero1, zero2, fsdp-grad-op; zero3 and
+    fsdp-full share one) and the positions in ``shardings`` of each: a slice where it is one."""
+    groups: dict[str, list[int]] = {}
+    for j, s in enumerate(shardings):
+        groups.setdefault("full" if s in ("zero3", "fsdp-full") else s, []).append(j)
+    return [(f, slice(js[0], js[0] + 1) if len(js) == 1 else js) for f, js in groups.items()]
 
 
 def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: States, ps: PerSize,

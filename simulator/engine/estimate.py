@@ -18,7 +18,7 @@ from itertools import product
 import numpy as np
 
 from ..core.memo import cached, frozen, store
-from ..core.vocab import MIXED_PRECISIONS
+from ..core.vocab import MIXED_PRECISIONS, PRECISIONS
 from ..hardware.device import Device
 from ..model import workload
 from ..model.families import AnySpec
@@ -175,6 +175,9 @@ class Table:
             dtype = np.result_type(*(x.dtype for x in parts))
             if all(x.size == 1 for x in parts):  # one value per grid (a layout's degrees)
                 cols[k] = np.repeat(np.array([x.flat[0] for x in parts], dtype=dtype), sizes)
+                continue
+            if all(x.shape == g.shape for x, g in zip(parts, grids, strict=True)):  # every strategy its own value
+                cols[k] = np.concatenate([x.reshape(-1) for x in parts], dtype=dtype)
                 continue
             out = np.empty(int(ends[-1]), dtype=dtype)
             for g, x, lo, hi in zip(grids, parts, ends[:-1], ends[1:], strict=True):
@@ -494,6 +497,10 @@ def _families(shardings: tuple[str, ...]) -> list[tuple[str, slice | list[int]]]
     return [(f, slice(js[0], js[0] + 1) if len(js) == 1 else js) for f, js in groups.items()]
 
 
+#: Whether each precision is a mixed one (half-precision compute beside fp32 masters).
+MIXED = {p: p in MIXED_PRECISIONS for p in PRECISIONS}
+
+
 def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: States, ps: PerSize,
                           mb: MicroBatches, opt_fresh: float, P: float) -> tuple[np.ndarray, np.ndarray]:
     """Seconds per optimizer step of the optimizer step on the GPU (K, Z, NO; 0 where it runs on
@@ -509,7 +516,7 @@ def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: Sta
     share = local / P  # (1, Z, 1) fraction of the parameters each rank updates
     # a half copy of the updated weights, where ZeRO/FSDP keep fp32 masters (DDP's casts happen
     # per micro-batch, see assemble)
-    half = np.array([pk[0] in MIXED_PRECISIONS for pk in packs])[:, None] & ~st.fp32_params
+    half = np.array([MIXED[pk[0]] for pk in packs])[:, None] & ~st.fp32_params
     step_bytes = optimizer_time.bytes_per_param(pb.optimizer, st.grad_bpp, np.where(half, 2.0, 0.0))[:, :, None]
     opt_eff = prof.optimizer_bw_eff.get("foreach", min(prof.optimizer_bw_eff.values()))
     loop = fresh_memory.optimizer_loop_time(model, prof)  # per-tensor host loop, where calibrated
@@ -598,7 +605,8 @@ def evaluate_grid(pb: Problem, space: Space) -> Grid:
     :func:`ranked` adds (a layout changes what they derive from)."""
     dev = pb.device
     packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
-    supported = np.array([dev.gemm_peak(pk[0]) is not None for pk in packs])
+    ok = {p: dev.gemm_peak(p) is not None for p in space.precisions}
+    supported = np.array([ok[pk[0]] for pk in packs])
     mb = micro_batch_candidates(pb, space, packs, supported)
     pc = compute_per_pack(pb, packs, supported, mb.evaluated)
     ps = per_size(pc, mb)

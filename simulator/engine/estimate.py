@@ -180,8 +180,13 @@ class Table:
                 cols[k] = np.concatenate([x.reshape(-1) for x in parts], dtype=dtype)
                 continue
             out = np.empty(int(ends[-1]), dtype=dtype)
-            for g, x, lo, hi in zip(grids, parts, ends[:-1], ends[1:], strict=True):
-                out[lo:hi].reshape(g.shape)[...] = x
+            i = 0
+            while i < len(grids):  # consecutive grids sharing the array (a layout's vp) in one write
+                j = i + 1
+                while j < len(grids) and parts[j] is parts[i] and grids[j].shape == grids[i].shape:
+                    j += 1
+                out[ends[i]:ends[j]].reshape((j - i, *grids[i].shape))[...] = parts[i]
+                i = j
             cols[k] = out
         return cls(problem=problem, packs=packs, shardings=shardings, offloads=offloads, **cols)
 

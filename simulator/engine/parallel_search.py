@@ -366,14 +366,26 @@ def _view_time(view, seq: int, mb: np.ndarray, precision: str, attention: str, c
     return t
 
 
-def _extra_floor(pb: Problem, space: Space, par: Parallelism, compute: float, one: float,
-                 async_tp: bool | None) -> float:
-    """What a layout adds at least to ``compute`` seconds of the replica's batch, given a floor
-    ``one`` on one sample's compute: the pipeline bubble, (pp-1)/vp micro-batches, each at least
-    one sample's compute and tensor-parallel bytes; the tensor-parallel bytes of the whole batch at
-    the link's bandwidth without latency (less the most asynchronous TP may hide, where allowed:
-    :func:`async_allowed`); the CPU optimizer step where the model states fit only offloaded
-    (:func:`offload_floor`)."""
+def _extra_floor(pb: Problem, space: Space, par: Parallelism, one: float, async_tp: bool | None,
+                 terms: dict | None = None) -> float:
+    """What a layout adds at least to its compute, given a floor ``one`` on one sample's compute:
+    the pipeline bubble, (pp-1)/vp micro-batches, each at least one sample's compute and
+    tensor-parallel bytes; plus the rest of :func:`_extra_terms` (seconds). ``terms``: a dict
+    keeping each layout's :func:`_extra_terms` within one search (None: computed here)."""
+    if terms is None:
+        batch, sample, offload = _extra_terms(pb, space, par, async_tp)
+    else:
+        if par not in terms:
+            terms[par] = _extra_terms(pb, space, par, async_tp)
+        batch, sample, offload = terms[par]
+    return batch + float(parallel.bubble_time(par.pp, one + sample, par.vp)) + offload
+
+
+def _extra_terms(pb: Problem, space: Space, par: Parallelism, async_tp: bool | None) -> tuple[float, float, float]:
+    """The parts of :func:`_extra_floor` that do not depend on compute (seconds): the
+    tensor-parallel bytes of the replica's whole batch and of one sample at the link's bandwidth
+    without latency (less the most asynchronous TP may hide, where allowed: :func:`async_allowed`);
+    the CPU optimizer step where the model states fit only offloaded (:func:`offload_floor`)."""
     per_replica = math.ceil(pb.global_batch / par.dp)
     layers = stage_layers(pb.model.n_layers, par.pp)[0]
     bw = parallel.tp_link(pb.fabric, par.tp)[0]
@@ -385,7 +397,7 @@ def _extra_floor(pb: Problem, space: Space, par: Parallelism, compute: float, on
         return exposed * layers * float(parallel.tp_comm_time(samples * pb.seq_len / par.cp, pb.model.hidden, 2,
                                                               par.tp, par.sp, 2, bw, 0.0))
 
-    return tp(per_replica) + float(parallel.bubble_time(par.pp, one + tp(1), par.vp)) + offload_floor(pb, space, par)
+    return tp(per_replica), tp(1), offload_floor(pb, space, par)
 
 
 def _seconds_per_token(pb: Problem, space: Space) -> float:
@@ -403,25 +415,26 @@ def _seconds_per_token(pb: Problem, space: Space) -> float:
 
 
 def flops_floor(pb: Problem, space: Space, par: Parallelism, async_tp: bool | None = None,
-                per_token: float | None = None) -> float:
+                per_token: float | None = None, terms: dict | None = None) -> float:
     """A cheap lower bound on any strategy's step time under ``par`` (seconds): the GPU's share of
     the model's minimum FLOPs at :func:`_seconds_per_token` (``per_token``, computed when None),
-    plus :func:`_extra_floor` (one sample: the batch's share)."""
+    plus :func:`_extra_floor` (one sample: the batch's share; ``terms`` as there)."""
     per_token = _seconds_per_token(pb, space) if per_token is None else per_token
     per_replica = math.ceil(pb.global_batch / par.dp)
     compute = per_token * per_replica * pb.seq_len / (par.tp * par.pp * par.cp)
-    return float(compute) + _extra_floor(pb, space, par, compute, compute / per_replica, async_tp)
+    return float(compute) + _extra_floor(pb, space, par, compute / per_replica, async_tp, terms)
 
 
 def step_floors(pb: Problem, space: Space, pars: list[Parallelism],
-                async_tp: bool | None = None) -> np.ndarray:
+                async_tp: bool | None = None, terms: dict | None = None) -> np.ndarray:
     """A tighter lower bound on any strategy's step time under each layout (seconds): the compute
-    floors of :func:`_compute_floors` plus :func:`_extra_floor`. Layouts whose floor exceeds a step
-    already found are never evaluated: none of their strategies could win."""
+    floors of :func:`_compute_floors` plus :func:`_extra_floor` (``terms`` as there). Layouts
+    whose floor exceeds a step already found are never evaluated: none of their strategies could
+    win."""
     if pb.device.profile.fresh_memory is not None:  # first-touch page costs: no bound, evaluate all
         return np.zeros(len(pars))
     full, one = _compute_floors(pb, space, pars)
-    return np.array([full[i] + _extra_floor(pb, space, par, full[i], one[i], async_tp) for i, par in enumerate(pars)])
+    return np.array([full[i] + _extra_floor(pb, space, par, one[i], async_tp, terms) for i, par in enumerate(pars)])
 
 
 def evaluate_layouts(pb: Problem, space: Space, layouts: list[Parallelism],
@@ -445,7 +458,8 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[Parallelism],
     par_of = {k: k.with_vp(max(groups[k])) for k in keep}
     prune = prune and len(keep) > 1
     per_token = _seconds_per_token(pb, space) if prune else 0.0
-    cheap = {k: flops_floor(pb, space, par_of[k], async_tp, per_token) for k in keep} if prune \
+    terms: dict[Parallelism, tuple[float, float, float]] = {}  # each layout's _extra_terms, once
+    cheap = {k: flops_floor(pb, space, par_of[k], async_tp, per_token, terms) for k in keep} if prune \
         else dict.fromkeys(keep, 0.0)
     tight: dict[Parallelism, float] = {}
 
@@ -454,7 +468,7 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[Parallelism],
         needed."""
         if key not in tight:
             same = [k for k in keep if (k.tp, k.sp, k.cp, k.ep) == (key.tp, key.sp, key.cp, key.ep)]
-            tight.update(zip(same, step_floors(pb, space, [par_of[k] for k in same], async_tp), strict=True))
+            tight.update(zip(same, step_floors(pb, space, [par_of[k] for k in same], async_tp, terms), strict=True))
         return tight[key]
 
     parts: list[Grid] = []

@@ -248,24 +248,28 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     t_mb = (a["forward"] + a["backward"] + a["recompute"] + a["cp_comm"] + a["ep_comm"]) / ga
     act, log = a["mem_activations"], a["mem_logits"]
     F = 1 + pb.stack.fragmentation
-    rest = a["mem_total"] - act * F - log
+    act_f = act * F
+    rest = a["mem_total"] - act_f - log
+    last_stage = act_f + log  # the last stage's one working set and logits
     stored = stored_activations(model, seq, packs, a["pack"], a["micro_batch"], act, pb.stack) if par.pp > 1 else act
+    tp_comm, tp_hidden = ga * tp_mb, ga * (tp_sync - tp_mb)
     out = []
     for vp in vps:
         p = par.with_vp(vp)
         p2p_mb = parallel.p2p_time(tokens, h, e, p, pb.fabric)
         bubble = spread(parallel.bubble_time(p.pp, t_mb + tp_mb + p2p_mb, vp), grid.shape[3])
         b = dict(a)
-        b["bubble"], b["tp_comm"], b["pp_comm"] = bubble, ga * tp_mb, ga * p2p_mb
-        b["tp_comm_hidden"] = ga * (tp_sync - tp_mb)
+        b["bubble"], b["tp_comm"], b["pp_comm"] = bubble, tp_comm, ga * p2p_mb
+        b["tp_comm_hidden"] = tp_hidden
         b["step_time"] = a["step_time"] + bubble + b["tp_comm"] + b["pp_comm"]
         # first stage: in-flight micro-batches' stored activations + one working set; last: one + logits
         first = act + (parallel.in_flight(p.pp, ga, vp) - 1) * stored
-        first_binds = first * F >= act * F + log
+        first_f = first * F
+        first_binds = first_f >= last_stage
         b["mem_activations"] = np.where(first_binds, first, act)
         b["mem_logits"] = np.where(first_binds, 0.0, log)
         b["mem_other"] = a["mem_other"] + pb.stack.fragmentation * (b["mem_activations"] - act)
-        b["mem_total"] = rest + np.maximum(first * F, act * F + log)
+        b["mem_total"] = rest + np.maximum(first_f, last_stage)
         for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp), ("cp", p.cp), ("ep", p.ep)):
             b[k] = np.asarray(val)
         b["async_tp"] = use_async
@@ -274,7 +278,8 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
                         ranked(b, pb.device.usable_memory, simpler)))
     if packs != (every := list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))):
         index = np.array([every.index(pk) for pk in packs])  # the layout's packs among the search's
-        out = [dataclasses.replace(g, cols={**g.cols, "pack": index[g.cols["pack"]]}) for g in out]
+        out = [Grid(g.problem, g.packs, g.shardings, g.offloads, g.shape, {**g.cols, "pack": index[g.cols["pack"]]})
+               for g in out]
     return out
 
 

@@ -425,8 +425,76 @@ def _model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
     return out
 
 
-def sharding_schedule(pb: Problem, shardings: list[str], st: States, ps: PerSize, mb: MicroBatches,
-                      P: float, PL: float) -> np.ndarray:
+@dataclass(frozen=True)
+class GroupCosts:
+    """What one data-parallel group's collectives and optimizer step cost per pack, sharding and
+    offload, before the micro-batches are known (seconds): each collective of the searched
+    shardings' schedules (:func:`sharding_schedule`) by name, (K, 1, Z); the optimizer step on
+    the GPU (K, Z, NO; 0 where it runs on the CPU); the offloaded CPU step and host-link transfers
+    and offload 'all''s host-link stream per micro-batch, (K, 1, Z, NO) each (0 where not offloaded)."""
+
+    collectives: dict[str, np.ndarray]
+    optimizer: np.ndarray
+    off_step: np.ndarray
+    stream: np.ndarray
+
+
+def group_costs(pb: Problem, space: Space, packs: list[tuple], st: States, P: float, PL: float,
+                opt_fresh: float) -> GroupCosts:
+    """:class:`GroupCosts` of the data-parallel group of ``pb`` (``st``: :func:`model_states`;
+    ``P``, ``PL``: the model's and one layer's parameters; ``opt_fresh``: the optimizer step's
+    fresh pages, s). Kept per process, keyed by :func:`model_states`' key (which decides ``st``),
+    the fabric and the device (which decide the rest)."""
+    key = (pb.model, pb.dp_ranks, pb.stack, pb.optimizer, tuple(space.shardings), tuple(space.offloads),
+           tuple(pk[0] for pk in packs), pb.fabric, pb.device.name)
+    return cached(_GROUP_COSTS, key, lambda: _group_costs(pb, space, packs, st, P, PL, opt_fresh), pb.device)
+
+
+_GROUP_COSTS = store()
+
+
+def _group_costs(pb: Problem, space: Space, packs: list[tuple], st: States, P: float, PL: float,
+                 opt_fresh: float) -> GroupCosts:
+    out = GroupCosts(_collectives(pb, space.shardings, st, P, PL), *_optimizer_steps(pb, space, packs, st, opt_fresh, P))
+    frozen(out.optimizer, out.off_step, out.stream, *out.collectives.values())
+    return out
+
+
+def _collectives(pb: Problem, shardings: list[str], st: States, P: float, PL: float) -> dict[str, np.ndarray]:
+    """The collectives of the searched shardings' schedules (:func:`sharding_schedule`), seconds
+    per optimizer step (K, 1, Z); none over a single rank."""
+    model, fab = pb.model, pb.fabric
+    if pb.dp_ranks <= 1:
+        return {}
+    L = model.n_layers
+    gc = st.grad_bpp
+    grad_bytes = (P * gc)[:, None, :]
+    w_bytes = (P * st.weight_bpp)[:, None, :]
+    out = {}
+    # each family's collectives, where a sharding of it is searched; the last bucket to fill
+    # cannot overlap: at worst a full bucket (monotone in model size)
+    if "ddp" in shardings:
+        buckets = np.maximum(1.0, np.ceil(grad_bytes / (25.0 * memory.MIB)))
+        out["ar"] = comm.all_reduce(fab, grad_bytes, buckets)
+        out["ar_bucket"] = comm.all_reduce(fab, np.minimum(grad_bytes, 25.0 * memory.MIB))
+    if "zero1" in shardings or "zero2" in shardings:
+        zbuckets = max(1.0, math.ceil(P / memory.ZERO_BUCKET_ELEMENTS))
+        out["rs_z"] = comm.gather_or_scatter(fab, grad_bytes, zbuckets)
+        out["ag_z"] = comm.gather_or_scatter(fab, w_bytes, zbuckets)
+        out["rs_bucket"] = comm.gather_or_scatter(fab, np.minimum(grad_bytes, memory.ZERO_BUCKET_ELEMENTS * gc[:, None, :]))
+    if any(s not in ("ddp", "zero1", "zero2") for s in shardings):
+        out["rs_l"] = comm.gather_or_scatter(fab, grad_bytes, L + 1)
+        out["ag_l"] = comm.gather_or_scatter(fab, w_bytes, L + 1)
+        # ZeRO-3 / FSDP gather and reduce unit by unit: L layers and the root unit (embeddings,
+        # head); the root is gathered first and reduced last, so its collective (or one layer's,
+        # if larger) can never hide behind compute
+        unit = max(P - L * PL, PL) / P
+        out["ag_unit"] = comm.gather_or_scatter(fab, w_bytes * unit)
+        out["rs_unit"] = comm.gather_or_scatter(fab, grad_bytes * unit)
+    return out
+
+
+def sharding_schedule(pb: Problem, shardings: list[str], gc: GroupCosts, ps: PerSize, mb: MicroBatches) -> np.ndarray:
     """Seconds per optimizer step of data-parallel communication not hidden behind compute, (K, M, Z).
 
     DDP all-reduces the gradients once per step behind the last backward; ZeRO-1 reduce-scatters
@@ -435,60 +503,35 @@ def sharding_schedule(pb: Problem, shardings: list[str], st: States, ps: PerSize
     forward (and again in backward under full sharding) and reduce-scatter gradients in
     backward. Collectives are issued in pieces, each paying the latency and each a unit of
     overlap: DDP buckets of 25 MiB (bucket_cap_mb default), DeepSpeed ZeRO buckets of 5e8
-    elements, ZeRO-3 / FSDP one gather / reduce-scatter per unit (L layers + the root). ``P``:
-    the model's (or view's) parameters, ``PL``: one layer's."""
-    model, fab, n = pb.model, pb.fabric, pb.dp_ranks
-    K, M, Z = st.grad_bpp.shape[0], mb.sizes.size, len(shardings)
-    if n <= 1:
+    elements, ZeRO-3 / FSDP one gather / reduce-scatter per unit (L layers + the root):
+    :func:`_collectives`, in ``gc``."""
+    K, M, Z = gc.optimizer.shape[0], mb.sizes.size, len(shardings)
+    if pb.dp_ranks <= 1:
         return np.zeros((K, M, Z))
-    L = model.n_layers
+    c = gc.collectives
     bwd_mb, bwd_last = ps.at["bwd_rec"][:, :, None], ps.last["bwd_rec"][:, :, None]
     fwd_mb, fwd_last = ps.at["fwd"][:, :, None], ps.last["fwd"][:, :, None]
-    gaz = mb.grad_accum[None, :, None]
-    gc = st.grad_bpp
-    grad_bytes = (P * gc)[:, None, :]
-    w_bytes = (P * st.weight_bpp)[:, None, :]
-    overlap = fab.overlap
-    # each family's collectives, where a sharding of it is searched; the last bucket to fill
-    # cannot overlap: at worst a full bucket (monotone in model size)
-    if "ddp" in shardings:
-        buckets = np.maximum(1.0, np.ceil(grad_bytes / (25.0 * memory.MIB)))
-        ar = comm.all_reduce(fab, grad_bytes, buckets)
-        ar_bucket = comm.all_reduce(fab, np.minimum(grad_bytes, 25.0 * memory.MIB))
-    if "zero1" in shardings or "zero2" in shardings:
-        zbuckets = max(1.0, math.ceil(P / memory.ZERO_BUCKET_ELEMENTS))
-        rs_z = comm.gather_or_scatter(fab, grad_bytes, zbuckets)
-        ag_z = comm.gather_or_scatter(fab, w_bytes, zbuckets)
-        rs_bucket = comm.gather_or_scatter(fab, np.minimum(grad_bytes, memory.ZERO_BUCKET_ELEMENTS * gc[:, None, :]))
-    if any(s not in ("ddp", "zero1", "zero2") for s in shardings):
-        rs_l = comm.gather_or_scatter(fab, grad_bytes, L + 1)
-        ag_l = comm.gather_or_scatter(fab, w_bytes, L + 1)
-        # ZeRO-3 / FSDP gather and reduce unit by unit: L layers and the root unit (embeddings,
-        # head); the root is gathered first and reduced last, so its collective (or one layer's,
-        # if larger) can never hide behind compute
-        unit = max(P - L * PL, PL) / P
-        ag_unit = comm.gather_or_scatter(fab, w_bytes * unit)
-        rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
+    more = mb.grad_accum[None, :, None] - 1
+    overlap = pb.fabric.overlap
 
-    more = gaz - 1
-
-    def per_mb(c, win_mb, win_last, floor):  # every micro-batch communicates
-        return more * comm.exposed(c, win_mb, floor, overlap) + comm.exposed(c, win_last, floor, overlap)
+    def per_mb(x, win_mb, win_last, floor):  # every micro-batch communicates
+        return more * comm.exposed(x, win_mb, floor, overlap) + comm.exposed(x, win_last, floor, overlap)
 
     out = np.empty((K, M, Z))
     for family, cols in _families(tuple(shardings)):
         sl = (slice(None), slice(None), cols)
         if family == "ddp":
-            e = comm.exposed(ar[sl], bwd_last, ar_bucket[sl], overlap)
+            e = comm.exposed(c["ar"][sl], bwd_last, c["ar_bucket"][sl], overlap)
         elif family == "zero1":
-            e = comm.exposed(rs_z[sl], bwd_last, rs_bucket[sl], overlap) + ag_z[sl]
+            e = comm.exposed(c["rs_z"][sl], bwd_last, c["rs_bucket"][sl], overlap) + c["ag_z"][sl]
         elif family == "zero2":
-            e = per_mb(rs_z[sl], bwd_mb, bwd_last, rs_bucket[sl]) + ag_z[sl]
+            e = per_mb(c["rs_z"][sl], bwd_mb, bwd_last, c["rs_bucket"][sl]) + c["ag_z"][sl]
         elif family == "fsdp-grad-op":
-            e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) + per_mb(rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
+            e = per_mb(c["ag_l"][sl], fwd_mb, fwd_last, c["ag_unit"][sl]) \
+                + per_mb(c["rs_l"][sl], bwd_mb, bwd_last, c["rs_unit"][sl])
         else:  # zero3 / fsdp-full: gather in forward, gather + reduce-scatter in backward
-            e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) \
-                + per_mb(ag_l[sl] + rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
+            e = per_mb(c["ag_l"][sl], fwd_mb, fwd_last, c["ag_unit"][sl]) \
+                + per_mb(c["ag_l"][sl] + c["rs_l"][sl], bwd_mb, bwd_last, c["rs_unit"][sl])
         out[sl] = e  # every window spans the packs and micro-batches
     return out
 
@@ -506,12 +549,10 @@ def _families(shardings: tuple[str, ...]) -> list[tuple[str, slice | list[int]]]
 MIXED = {p: p in MIXED_PRECISIONS for p in PRECISIONS}
 
 
-def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: States, ps: PerSize,
-                          mb: MicroBatches, opt_fresh: float, P: float) -> tuple[np.ndarray, np.ndarray]:
-    """Seconds per optimizer step of the optimizer step on the GPU (K, Z, NO; 0 where it runs on
-    the CPU) and of offload (K, M, Z, NO): the CPU step and the host-link traffic
-    (:mod:`simulator.physics.optimizer_time`). Each rank updates its shard under ZeRO-1 and above.
-    ``P``: the model's (or view's) parameters."""
+def _optimizer_steps(pb: Problem, space: Space, packs: list[tuple], st: States, opt_fresh: float,
+                     P: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:class:`GroupCosts`' optimizer step on the GPU, offloaded step and offload stream
+    (:mod:`simulator.physics.optimizer_time`): each rank updates its shard under ZeRO-1 and above."""
     model, dev, fab, n = pb.model, pb.device, pb.fabric, pb.dp_ranks
     prof = dev.profile
     L = model.n_layers
@@ -534,9 +575,15 @@ def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: Sta
     optimizer_t = np.broadcast_to(np.where(offl == "none", gpu_opt, 0.0), (K, Z, NO))
     stream = optimizer_time.offload_stream_time(P, st.weight_bpp, st.grad_bpp, n, dev.host_bw)[:, :, None]
     stream4 = np.where(offl == "all", stream, 0.0)[:, None, :, :]
-    offload_t = optimizer_time.offload_time(off_step[:, None, :, :], stream4, ps.at["total"][:, :, None, None],
-                                            ps.last["total"][:, :, None, None], mb.grad_accum[None, :, None, None], L)
-    return optimizer_t, offload_t
+    return optimizer_t, off_step[:, None, :, :], stream4
+
+
+def offload_seconds(gc: GroupCosts, ps: PerSize, mb: MicroBatches, n_layers: int) -> np.ndarray:
+    """Seconds per optimizer step that offload adds (K, M, Z, NO): the offloaded step and the
+    stream not hidden behind each micro-batch's compute (:func:`optimizer_time.offload_time`)."""
+    return optimizer_time.offload_time(gc.off_step, gc.stream, ps.at["total"][:, :, None, None],
+                                       ps.last["total"][:, :, None, None], mb.grad_accum[None, :, None, None],
+                                       n_layers)
 
 
 def spread(x: np.ndarray, n: int) -> np.ndarray:
@@ -618,9 +665,10 @@ def evaluate_grid(pb: Problem, space: Space) -> Grid:
     st = model_states(pb, space, packs)
     P, PL = float(pb.model.n_params()), _layer_params(pb.model)
     grad_fresh, opt_fresh = fresh_memory.step_fresh(pb.model, dev.profile)  # fresh pages (CPU), per step
-    exposed_comm = sharding_schedule(pb, space.shardings, st, ps, mb, P, PL)
-    optimizer_t, offload_t = optimizer_and_offload(pb, space, packs, st, ps, mb, opt_fresh, P)
-    return assemble(pb, space, packs, supported, mb, pc, ps, st, grad_fresh, exposed_comm, optimizer_t, offload_t)
+    gc = group_costs(pb, space, packs, st, P, PL, opt_fresh)
+    exposed_comm = sharding_schedule(pb, space.shardings, gc, ps, mb)
+    offload_t = offload_seconds(gc, ps, mb, pb.model.n_layers)
+    return assemble(pb, space, packs, supported, mb, pc, ps, st, grad_fresh, exposed_comm, gc.optimizer, offload_t)
 
 
 def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray, mb: MicroBatches,

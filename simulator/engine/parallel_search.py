@@ -407,7 +407,16 @@ def _extra_terms(pb: Problem, space: Space, par: Parallelism, async_tp: bool | N
 
 def _seconds_per_token(pb: Problem, space: Space) -> float:
     """The model's minimum training FLOPs per token at the fastest searched peak and the profile's
-    best efficiency of any kernel (seconds per token on one GPU; 0 without a supported precision)."""
+    best efficiency of any kernel (seconds per token on one GPU; 0 without a supported precision).
+    Kept per process, keyed by the model, sequence length, precisions and device."""
+    key = (pb.model, pb.seq_len, tuple(space.precisions), pb.device.name)
+    return cached(_PER_TOKEN, key, lambda: _min_seconds_per_token(pb, space), pb.device)
+
+
+_PER_TOKEN = store()
+
+
+def _min_seconds_per_token(pb: Problem, space: Space) -> float:
     dev, prof = pb.device, pb.device.profile
     precs = [p for p in space.precisions if dev.gemm_peak(p) is not None]
     if not precs:

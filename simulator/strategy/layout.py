@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core.errors import UsageError
+from ..core.memo import cached, store
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,18 @@ def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=
     layouts); cp in
     :data:`CP_SEARCHED` dividing the sequence into 2 cp chunks, searched from :data:`CP_MIN_SEQ`
     tokens on (else 1); with ``n_experts`` (a mixture of experts) every ep of
-    :func:`expert_degrees`. ``tp``, ``pp``, ``vp``, ``sp``, ``cp``, ``ep`` pin a knob (None = search)."""
+    :func:`expert_degrees`. ``tp``, ``pp``, ``vp``, ``sp``, ``cp``, ``ep`` pin a knob (None = search).
+    Kept per process (a new list each call), keyed by every argument and its type."""
+    args = (n_gpus, gpus_per_node, n_heads, n_layers, tp, pp, vp, sp, cp, seq_len, n_experts, ep)
+    key = tuple((x, type(x)) for x in args)
+    return list(cached(_LAYOUTS, key, lambda: _layouts(*args)))
+
+
+_LAYOUTS = store()
+
+
+def _layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, tp, pp, vp, sp, cp, seq_len: int,
+             n_experts: int, ep) -> tuple[Parallelism, ...]:
     out = []
     tps = [t for t in range(1, gpus_per_node + 1) if gpus_per_node % t == 0 and n_heads % t == 0
            and n_gpus % t == 0]
@@ -135,7 +147,7 @@ def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=
                     for s in sps:
                         for x in expert_degrees(n_experts, d, t, gpus_per_node, ep):
                             out.append(Parallelism(d, t, p, v, s, cp=c, ep=x))
-    return out
+    return tuple(out)
 
 
 #: Sharding modes that combine with pipeline parallelism: Megatron's data-parallel gradient

@@ -611,25 +611,44 @@ def _offload_allowed(shardings: tuple[str, ...], offloads: tuple[str, ...]) -> n
 _OFFLOAD_ALLOWED = store()
 
 
-def simplicity_rank(packs: list[tuple], shardings: list[str], pack: np.ndarray, sharding: np.ndarray,
-                    offload: np.ndarray, micro_batch: np.ndarray, largest_micro_batch: int) -> np.ndarray:
-    """Simplicity rank: ties are broken towards no offload, no checkpointing, plain DDP, a larger
-    micro-batch (float; the arrays broadcast together)."""
-    ck_rank, stage = _rank_orders(tuple(pk[3] for pk in packs), tuple(shardings))
-    return offload * 100 + ck_rank[pack] * 10 + stage[sharding] + 1.0 - micro_batch / (largest_micro_batch + 1.0)
+def simplicity_rank(packs: list[tuple], shardings: list[str], n_offloads: int, micro_batch: np.ndarray,
+                    largest_micro_batch: int) -> np.ndarray:
+    """Simplicity rank of a grid's strategies, (K, M, Z, NO): ties are broken towards no offload,
+    no checkpointing, plain DDP, a larger micro-batch (float; ``micro_batch``: (1, M, 1, 1))."""
+    base = _simplicity_base(tuple(pk[3] for pk in packs), tuple(shardings), n_offloads)
+    return base - micro_batch / (largest_micro_batch + 1.0)
 
 
-def _rank_orders(checkpointings: tuple[str, ...], shardings: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """The simplicity order of each pack's checkpointing and of each sharding (its stage); kept
-    per process (read-only)."""
-    def make() -> tuple[np.ndarray, np.ndarray]:
-        out = np.array([checkpointing_rank(c) for c in checkpointings]), np.array([SHARD_STAGE[s] for s in shardings])
+def _simplicity_base(checkpointings: tuple[str, ...], shardings: tuple[str, ...], n_offloads: int) -> np.ndarray:
+    """The micro-batch-independent part of :func:`simplicity_rank`, (K, 1, Z, NO): offload x 100 +
+    the checkpointing's order x 10 + the sharding's stage + 1; kept per process (read-only)."""
+    def make() -> np.ndarray:
+        pack, sharding, offload = grid_indices(len(checkpointings), len(shardings), n_offloads)
+        ck_rank = np.array([checkpointing_rank(c) for c in checkpointings])
+        stage = np.array([SHARD_STAGE[s] for s in shardings])
+        out = offload * 100 + ck_rank[pack] * 10 + stage[sharding] + 1.0
+        frozen(out)
+        return out
+    return cached(_SIMPLICITY, (checkpointings, shardings, n_offloads), make)
+
+
+_SIMPLICITY = store()
+
+
+def grid_indices(K: int, Z: int, NO: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pack, sharding and offload index of a grid's strategies, shaped (K, 1, 1, 1),
+    (1, 1, Z, 1) and (1, 1, 1, NO); kept per process (read-only)."""
+    def make() -> tuple[np.ndarray, ...]:
+        out = tuple(np.arange(n).reshape([n if a == i else 1 for a in range(4)]) for i, n in ((0, K), (2, Z), (3, NO)))
         frozen(*out)
         return out
-    return cached(_RANK_ORDERS, (checkpointings, shardings), make)
+    return cached(_INDICES, (K, Z, NO), make)
 
 
-_RANK_ORDERS = store()
+_INDICES = store()
+#: Read-only 0-d columns of a plain data-parallel grid (one value for every strategy).
+_ZERO, _ONE, _FALSE = np.asarray(0.0), np.asarray(1), np.asarray(False)
+frozen(_ZERO, _ONE, _FALSE)
 
 
 def ranked(cols: dict[str, np.ndarray], usable_memory: float, simpler: float = 0.0) -> dict[str, np.ndarray]:
@@ -702,11 +721,10 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
     host_need = st.host[:, None] * pb.fabric.gpus_per_node  # per node
     host_ok = host_need <= pb.host_memory
 
-    pack, sharding, offload = (np.arange(n).reshape([n if a == i else 1 for a in range(4)])
-                               for i, n in ((0, K), (2, Z), (3, NO)))
+    pack, sharding, offload = grid_indices(K, Z, NO)
     micro_batch = mb.sizes[None, :, None, None]
-    rank = simplicity_rank(packs, space.shardings, pack, sharding, offload, micro_batch, mb.sizes.max())
-    zero = np.asarray(0.0)
+    rank = simplicity_rank(packs, space.shardings, NO, micro_batch, mb.sizes.max())
+    zero = _ZERO
     half_cast = 0.5 * fb_cast[..., None]
     cols = dict(
         pack=pack, sharding=sharding, offload=offload, micro_batch=micro_batch,
@@ -719,9 +737,8 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
         mem_weights=mem_w, mem_gradients=mem_g, mem_optimizer=mem_o, mem_activations=act4,
         mem_logits=log4, mem_other=other, mem_total=total, host_need=host_need,
         valid=valid4, host_ok=host_ok, rank=rank,
-        dp=np.asarray(pb.dp_ranks), tp=np.asarray(1), pp=np.asarray(1), vp=np.asarray(1), sp=np.asarray(False),
-        async_tp=np.asarray(False), cp=np.asarray(1),
-        bubble=zero, tp_comm=zero, tp_comm_hidden=zero, pp_comm=zero, cp_comm=zero, ep=np.asarray(1),
+        dp=np.asarray(pb.dp_ranks), tp=_ONE, pp=_ONE, vp=_ONE, sp=_FALSE, async_tp=_FALSE, cp=_ONE,
+        bubble=zero, tp_comm=zero, tp_comm_hidden=zero, pp_comm=zero, cp_comm=zero, ep=_ONE,
         ep_comm=zero,
     )
     return Grid(pb, packs, list(space.shardings), list(space.offloads), shape, cols)

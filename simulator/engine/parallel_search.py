@@ -451,16 +451,53 @@ def step_floors(pb: Problem, space: Space, pars: list[Parallelism],
     return np.array([full[i] + _extra_floor(pb, space, par, one[i], async_tp, terms) for i, par in enumerate(pars)])
 
 
-def evaluate_layouts(pb: Problem, space: Space, layouts: list[Parallelism],
-                     prune: bool = True, async_tp: bool | None = None) -> tuple[Table, int]:
-    """Evaluate every strategy of ``space`` under every layout that could fit and could win;
-    one Table (rows of all evaluated layouts) and the number of layouts evaluated. Layouts are
-    taken in order of their :func:`flops_floor`; once that is slower than the fastest feasible step
-    found so far, the rest are skipped, and a layout whose :func:`step_floors` is slower is skipped
-    (``prune=False`` evaluates every layout that can fit:
-    the reference the pruned search is tested against). The least-memory layout is evaluated when
-    none can fit, so the cluster still gets its closest plan and reasons."""
-    groups: dict[Parallelism, list[int]] = {}  # each layout with vp = 1: its virtual-stage counts
+@dataclasses.dataclass
+class LayoutBounds:
+    """The layouts a search considers and their bounds: ``groups`` (each layout with vp = 1: its
+    virtual-stage counts), ``keep`` (those whose model states can fit, or else the least-memory
+    one), ``par_of`` (each kept layout with its most virtual stages), ``cheap`` (its
+    :func:`flops_floor`, s; 0 when not pruning), ``prune`` (whether to prune: more than one kept),
+    ``terms`` (each layout's :func:`_extra_terms`) and ``tight`` (its :func:`step_floors`, s,
+    filled per tensor/context-parallel view when a search first needs it)."""
+
+    groups: dict[Parallelism, list[int]]
+    keep: list[Parallelism]
+    par_of: dict[Parallelism, Parallelism]
+    cheap: dict[Parallelism, float]
+    prune: bool
+    terms: dict[Parallelism, tuple[float, float, float]]
+    tight: dict[Parallelism, float] = dataclasses.field(default_factory=dict)
+
+    def floor(self, pb: Problem, space: Space, key: Parallelism, async_tp: bool | None) -> float:
+        """The tight floor of kept layout ``key`` (s; ``pb``, ``space``, ``async_tp``: those these
+        bounds are of), computed for its whole tensor/context-parallel view at once when first
+        needed."""
+        if key not in self.tight:
+            same = [k for k in self.keep if (k.tp, k.sp, k.cp, k.ep) == (key.tp, key.sp, key.cp, key.ep)]
+            self.tight.update(zip(same, step_floors(pb, space, [self.par_of[k] for k in same], async_tp, self.terms),
+                                  strict=True))
+        return self.tight[key]
+
+
+def layout_bounds(pb: Problem, space: Space, layouts: list[Parallelism], prune: bool,
+                  async_tp: bool | None) -> LayoutBounds:
+    """:class:`LayoutBounds` of ``layouts`` for ``pb`` and ``space``: pure (every value is fixed
+    by them), kept per process, keyed by every field of both, the layouts, ``prune`` and
+    ``async_tp`` (the device as witness)."""
+    mbs = None if space.micro_batches is None else np.asarray(space.micro_batches)
+    key = (pb.model, pb.seq_len, pb.global_batch, pb.optimizer, pb.device.name, pb.fabric, pb.host_memory,
+           pb.gpu_label, pb.stack, pb.dp, tuple(space.precisions), tuple(space.attentions), tuple(space.compiles),
+           tuple(space.checkpointings), tuple(space.shardings), tuple(space.offloads),
+           None if mbs is None else (mbs.dtype.str, mbs.tobytes()), tuple(layouts), prune, async_tp)
+    return cached(_BOUNDS, key, lambda: _layout_bounds(pb, space, layouts, prune, async_tp), pb.device)
+
+
+_BOUNDS = store()
+
+
+def _layout_bounds(pb: Problem, space: Space, layouts: list[Parallelism], prune: bool,
+                   async_tp: bool | None) -> LayoutBounds:
+    groups: dict[Parallelism, list[int]] = {}
     for par in layouts:
         if par.pp > 1 and not any(s in PIPELINE_SHARDINGS for s in space.shardings):
             continue
@@ -475,23 +512,27 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[Parallelism],
     terms: dict[Parallelism, tuple[float, float, float]] = {}  # each layout's _extra_terms, once
     cheap = {k: flops_floor(pb, space, par_of[k], async_tp, per_token, terms) for k in keep} if prune \
         else dict.fromkeys(keep, 0.0)
-    tight: dict[Parallelism, float] = {}
+    return LayoutBounds(groups, keep, par_of, cheap, prune, terms)
 
-    def floor(key: Parallelism) -> float:
-        """The tight floor, computed for the key's whole tensor/context-parallel view at once when
-        needed."""
-        if key not in tight:
-            same = [k for k in keep if (k.tp, k.sp, k.cp, k.ep) == (key.tp, key.sp, key.cp, key.ep)]
-            tight.update(zip(same, step_floors(pb, space, [par_of[k] for k in same], async_tp, terms), strict=True))
-        return tight[key]
 
+def evaluate_layouts(pb: Problem, space: Space, layouts: list[Parallelism],
+                     prune: bool = True, async_tp: bool | None = None) -> tuple[Table, int]:
+    """Evaluate every strategy of ``space`` under every layout that could fit and could win;
+    one Table (rows of all evaluated layouts) and the number of layouts evaluated. Layouts are
+    taken in order of their :func:`flops_floor`; once that is slower than the fastest feasible step
+    found so far, the rest are skipped, and a layout whose :func:`step_floors` is slower is skipped
+    (``prune=False`` evaluates every layout that can fit:
+    the reference the pruned search is tested against). The least-memory layout is evaluated when
+    none can fit, so the cluster still gets its closest plan and reasons."""
+    lb = layout_bounds(pb, space, layouts, prune, async_tp)
+    groups, keep, cheap, prune = lb.groups, lb.keep, lb.cheap, lb.prune
     parts: list[Grid] = []
     best = np.inf
     done: set[Parallelism] = set()
     for key in sorted(keep, key=cheap.get):
         if cheap[key] > best:
             break
-        if prune and np.isfinite(best) and floor(key) > best:
+        if prune and np.isfinite(best) and lb.floor(pb, space, key, async_tp) > best:
             continue
         done.add(key)
         for b in layout_grids(pb, space, key, groups[key], async_tp):

@@ -28,9 +28,19 @@ from .estimate import Grid, Problem, Space, Table, evaluate_grid, ranked, spread
 
 def micro_batch_sizes(per_replica: int) -> np.ndarray:
     """Micro-batch sizes a tensor/pipeline-parallel run can use: the divisors of the replica's
-    batch (Megatron-LM requires global batch = micro-batch x micro-batches x dp exactly)."""
-    small = [d for d in range(1, math.isqrt(per_replica) + 1) if per_replica % d == 0]
-    return np.array(sorted(set(small + [per_replica // d for d in small])))
+    batch (Megatron-LM requires global batch = micro-batch x micro-batches x dp exactly). Kept
+    per process (read-only)."""
+    return cached(_DIVISORS, per_replica, lambda: _divisors(per_replica))
+
+
+_DIVISORS = store()
+
+
+def _divisors(n: int) -> np.ndarray:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    out = np.array(sorted(set(small + [n // d for d in small])))
+    frozen(out)
+    return out
 
 
 def stored_activations(model, seq_len: int, packs: list[tuple], pack: np.ndarray, mb: np.ndarray,

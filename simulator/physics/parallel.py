@@ -202,10 +202,17 @@ def ep_comm_time(tokens, hidden: int, top_k: int, e, par: Parallelism, fab: comm
 def dp_fabric(fab: comm.Fabric, par: Parallelism) -> comm.Fabric:
     """The links one gradient-reduction group sees: the dp x cp ranks holding the same weights.
     Its ranks are tp apart: k = min(dp cp, g/tp) of them share a node, and the node's network
-    carries g/k such groups at once (bandwidth per group k/g of the node's)."""
+    carries g/k such groups at once (bandwidth per group k/g of the node's). One per fabric, dp x
+    cp and tp, per process."""
+    return cached(_GROUP_FABRICS, (fab, par.dp * par.cp, par.tp), lambda: _dp_fabric(fab, par.dp * par.cp, par.tp))
+
+
+_GROUP_FABRICS = store()
+
+
+def _dp_fabric(fab: comm.Fabric, ranks: int, tp: int) -> comm.Fabric:
     g = fab.gpus_per_node
-    ranks = par.dp * par.cp
-    k = max(1, min(ranks, g // par.tp))
+    k = max(1, min(ranks, g // tp))
     nodes = math.ceil(ranks / k)
     return dataclasses.replace(fab, nodes=nodes, gpus_per_node=k, inter_bw=fab.inter_bw * k / g if nodes > 1 else 0.0,
                                inter_alpha=fab.inter_alpha if nodes > 1 else 0.0)

@@ -4,9 +4,12 @@ Every strategy (precision x attention x compile x checkpointing x sharding x off
 micro-batch) becomes one element of the flat numpy columns of a :class:`Table`: step time and its
 parts (seconds), memory per GPU by component (bytes), feasibility. :func:`evaluate` runs named
 steps, each a pure function over arrays shaped (packs K, micro-batches M, shardings Z, offloads
-NO): micro-batch candidates, compute per pack, model states, the sharding schedule's
-communication, optimizer and offload (:mod:`simulator.physics.optimizer_time`), assembly with
-feasibility, and ranking. No I/O. docs/architecture.md, physics 1-7.
+NO): micro-batch candidates, compute per pack, model states, the data-parallel group's
+collectives and optimizer step, the sharding schedule's exposed communication and offload
+(:mod:`simulator.physics.optimizer_time`), assembly with feasibility, and ranking. No I/O.
+docs/architecture.md, physics 1-7. The steps that do not depend on the micro-batch sizes (or
+depend only on a pack's) are kept per process, keyed by every input they read
+(:mod:`simulator.core.memo`); every strategy's own arithmetic runs on each evaluation.
 """
 
 from __future__ import annotations
@@ -665,8 +668,9 @@ def ranked(cols: dict[str, np.ndarray], usable_memory: float, simpler: float = 0
 
 def evaluate(pb: Problem, space: Space) -> Table:
     """Evaluate every strategy of ``space`` on ``pb``: micro-batch candidates, compute per pack,
-    model states, the sharding schedule's communication, optimizer and offload, then assembly,
-    feasibility and ranking. Returns a :class:`Table`, plain data parallelism over all GPUs."""
+    model states, the group's collectives and optimizer step, the sharding schedule's exposed
+    communication and offload, then assembly, feasibility and ranking. Returns a :class:`Table`,
+    plain data parallelism over all GPUs."""
     grid = evaluate_grid(pb, space)
     return replace(grid, cols=ranked(grid.cols, pb.device.usable_memory)).table()
 

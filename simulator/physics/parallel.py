@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 
 import numpy as np
 
@@ -296,8 +297,10 @@ class ShardView:
     _SHARD = ("tp", "seq_shards", "n_layers", "n_window_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab_size",
               "ep", "first_dense_layers", "_emb", "_params", "_experts")
 
+    _shard = operator.itemgetter(*_SHARD)
+
     def _key(self) -> tuple:
-        return (self._spec, *(self.__dict__[k] for k in self._SHARD))
+        return (self._spec, *ShardView._shard(self.__dict__))
 
     def __eq__(self, other) -> bool:
         """Views of the same spec holding the same shard are equal (caches keyed on the model

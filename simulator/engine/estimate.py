@@ -429,14 +429,36 @@ def _model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """The searched shardings' collectives arranged by column (seconds per optimizer step, each
+    (K, 1, columns)): ``bwd`` the one behind the backward (DDP's all-reduce, ZeRO's
+    reduce-scatter, FSDP's reduce-scatter and, under full sharding, its gathers again) and
+    ``bwd_floor`` its piece that cannot overlap, for every sharding; on the ``every`` columns
+    (ZeRO-2, FSDP, ZeRO-3) it runs every micro-batch, else once behind the last; ``fwd`` and
+    ``fwd_floor``: the forward's unit-by-unit gathers of the ``fwd_cols`` (FSDP, ZeRO-3);
+    ``after``: ZeRO-1/2's gather of the updated weights after the step, on the ``after_cols``.
+    Column sets are slices where contiguous (the searched order makes them so), None when empty
+    (and then so are their arrays)."""
+
+    bwd: np.ndarray
+    bwd_floor: np.ndarray
+    every: slice | np.ndarray | None
+    fwd: np.ndarray | None
+    fwd_floor: np.ndarray | None
+    fwd_cols: slice | np.ndarray | None
+    after: np.ndarray | None
+    after_cols: slice | np.ndarray | None
+
+
+@dataclass(frozen=True)
 class GroupCosts:
     """What one data-parallel group's collectives and optimizer step cost per pack, sharding and
-    offload, before the micro-batches are known (seconds): each collective of the searched
-    shardings' schedules (:func:`sharding_schedule`) by name, (K, 1, Z); the optimizer step on
-    the GPU (K, Z, NO; 0 where it runs on the CPU); the offloaded CPU step and host-link transfers
-    and offload 'all''s host-link stream per micro-batch, (K, 1, Z, NO) each (0 where not offloaded)."""
+    offload, before the micro-batches are known (seconds): the searched shardings' collectives
+    (:class:`Schedule`; None over a single rank); the optimizer step on the GPU (K, Z, NO; 0
+    where it runs on the CPU); the offloaded CPU step and host-link transfers and offload
+    'all''s host-link stream per micro-batch, (K, 1, Z, NO) each (0 where not offloaded)."""
 
-    collectives: dict[str, np.ndarray]
+    schedule: Schedule | None
     optimizer: np.ndarray
     off_step: np.ndarray
     stream: np.ndarray
@@ -458,43 +480,69 @@ _GROUP_COSTS = store()
 
 def _group_costs(pb: Problem, space: Space, packs: list[tuple], st: States, P: float, PL: float,
                  opt_fresh: float) -> GroupCosts:
-    out = GroupCosts(_collectives(pb, space.shardings, st, P, PL), *_optimizer_steps(pb, space, packs, st, opt_fresh, P))
-    frozen(out.optimizer, out.off_step, out.stream, *out.collectives.values())
+    sched = _schedule(pb, space.shardings, st, P, PL) if pb.dp_ranks > 1 else None
+    out = GroupCosts(sched, *_optimizer_steps(pb, space, packs, st, opt_fresh, P))
+    frozen(out.optimizer, out.off_step, out.stream)
+    if sched is not None:
+        frozen(sched.bwd, sched.bwd_floor, sched.fwd, sched.fwd_floor, sched.after)
     return out
 
 
-def _collectives(pb: Problem, shardings: list[str], st: States, P: float, PL: float) -> dict[str, np.ndarray]:
+def _columns(idx: list[int]) -> slice | np.ndarray | None:
+    """Column positions as a slice where they are contiguous, else an index array; None if none."""
+    if not idx:
+        return None
+    return slice(idx[0], idx[-1] + 1) if idx == list(range(idx[0], idx[-1] + 1)) else np.array(idx, dtype=int)
+
+
+def _schedule(pb: Problem, shardings: list[str], st: States, P: float, PL: float) -> Schedule:
     """The collectives of the searched shardings' schedules (:func:`sharding_schedule`), seconds
-    per optimizer step (K, 1, Z); none over a single rank."""
+    per optimizer step, arranged as a :class:`Schedule`."""
     model, fab = pb.model, pb.fabric
-    if pb.dp_ranks <= 1:
-        return {}
     L = model.n_layers
     gc = st.grad_bpp
     grad_bytes = (P * gc)[:, None, :]
     w_bytes = (P * st.weight_bpp)[:, None, :]
-    out = {}
     # each family's collectives, where a sharding of it is searched; the last bucket to fill
     # cannot overlap: at worst a full bucket (monotone in model size)
     if "ddp" in shardings:
         buckets = np.maximum(1.0, np.ceil(grad_bytes / (25.0 * memory.MIB)))
-        out["ar"] = comm.all_reduce(fab, grad_bytes, buckets)
-        out["ar_bucket"] = comm.all_reduce(fab, np.minimum(grad_bytes, 25.0 * memory.MIB))
+        ar = comm.all_reduce(fab, grad_bytes, buckets)
+        ar_bucket = comm.all_reduce(fab, np.minimum(grad_bytes, 25.0 * memory.MIB))
     if "zero1" in shardings or "zero2" in shardings:
         zbuckets = max(1.0, math.ceil(P / memory.ZERO_BUCKET_ELEMENTS))
-        out["rs_z"] = comm.gather_or_scatter(fab, grad_bytes, zbuckets)
-        out["ag_z"] = comm.gather_or_scatter(fab, w_bytes, zbuckets)
-        out["rs_bucket"] = comm.gather_or_scatter(fab, np.minimum(grad_bytes, memory.ZERO_BUCKET_ELEMENTS * gc[:, None, :]))
+        rs_z = comm.gather_or_scatter(fab, grad_bytes, zbuckets)
+        ag_z = comm.gather_or_scatter(fab, w_bytes, zbuckets)
+        rs_bucket = comm.gather_or_scatter(fab, np.minimum(grad_bytes, memory.ZERO_BUCKET_ELEMENTS * gc[:, None, :]))
     if any(s not in ("ddp", "zero1", "zero2") for s in shardings):
-        out["rs_l"] = comm.gather_or_scatter(fab, grad_bytes, L + 1)
-        out["ag_l"] = comm.gather_or_scatter(fab, w_bytes, L + 1)
+        rs_l = comm.gather_or_scatter(fab, grad_bytes, L + 1)
+        ag_l = comm.gather_or_scatter(fab, w_bytes, L + 1)
         # ZeRO-3 / FSDP gather and reduce unit by unit: L layers and the root unit (embeddings,
         # head); the root is gathered first and reduced last, so its collective (or one layer's,
         # if larger) can never hide behind compute
         unit = max(P - L * PL, PL) / P
-        out["ag_unit"] = comm.gather_or_scatter(fab, w_bytes * unit)
-        out["rs_unit"] = comm.gather_or_scatter(fab, grad_bytes * unit)
-    return out
+        ag_unit = comm.gather_or_scatter(fab, w_bytes * unit)
+        rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
+    bwd, floor, fwd, fwd_floor, after = [], [], [], [], []
+    every, fwd_cols, after_cols = [], [], []
+    for j, s in enumerate(shardings):
+        sl = (slice(None), slice(None), slice(j, j + 1))
+        if s == "ddp":  # all-reduce behind the last backward
+            bwd.append(ar[sl]), floor.append(ar_bucket[sl])
+        elif s in ("zero1", "zero2"):  # reduce-scatter (zero2: every micro-batch), gather after the step
+            bwd.append(rs_z[sl]), floor.append(rs_bucket[sl]), after.append(ag_z[sl]), after_cols.append(j)
+        else:  # fsdp-grad-op: gather in forward, reduce-scatter in backward; zero3 / fsdp-full: gather
+            # in forward, gather + reduce-scatter in backward
+            bwd.append(rs_l[sl] if s == "fsdp-grad-op" else ag_l[sl] + rs_l[sl]), floor.append(rs_unit[sl])
+            fwd.append(ag_l[sl]), fwd_floor.append(ag_unit[sl]), fwd_cols.append(j)
+        if s != "ddp" and s != "zero1":
+            every.append(j)
+
+    def cat(xs: list[np.ndarray]) -> np.ndarray | None:
+        return np.concatenate(xs, axis=2) if xs else None
+
+    return Schedule(cat(bwd), cat(floor), _columns(every), cat(fwd), cat(fwd_floor), _columns(fwd_cols),
+                    cat(after), _columns(after_cols))
 
 
 def sharding_schedule(pb: Problem, shardings: list[str], gc: GroupCosts, ps: PerSize, mb: MicroBatches) -> np.ndarray:
@@ -507,45 +555,26 @@ def sharding_schedule(pb: Problem, shardings: list[str], gc: GroupCosts, ps: Per
     backward. Collectives are issued in pieces, each paying the latency and each a unit of
     overlap: DDP buckets of 25 MiB (bucket_cap_mb default), DeepSpeed ZeRO buckets of 5e8
     elements, ZeRO-3 / FSDP one gather / reduce-scatter per unit (L layers + the root):
-    :func:`_collectives`, in ``gc``."""
+    :class:`Schedule`, in ``gc``. Every micro-batch's collective is exposed beyond its window
+    of compute (the last one's behind the last, possibly smaller, micro-batch)."""
     K, M, Z = gc.optimizer.shape[0], mb.sizes.size, len(shardings)
-    if pb.dp_ranks <= 1:
+    sc = gc.schedule
+    if sc is None:
         return np.zeros((K, M, Z))
-    c = gc.collectives
-    bwd_mb, bwd_last = ps.at["bwd_rec"][:, :, None], ps.last["bwd_rec"][:, :, None]
-    fwd_mb, fwd_last = ps.at["fwd"][:, :, None], ps.last["fwd"][:, :, None]
-    more = mb.grad_accum[None, :, None] - 1
     overlap = pb.fabric.overlap
-
-    def per_mb(x, win_mb, win_last, floor):  # every micro-batch communicates
-        return more * comm.exposed(x, win_mb, floor, overlap) + comm.exposed(x, win_last, floor, overlap)
-
-    out = np.empty((K, M, Z))
-    for family, cols in _families(tuple(shardings)):
-        sl = (slice(None), slice(None), cols)
-        if family == "ddp":
-            e = comm.exposed(c["ar"][sl], bwd_last, c["ar_bucket"][sl], overlap)
-        elif family == "zero1":
-            e = comm.exposed(c["rs_z"][sl], bwd_last, c["rs_bucket"][sl], overlap) + c["ag_z"][sl]
-        elif family == "zero2":
-            e = per_mb(c["rs_z"][sl], bwd_mb, bwd_last, c["rs_bucket"][sl]) + c["ag_z"][sl]
-        elif family == "fsdp-grad-op":
-            e = per_mb(c["ag_l"][sl], fwd_mb, fwd_last, c["ag_unit"][sl]) \
-                + per_mb(c["rs_l"][sl], bwd_mb, bwd_last, c["rs_unit"][sl])
-        else:  # zero3 / fsdp-full: gather in forward, gather + reduce-scatter in backward
-            e = per_mb(c["ag_l"][sl], fwd_mb, fwd_last, c["ag_unit"][sl]) \
-                + per_mb(c["ag_l"][sl] + c["rs_l"][sl], bwd_mb, bwd_last, c["rs_unit"][sl])
-        out[sl] = e  # every window spans the packs and micro-batches
+    more = mb.grad_accum[None, :, None] - 1
+    out = comm.exposed(sc.bwd, ps.last["bwd_rec"][:, :, None], sc.bwd_floor, overlap)  # behind the last
+    ev = sc.every
+    if ev is not None:  # and behind each earlier micro-batch
+        out[:, :, ev] = more * comm.exposed(sc.bwd[:, :, ev], ps.at["bwd_rec"][:, :, None], sc.bwd_floor[:, :, ev],
+                                            overlap) + out[:, :, ev]
+    if sc.fwd_cols is not None:  # gathers in every forward
+        f_mb, f_last = ps.at["fwd"][:, :, None], ps.last["fwd"][:, :, None]
+        fwd = more * comm.exposed(sc.fwd, f_mb, sc.fwd_floor, overlap) + comm.exposed(sc.fwd, f_last, sc.fwd_floor, overlap)
+        out[:, :, sc.fwd_cols] = fwd + out[:, :, sc.fwd_cols]
+    if sc.after_cols is not None:
+        out[:, :, sc.after_cols] = out[:, :, sc.after_cols] + sc.after
     return out
-
-
-def _families(shardings: tuple[str, ...]) -> list[tuple[str, slice | list[int]]]:
-    """The shardings' communication schedules (ddp, zero1, zero2, fsdp-grad-op; zero3 and
-    fsdp-full share one) and the positions in ``shardings`` of each: a slice where it is one."""
-    groups: dict[str, list[int]] = {}
-    for j, s in enumerate(shardings):
-        groups.setdefault("full" if s in ("zero3", "fsdp-full") else s, []).append(j)
-    return [(f, slice(js[0], js[0] + 1) if len(js) == 1 else js) for f, js in groups.items()]
 
 
 #: Whether each precision is a mixed one (half-precision compute beside fp32 masters).

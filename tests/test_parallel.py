@@ -502,3 +502,58 @@ def test_pipeline_stored_activations_count_the_packs_compile_and_the_stack(stack
         fewer = memory.activations(m.with_layers(m.n_layers - 1), seq, mb, p, att, ck, c, st_)
         got = stored_activations(m, seq, packs, np.array([k, k]), mb, act, st_)
         assert np.allclose(got, np.minimum(m.n_layers * (act - fewer), act), rtol=1e-12)
+
+
+
+def _same_tables(a, b) -> bool:
+    """Whether two search results hold the same strategies, column for column, in the same order."""
+    from simulator.engine.estimate import _COLUMNS
+    return len(a.table) == len(b.table) and np.array_equal(a.order, b.order) and all(
+        np.array_equal(getattr(a.table, c), getattr(b.table, c), equal_nan=True) for c in _COLUMNS)
+
+
+def _bounds(model, gpus, **knobs) -> tuple[dict, dict, dict]:
+    """The pruning bounds of the search :func:`run_search` makes: each considered layout's states
+    floor (bytes), each kept layout's flops floor and step floor (s)."""
+    from simulator.engine import parallel_search
+
+    sk, pins = split_knobs(knobs)
+    s = setup_mod.setup(model, gpus, **sk)
+    lay = {k: pins.pop(k) for k in setup_mod.LAYOUT_KEYS if k in pins}
+    space, _ = knob_space(s, pins)
+    pars = batch_fits(s, layout_space(s, lay, space), pins.get("micro_batch"))
+    lb = parallel_search.layout_bounds(s.problem, space, pars, True, None)
+    return ({k: parallel_search.states_floor(s.problem, space, k) for k in lb.groups}, dict(lb.cheap),
+            {k: lb.floor(s.problem, space, k, None) for k in lb.keep})
+
+
+@pytest.mark.parametrize("model,gpus,cases", [
+    # dense: the stack's AdamW implementation and attention kernel (hf-trainer: fused, cudnn)
+    ("pythia-1b", "8xh100", [dict(), dict(stack={"optimizer": "foreach"}), dict(stack={"optimizer": "for_loop"}),
+                             dict(stack={"attention_kernel": "flash"})]),
+    # a mixture of experts: expert TP, the dispatcher, the all-to-all overlap, the capacity factor
+    ("olmoe-1b-7b", "8xh100", [dict(tp=2, ep=4, pp=1), dict(tp=2, ep=4, pp=1, etp=1), dict(tp=2, ep=4, etp=1), dict(ep=4),
+                               dict(ep=4, stack={"moe_dispatcher": "deepep"}),
+                               dict(ep=4, stack={"moe_a2a_overlap": True}), dict(ep=4, capacity_factor=1.0)]),
+])
+def test_searches_differing_in_one_input_give_in_one_process_what_each_gives_alone(model, gpus, cases):
+    """The per-process caches (simulator.core.memo) are keyed by every input they read: searches that
+    differ only in the stack (its optimizer, attention kernel, expert dispatcher or overlap), in etp or
+    in the capacity factor, run one after the other, each give the strategies and pruning bounds they
+    give from emptied caches; no two cases give the same strategies (so a stale cache would show)."""
+    from simulator.core import memo
+    from simulator.strategy.stacks import get_stack
+
+    base = get_stack("hf-trainer" if model == "pythia-1b" else "megatron-lm")
+
+    def knobs(case: dict) -> dict:
+        return {**case, "stack": base.model_copy(update=case.get("stack", {}))}
+
+    memo.clear()
+    warm = [(run_search(model, gpus, **knobs(c)), _bounds(model, gpus, **knobs(c))) for c in cases]
+    for case, (res, bounds) in zip(cases, warm, strict=True):
+        memo.clear()
+        assert _same_tables(run_search(model, gpus, **knobs(case)), res), case
+        memo.clear()
+        assert _bounds(model, gpus, **knobs(case)) == bounds, case
+    assert not any(_same_tables(a[0], b[0]) for i, a in enumerate(warm) for b in warm[i + 1:])

@@ -4,22 +4,24 @@ Every strategy (precision x attention x compile x checkpointing x sharding x off
 micro-batch) becomes one element of the flat numpy columns of a :class:`Table`: step time and its
 parts (seconds), memory per GPU by component (bytes), feasibility. :func:`evaluate` runs named
 steps, each a pure function over arrays shaped (packs K, micro-batches M, shardings Z, offloads
-NO): micro-batch candidates, compute per pack, model states, the sharding schedule's
-communication, optimizer and offload (:mod:`simulator.physics.optimizer_time`), assembly with
-feasibility, and ranking. No I/O. docs/architecture.md, physics 1-7.
+NO): micro-batch candidates, compute per pack, model states, the data-parallel group's
+collectives and optimizer step, the sharding schedule's exposed communication and offload
+(:mod:`simulator.physics.optimizer_time`), assembly with feasibility, and ranking. No I/O.
+docs/architecture.md, physics 1-7. The steps that do not depend on the micro-batch sizes (or
+depend only on a pack's) are kept per process, keyed by every input they read
+(:mod:`simulator.core.memo`); every strategy's own arithmetic runs on each evaluation.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from functools import partial
 from itertools import product
 
 import numpy as np
 
 from ..core.memo import cached, frozen, store
-from ..core.vocab import MIXED_PRECISIONS
+from ..core.vocab import MIXED_PRECISIONS, PRECISIONS
 from ..hardware.device import Device
 from ..model import workload
 from ..model.families import AnySpec
@@ -178,9 +180,17 @@ class Table:
             if all(x.size == 1 for x in parts):  # one value per grid (a layout's degrees)
                 cols[k] = np.repeat(np.array([x.flat[0] for x in parts], dtype=dtype), sizes)
                 continue
+            if all(x.shape == g.shape for x, g in zip(parts, grids, strict=True)):  # every strategy its own value
+                cols[k] = np.concatenate([x.reshape(-1) for x in parts], dtype=dtype)
+                continue
             out = np.empty(int(ends[-1]), dtype=dtype)
-            for g, x, lo, hi in zip(grids, parts, ends[:-1], ends[1:], strict=True):
-                out[lo:hi].reshape(g.shape)[...] = x
+            i = 0
+            while i < len(grids):  # consecutive grids sharing the array (a layout's vp) in one write
+                j = i + 1
+                while j < len(grids) and parts[j] is parts[i] and grids[j].shape == grids[i].shape:
+                    j += 1
+                out[ends[i]:ends[j]].reshape((j - i, *grids[i].shape))[...] = parts[i]
+                i = j
             cols[k] = out
         return cls(problem=problem, packs=packs, shardings=shardings, offloads=offloads, **cols)
 
@@ -239,10 +249,6 @@ class MicroBatches:
     mi: np.ndarray  # (M,) index of each candidate in ``evaluated``
     li: np.ndarray  # (M,) index of each candidate's last micro-batch in ``evaluated``
 
-    def per_step(self, x: np.ndarray) -> np.ndarray:
-        """A (K, E) per-micro-batch quantity summed over one optimizer step: (K, M)."""
-        return (self.grad_accum - 1) * x[:, self.mi] + x[:, self.li]
-
 
 def micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray) -> MicroBatches:
     """The pinned micro-batch sizes, or every size from 1 whose activations could fit at all next
@@ -289,7 +295,10 @@ class PackCompute:
     seconds of forward, backward and recompute, executed FLOPs, activation and logit bytes; and
     seconds of autocast's weight casts per micro-batch (K,), in forward and backward (``cast``) and
     again in recomputation (``rec_cast``: whole checkpointed layers re-cast their weights).
-    Unsupported precisions: inf."""
+    Unsupported precisions: inf. ``sized`` stacks the (K, E) quantities the evaluation gathers at
+    its micro-batch sizes, in the order of :data:`_SIZED`: forward, backward, recompute, FLOPs,
+    their sum (a micro-batch's compute), backward + recompute, activations, logits and the
+    activations outside the blocks."""
 
     fwd: np.ndarray
     bwd: np.ndarray
@@ -300,6 +309,11 @@ class PackCompute:
     cast: np.ndarray
     rec_cast: np.ndarray
     act_outside: np.ndarray
+    sized: np.ndarray  # (len(_SIZED), K, E)
+
+
+#: The rows of :attr:`PackCompute.sized`.
+_SIZED = ("fwd", "bwd", "rec", "hw", "total", "bwd_rec", "act", "logit", "act_outside")
 
 
 def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, sizes: np.ndarray) -> PackCompute:
@@ -334,8 +348,29 @@ def _compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, si
         cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / rate
         rerun = checkpointed_layers(ck, model.n_layers) * _layer_params(model)  # forward casts again
         rec_cast[i] = 0.5 * float(workload.autocast_cast_bytes(rerun, p, half_params=False).nbytes) / rate
-    frozen(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out)
-    return PackCompute(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out)
+    sized = np.stack([fwd, bwd, rec, hw, fwd + bwd + rec, bwd + rec, act, logit, act_out])
+    frozen(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out, sized)
+    return PackCompute(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out, sized)
+
+
+@dataclass(frozen=True)
+class PerSize:
+    """:attr:`PackCompute.sized` at a search's micro-batch candidates (``at``, (K, M) each: one
+    micro-batch of the candidate's size) and at each candidate's last micro-batch (``last``);
+    ``per_step``: the first five (forward, backward, recompute, FLOPs, compute) summed over an
+    optimizer step, (ga - 1) x at + last. Units as in :class:`PackCompute`."""
+
+    at: dict[str, np.ndarray]
+    last: dict[str, np.ndarray]
+    per_step: dict[str, np.ndarray]
+
+
+def per_size(pc: PackCompute, mb: MicroBatches) -> PerSize:
+    """:class:`PerSize` of ``pc`` at the candidates of ``mb``."""
+    at, last = pc.sized[:, :, mb.mi], pc.sized[:, :, mb.li]
+    step = (mb.grad_accum - 1) * at[:5] + last[:5]
+    return PerSize(dict(zip(_SIZED, at, strict=True)), dict(zip(_SIZED, last, strict=True)),
+                   dict(zip(_SIZED[:5], step, strict=True)))
 
 
 @dataclass(frozen=True)
@@ -394,33 +429,82 @@ def _model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
     return out
 
 
-def sharding_schedule(pb: Problem, shardings: list[str], st: States, pc: PackCompute,
-                      mb: MicroBatches) -> np.ndarray:
-    """Seconds per optimizer step of data-parallel communication not hidden behind compute, (K, M, Z).
+@dataclass(frozen=True)
+class Schedule:
+    """The searched shardings' collectives arranged by column (seconds per optimizer step, each
+    (K, 1, columns)): ``bwd`` the one behind the backward (DDP's all-reduce, ZeRO's
+    reduce-scatter, FSDP's reduce-scatter and, under full sharding, its gathers again) and
+    ``bwd_floor`` its piece that cannot overlap, for every sharding; on the ``every`` columns
+    (ZeRO-2, FSDP, ZeRO-3) it runs every micro-batch, else once behind the last; ``fwd`` and
+    ``fwd_floor``: the forward's unit-by-unit gathers of the ``fwd_cols`` (FSDP, ZeRO-3);
+    ``after``: ZeRO-1/2's gather of the updated weights after the step, on the ``after_cols``.
+    Column sets are slices where contiguous (the searched order makes them so), None when empty
+    (and then so are their arrays)."""
 
-    DDP all-reduces the gradients once per step behind the last backward; ZeRO-1 reduce-scatters
-    them there and all-gathers the updated weights after the step; ZeRO-2 reduce-scatters every
-    micro-batch; FSDP shard-grad-op and ZeRO-3 / FSDP full shard gather weights unit by unit in
-    forward (and again in backward under full sharding) and reduce-scatter gradients in
-    backward. Collectives are issued in pieces, each paying the latency and each a unit of
-    overlap: DDP buckets of 25 MiB (bucket_cap_mb default), DeepSpeed ZeRO buckets of 5e8
-    elements, ZeRO-3 / FSDP one gather / reduce-scatter per unit (L layers + the root)."""
-    model, fab, n = pb.model, pb.fabric, pb.dp_ranks
-    K, M, Z = len(pc.cast), mb.sizes.size, len(shardings)
-    out = np.zeros((K, M, Z))
-    if n <= 1:
-        return out
-    P, PL, L = float(model.n_params()), _layer_params(model), model.n_layers
-    mi, li = mb.mi, mb.li
-    bwd_mb = (pc.bwd + pc.rec)[:, mi][:, :, None]
-    bwd_last = (pc.bwd + pc.rec)[:, li][:, :, None]
-    fwd_mb = pc.fwd[:, mi][:, :, None]
-    fwd_last = pc.fwd[:, li][:, :, None]
-    gaz = mb.grad_accum[None, :, None]
+    bwd: np.ndarray
+    bwd_floor: np.ndarray
+    every: slice | np.ndarray | None
+    fwd: np.ndarray | None
+    fwd_floor: np.ndarray | None
+    fwd_cols: slice | np.ndarray | None
+    after: np.ndarray | None
+    after_cols: slice | np.ndarray | None
+
+
+@dataclass(frozen=True)
+class GroupCosts:
+    """What one data-parallel group's collectives and optimizer step cost per pack, sharding and
+    offload, before the micro-batches are known (seconds): the searched shardings' collectives
+    (:class:`Schedule`; None over a single rank); the optimizer step on the GPU (K, Z, NO; 0
+    where it runs on the CPU); the offloaded CPU step and host-link transfers and offload
+    'all''s host-link stream per micro-batch, (K, 1, Z, NO) each (0 where not offloaded)."""
+
+    schedule: Schedule | None
+    optimizer: np.ndarray
+    off_step: np.ndarray
+    stream: np.ndarray
+
+
+def group_costs(pb: Problem, space: Space, packs: list[tuple], st: States, P: float, PL: float,
+                opt_fresh: float) -> GroupCosts:
+    """:class:`GroupCosts` of the data-parallel group of ``pb`` (``st``: :func:`model_states`;
+    ``P``, ``PL``: the model's and one layer's parameters; ``opt_fresh``: the optimizer step's
+    fresh pages, s). Kept per process, keyed by :func:`model_states`' key (which decides ``st``;
+    its stack also picks the optimizer's AdamW implementation), the fabric and the device (which
+    decide the rest)."""
+    key = (pb.model, pb.dp_ranks, pb.stack, pb.optimizer, tuple(space.shardings), tuple(space.offloads),
+           tuple(pk[0] for pk in packs), pb.fabric, pb.device.name)
+    return cached(_GROUP_COSTS, key, lambda: _group_costs(pb, space, packs, st, P, PL, opt_fresh), pb.device)
+
+
+_GROUP_COSTS = store()
+
+
+def _group_costs(pb: Problem, space: Space, packs: list[tuple], st: States, P: float, PL: float,
+                 opt_fresh: float) -> GroupCosts:
+    sched = _schedule(pb, space.shardings, st, P, PL) if pb.dp_ranks > 1 else None
+    out = GroupCosts(sched, *_optimizer_steps(pb, space, packs, st, opt_fresh, P))
+    frozen(out.optimizer, out.off_step, out.stream)
+    if sched is not None:
+        frozen(sched.bwd, sched.bwd_floor, sched.fwd, sched.fwd_floor, sched.after)
+    return out
+
+
+def _columns(idx: list[int]) -> slice | np.ndarray | None:
+    """Column positions as a slice where they are contiguous, else an index array; None if none."""
+    if not idx:
+        return None
+    return slice(idx[0], idx[-1] + 1) if idx == list(range(idx[0], idx[-1] + 1)) else np.array(idx, dtype=int)
+
+
+def _schedule(pb: Problem, shardings: list[str], st: States, P: float, PL: float) -> Schedule:
+    """The collectives of the searched shardings' schedules (:func:`sharding_schedule`), seconds
+    per optimizer step, arranged as a :class:`Schedule`."""
+    model, fab = pb.model, pb.fabric
+    L = model.n_layers
     gc = st.grad_bpp
     grad_bytes = (P * gc)[:, None, :]
     w_bytes = (P * st.weight_bpp)[:, None, :]
-    exposed = partial(comm.exposed, overlap=fab.overlap)
     # each family's collectives, where a sharding of it is searched; the last bucket to fill
     # cannot overlap: at worst a full bucket (monotone in model size)
     if "ddp" in shardings:
@@ -441,42 +525,78 @@ def sharding_schedule(pb: Problem, shardings: list[str], st: States, pc: PackCom
         unit = max(P - L * PL, PL) / P
         ag_unit = comm.gather_or_scatter(fab, w_bytes * unit)
         rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
-
-    def per_mb(c, win_mb, win_last, floor):  # every micro-batch communicates
-        return (gaz - 1) * exposed(c, win_mb, floor) + exposed(c, win_last, floor)
-
+    bwd, floor, fwd, fwd_floor, after = [], [], [], [], []
+    every, fwd_cols, after_cols = [], [], []
     for j, s in enumerate(shardings):
         sl = (slice(None), slice(None), slice(j, j + 1))
-        if s == "ddp":
-            e = exposed(ar[sl], bwd_last, ar_bucket[sl])
-        elif s == "zero1":
-            e = exposed(rs_z[sl], bwd_last, rs_bucket[sl]) + ag_z[sl]
-        elif s == "zero2":
-            e = per_mb(rs_z[sl], bwd_mb, bwd_last, rs_bucket[sl]) + ag_z[sl]
-        elif s == "fsdp-grad-op":
-            e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) + per_mb(rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
-        else:  # zero3 / fsdp-full: gather in forward, gather + reduce-scatter in backward
-            e = per_mb(ag_l[sl], fwd_mb, fwd_last, ag_unit[sl]) \
-                + per_mb(ag_l[sl] + rs_l[sl], bwd_mb, bwd_last, rs_unit[sl])
-        out[:, :, j] = np.broadcast_to(e, (K, M, 1))[:, :, 0]
+        if s == "ddp":  # all-reduce behind the last backward
+            bwd.append(ar[sl]), floor.append(ar_bucket[sl])
+        elif s in ("zero1", "zero2"):  # reduce-scatter (zero2: every micro-batch), gather after the step
+            bwd.append(rs_z[sl]), floor.append(rs_bucket[sl]), after.append(ag_z[sl]), after_cols.append(j)
+        else:  # fsdp-grad-op: gather in forward, reduce-scatter in backward; zero3 / fsdp-full: gather
+            # in forward, gather + reduce-scatter in backward
+            bwd.append(rs_l[sl] if s == "fsdp-grad-op" else ag_l[sl] + rs_l[sl]), floor.append(rs_unit[sl])
+            fwd.append(ag_l[sl]), fwd_floor.append(ag_unit[sl]), fwd_cols.append(j)
+        if s != "ddp" and s != "zero1":
+            every.append(j)
+
+    def cat(xs: list[np.ndarray]) -> np.ndarray | None:
+        return np.concatenate(xs, axis=2) if xs else None
+
+    return Schedule(cat(bwd), cat(floor), _columns(every), cat(fwd), cat(fwd_floor), _columns(fwd_cols),
+                    cat(after), _columns(after_cols))
+
+
+def sharding_schedule(pb: Problem, shardings: list[str], gc: GroupCosts, ps: PerSize, mb: MicroBatches) -> np.ndarray:
+    """Seconds per optimizer step of data-parallel communication not hidden behind compute, (K, M, Z).
+
+    DDP all-reduces the gradients once per step behind the last backward; ZeRO-1 reduce-scatters
+    them there and all-gathers the updated weights after the step; ZeRO-2 reduce-scatters every
+    micro-batch; FSDP shard-grad-op and ZeRO-3 / FSDP full shard gather weights unit by unit in
+    forward (and again in backward under full sharding) and reduce-scatter gradients in
+    backward. Collectives are issued in pieces, each paying the latency and each a unit of
+    overlap: DDP buckets of 25 MiB (bucket_cap_mb default), DeepSpeed ZeRO buckets of 5e8
+    elements, ZeRO-3 / FSDP one gather / reduce-scatter per unit (L layers + the root):
+    :class:`Schedule`, in ``gc``. Every micro-batch's collective is exposed beyond its window
+    of compute (the last one's behind the last, possibly smaller, micro-batch)."""
+    K, M, Z = gc.optimizer.shape[0], mb.sizes.size, len(shardings)
+    sc = gc.schedule
+    if sc is None:
+        return np.zeros((K, M, Z))
+    overlap = pb.fabric.overlap
+    more = mb.grad_accum[None, :, None] - 1
+    out = comm.exposed(sc.bwd, ps.last["bwd_rec"][:, :, None], sc.bwd_floor, overlap)  # behind the last
+    ev = sc.every
+    if ev is not None:  # and behind each earlier micro-batch
+        out[:, :, ev] = more * comm.exposed(sc.bwd[:, :, ev], ps.at["bwd_rec"][:, :, None], sc.bwd_floor[:, :, ev],
+                                            overlap) + out[:, :, ev]
+    if sc.fwd_cols is not None:  # gathers in every forward
+        f_mb, f_last = ps.at["fwd"][:, :, None], ps.last["fwd"][:, :, None]
+        fwd = more * comm.exposed(sc.fwd, f_mb, sc.fwd_floor, overlap) + comm.exposed(sc.fwd, f_last, sc.fwd_floor, overlap)
+        out[:, :, sc.fwd_cols] = fwd + out[:, :, sc.fwd_cols]
+    if sc.after_cols is not None:
+        out[:, :, sc.after_cols] = out[:, :, sc.after_cols] + sc.after
     return out
 
 
-def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: States, pc: PackCompute,
-                          mb: MicroBatches, opt_fresh: float) -> tuple[np.ndarray, np.ndarray]:
-    """Seconds per optimizer step of the optimizer step on the GPU (K, Z, NO; 0 where it runs on
-    the CPU) and of offload (K, M, Z, NO): the CPU step and the host-link traffic
-    (:mod:`simulator.physics.optimizer_time`). Each rank updates its shard under ZeRO-1 and above."""
+#: Whether each precision is a mixed one (half-precision compute beside fp32 masters).
+MIXED = {p: p in MIXED_PRECISIONS for p in PRECISIONS}
+
+
+def _optimizer_steps(pb: Problem, space: Space, packs: list[tuple], st: States, opt_fresh: float,
+                     P: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:class:`GroupCosts`' optimizer step on the GPU, offloaded step and offload stream
+    (:mod:`simulator.physics.optimizer_time`): each rank updates its shard under ZeRO-1 and above."""
     model, dev, fab, n = pb.model, pb.device, pb.fabric, pb.dp_ranks
     prof = dev.profile
-    P, L = float(model.n_params()), model.n_layers
+    L = model.n_layers
     K, Z, NO = len(packs), len(space.shardings), len(space.offloads)
     stage = np.array([SHARD_STAGE[s] for s in space.shardings])
     local = np.where(stage >= 1, memory.sharded_params(model, n), P)[None, :, None]  # params each rank updates
     share = local / P  # (1, Z, 1) fraction of the parameters each rank updates
     # a half copy of the updated weights, where ZeRO/FSDP keep fp32 masters (DDP's casts happen
     # per micro-batch, see assemble)
-    half = np.array([pk[0] in MIXED_PRECISIONS for pk in packs])[:, None] & ~st.fp32_params
+    half = np.array([MIXED[pk[0]] for pk in packs])[:, None] & ~st.fp32_params
     step_bytes = optimizer_time.bytes_per_param(pb.optimizer, st.grad_bpp, np.where(half, 2.0, 0.0))[:, :, None]
     opt_eff = prof.optimizer_bw_eff.get(pb.stack.optimizer,  # the stack's AdamW implementation, where profiled
                                         prof.optimizer_bw_eff.get("foreach", min(prof.optimizer_bw_eff.values())))
@@ -489,20 +609,82 @@ def optimizer_and_offload(pb: Problem, space: Space, packs: list[tuple], st: Sta
         local, st.grad_bpp[:, :, None], st.weight_bpp[:, :, None], cpu_rate, dev.host_bw), 0.0)
     optimizer_t = np.broadcast_to(np.where(offl == "none", gpu_opt, 0.0), (K, Z, NO))
     stream = optimizer_time.offload_stream_time(P, st.weight_bpp, st.grad_bpp, n, dev.host_bw)[:, :, None]
-    tmb = pc.fwd + pc.bwd + pc.rec
     stream4 = np.where(offl == "all", stream, 0.0)[:, None, :, :]
-    offload_t = optimizer_time.offload_time(off_step[:, None, :, :], stream4, tmb[:, mb.mi][:, :, None, None],
-                                            tmb[:, mb.li][:, :, None, None], mb.grad_accum[None, :, None, None], L)
-    return optimizer_t, offload_t
+    return optimizer_t, off_step[:, None, :, :], stream4
 
 
-def simplicity_rank(packs: list[tuple], shardings: list[str], pack: np.ndarray, sharding: np.ndarray,
-                    offload: np.ndarray, micro_batch: np.ndarray, largest_micro_batch: int) -> np.ndarray:
-    """Simplicity rank: ties are broken towards no offload, no checkpointing, plain DDP, a larger
-    micro-batch (float; the arrays broadcast together)."""
-    ck_rank = np.array([checkpointing_rank(pk[3]) for pk in packs])
-    stage = np.array([SHARD_STAGE[s] for s in shardings])
-    return offload * 100 + ck_rank[pack] * 10 + stage[sharding] + 1.0 - micro_batch / (largest_micro_batch + 1.0)
+def offload_seconds(gc: GroupCosts, ps: PerSize, mb: MicroBatches, n_layers: int) -> np.ndarray:
+    """Seconds per optimizer step that offload adds (K, M, Z, NO): the offloaded step and the
+    stream not hidden behind each micro-batch's compute (:func:`optimizer_time.offload_time`)."""
+    return optimizer_time.offload_time(gc.off_step, gc.stream, ps.at["total"][:, :, None, None],
+                                       ps.last["total"][:, :, None, None], mb.grad_accum[None, :, None, None],
+                                       n_layers)
+
+
+def spread(x: np.ndarray, n: int) -> np.ndarray:
+    """``x`` (last axis of length 1) repeated ``n`` times along its last axis, written out: the
+    same elements as broadcasting it, but elementwise operations with arrays spanning that axis
+    then run over whole contiguous rows instead of ``n`` elements at a time."""
+    if n == 1:
+        return x
+    out = np.empty(x.shape[:-1] + (n,), dtype=x.dtype)
+    for i in range(n):
+        out[..., i] = x[..., 0]
+    return out
+
+
+def _offload_allowed(shardings: tuple[str, ...], offloads: tuple[str, ...]) -> np.ndarray:
+    """(Z, NO): which sharding and offload combinations the frameworks offer
+    (:func:`offload_allowed`); kept per process (read-only)."""
+    def make() -> np.ndarray:
+        out = np.array([[offload_allowed(s, off) for off in offloads] for s in shardings])
+        frozen(out)
+        return out
+    return cached(_OFFLOAD_ALLOWED, (shardings, offloads), make)
+
+
+_OFFLOAD_ALLOWED = store()
+
+
+def simplicity_rank(packs: list[tuple], shardings: list[str], n_offloads: int, micro_batch: np.ndarray,
+                    largest_micro_batch: int) -> np.ndarray:
+    """Simplicity rank of a grid's strategies, (K, M, Z, NO): ties are broken towards no offload,
+    no checkpointing, plain DDP, a larger micro-batch (float; ``micro_batch``: (1, M, 1, 1))."""
+    base = _simplicity_base(tuple(pk[3] for pk in packs), tuple(shardings), n_offloads)
+    return base - micro_batch / (largest_micro_batch + 1.0)
+
+
+def _simplicity_base(checkpointings: tuple[str, ...], shardings: tuple[str, ...], n_offloads: int) -> np.ndarray:
+    """The micro-batch-independent part of :func:`simplicity_rank`, (K, 1, Z, NO): offload x 100 +
+    the checkpointing's order x 10 + the sharding's stage + 1; kept per process (read-only)."""
+    def make() -> np.ndarray:
+        pack, sharding, offload = grid_indices(len(checkpointings), len(shardings), n_offloads)
+        ck_rank = np.array([checkpointing_rank(c) for c in checkpointings])
+        stage = np.array([SHARD_STAGE[s] for s in shardings])
+        out = offload * 100 + ck_rank[pack] * 10 + stage[sharding] + 1.0
+        frozen(out)
+        return out
+    return cached(_SIMPLICITY, (checkpointings, shardings, n_offloads), make)
+
+
+_SIMPLICITY = store()
+
+
+def grid_indices(K: int, Z: int, NO: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pack, sharding and offload index of a grid's strategies, shaped (K, 1, 1, 1),
+    (1, 1, Z, 1) and (1, 1, 1, NO); kept per process (read-only)."""
+    def make() -> tuple[np.ndarray, ...]:
+        out = tuple(np.arange(n).reshape([n if a == i else 1 for a in range(4)]) for i, n in ((0, K), (2, Z), (3, NO)))
+        frozen(*out)
+        return out
+    return cached(_INDICES, (K, Z, NO), make)
+
+
+_INDICES = store()
+#: Read-only 0-d columns of a plain data-parallel grid (one value for every strategy; ``_NO_ETP``:
+#: the etp column's 0, expert tensor parallelism as the tensor-parallel degree).
+_ZERO, _ONE, _FALSE, _NO_ETP = np.asarray(0.0), np.asarray(1), np.asarray(False), np.asarray(0)
+frozen(_ZERO, _ONE, _FALSE, _NO_ETP)
 
 
 def ranked(cols: dict[str, np.ndarray], usable_memory: float, simpler: float = 0.0) -> dict[str, np.ndarray]:
@@ -519,8 +701,9 @@ def ranked(cols: dict[str, np.ndarray], usable_memory: float, simpler: float = 0
 
 def evaluate(pb: Problem, space: Space) -> Table:
     """Evaluate every strategy of ``space`` on ``pb``: micro-batch candidates, compute per pack,
-    model states, the sharding schedule's communication, optimizer and offload, then assembly,
-    feasibility and ranking. Returns a :class:`Table`, plain data parallelism over all GPUs."""
+    model states, the group's collectives and optimizer step, the sharding schedule's exposed
+    communication and offload, then assembly, feasibility and ranking. Returns a :class:`Table`,
+    plain data parallelism over all GPUs."""
     grid = evaluate_grid(pb, space)
     return replace(grid, cols=ranked(grid.cols, pb.device.usable_memory)).table()
 
@@ -530,18 +713,22 @@ def evaluate_grid(pb: Problem, space: Space) -> Grid:
     :func:`ranked` adds (a layout changes what they derive from)."""
     dev = pb.device
     packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
-    supported = np.array([dev.gemm_peak(pk[0]) is not None for pk in packs])
+    ok = {p: dev.gemm_peak(p) is not None for p in space.precisions}
+    supported = np.array([ok[pk[0]] for pk in packs])
     mb = micro_batch_candidates(pb, space, packs, supported)
     pc = compute_per_pack(pb, packs, supported, mb.evaluated)
+    ps = per_size(pc, mb)
     st = model_states(pb, space, packs)
+    P, PL = float(pb.model.n_params()), _layer_params(pb.model)
     grad_fresh, opt_fresh = fresh_memory.step_fresh(pb.model, dev.profile)  # fresh pages (CPU), per step
-    exposed_comm = sharding_schedule(pb, space.shardings, st, pc, mb)
-    optimizer_t, offload_t = optimizer_and_offload(pb, space, packs, st, pc, mb, opt_fresh)
-    return assemble(pb, space, packs, supported, mb, pc, st, grad_fresh, exposed_comm, optimizer_t, offload_t)
+    gc = group_costs(pb, space, packs, st, P, PL, opt_fresh)
+    exposed_comm = sharding_schedule(pb, space.shardings, gc, ps, mb)
+    offload_t = offload_seconds(gc, ps, mb, pb.model.n_layers)
+    return assemble(pb, space, packs, supported, mb, pc, ps, st, grad_fresh, exposed_comm, gc.optimizer, offload_t)
 
 
 def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray, mb: MicroBatches,
-             pc: PackCompute, st: States, grad_fresh: float, exposed_comm: np.ndarray,
+             pc: PackCompute, ps: PerSize, st: States, grad_fresh: float, exposed_comm: np.ndarray,
              optimizer_t: np.ndarray, offload_t: np.ndarray) -> Grid:
     """The step (s) = compute (micro-batches, gradient first touches, autocast casts) + exposed
     communication + optimizer + offload; memory per GPU (bytes) = states + activations + logits +
@@ -549,46 +736,46 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
     simplicity rank; all on the (K, M, Z, NO) axes of a :class:`Grid` (not yet :func:`ranked`)."""
     K, M, Z, NO = len(packs), mb.sizes.size, len(space.shardings), len(space.offloads)
     shape = (K, M, Z, NO)
-    mi, ga = mb.mi, mb.grad_accum
-    compute = mb.per_step(pc.fwd + pc.bwd + pc.rec) + grad_fresh  # gradients are allocated once per step
-    fb_cast = (pc.cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]  # (K,M,Z)
-    rec_cast = (pc.rec_cast[:, None] * ga[None, :])[:, :, None] * st.fp32_params[:, None, :]
+    ga = mb.grad_accum
+    step_of = ps.per_step
+    compute = step_of["total"] + grad_fresh  # gradients are allocated once per step
+    fp32 = st.fp32_params[:, None, :].astype(float)  # (K,1,Z): 1 where autocast casts fp32 weights
+    fb_cast = (pc.cast[:, None] * ga[None, :])[:, :, None] * fp32  # (K,M,Z)
+    rec_cast = (pc.rec_cast[:, None] * ga[None, :])[:, :, None] * fp32
     comp4 = (compute[:, :, None] + fb_cast + rec_cast)[..., None]
-    step = np.broadcast_to(comp4 + exposed_comm[..., None] + optimizer_t[:, None] + offload_t, shape)
-    act4 = pc.act[:, mi][:, :, None, None]
-    log4 = pc.logit[:, mi][:, :, None, None]
+    step = spread(comp4 + exposed_comm[..., None], NO) + optimizer_t[:, None] + offload_t
+    act4 = ps.at["act"][:, :, None, None]
+    log4 = ps.at["logit"][:, :, None, None]
     mem_w = st.weights[:, None]
     # gradients of a single-micro-batch DDP step are written during backward as activations go
-    fresh = (ga == 1)[None, :, None, None] & np.array([s == "ddp" for s in space.shardings])[None, None, :, None]
-    mem_g = memory.gradients_at_peak(st.gradients[:, None], act4, pc.act_outside[:, mi][:, :, None, None],
-                                     log4, fresh)
+    fresh = spread((ga == 1)[None, :, None, None] & np.array([s == "ddp" for s in space.shardings])[None, None, :, None],
+                   NO)
+    mem_g = memory.gradients_at_peak(st.gradients[:, None], act4, ps.at["act_outside"][:, :, None, None], log4, fresh)
     mem_o = st.optimizer[:, None]
-    other = st.buffers[:, None, :, None] + pb.stack.fragmentation * act4
+    other = spread(st.buffers[:, None, :, None] + pb.stack.fragmentation * act4, NO)
     total = np.broadcast_to(mem_w + mem_g + mem_o + act4 + log4 + other, shape)
-    valid = np.array([[offload_allowed(s, off) for off in space.offloads] for s in space.shardings])
-    valid4 = valid[None, None] & supported[:, None, None, None]
+    valid4 = _offload_allowed(tuple(space.shardings), tuple(space.offloads))[None, None] & supported[:, None, None, None]
     host_need = st.host[:, None] * pb.fabric.gpus_per_node  # per node
     host_ok = host_need <= pb.host_memory
 
-    pack, sharding, offload = (np.arange(n).reshape([n if a == i else 1 for a in range(4)])
-                               for i, n in ((0, K), (2, Z), (3, NO)))
+    pack, sharding, offload = grid_indices(K, Z, NO)
     micro_batch = mb.sizes[None, :, None, None]
-    rank = simplicity_rank(packs, space.shardings, pack, sharding, offload, micro_batch, mb.sizes.max())
-    zero = np.asarray(0.0)
+    rank = simplicity_rank(packs, space.shardings, NO, micro_batch, mb.sizes.max())
+    zero = _ZERO
+    half_cast = 0.5 * fb_cast[..., None]
     cols = dict(
         pack=pack, sharding=sharding, offload=offload, micro_batch=micro_batch,
         grad_accum=ga[None, :, None, None],
         step_time=step, compute=comp4,
-        forward=mb.per_step(pc.fwd)[:, :, None, None] + 0.5 * fb_cast[..., None],
-        backward=(mb.per_step(pc.bwd) + grad_fresh)[:, :, None, None] + 0.5 * fb_cast[..., None],
-        recompute=mb.per_step(pc.rec)[:, :, None, None] + rec_cast[..., None], exposed_comm=exposed_comm[..., None],
-        optimizer=optimizer_t[:, None], offload_time=offload_t, hw_flops=mb.per_step(pc.hw)[:, :, None, None],
+        forward=step_of["fwd"][:, :, None, None] + half_cast,
+        backward=(step_of["bwd"] + grad_fresh)[:, :, None, None] + half_cast,
+        recompute=step_of["rec"][:, :, None, None] + rec_cast[..., None], exposed_comm=exposed_comm[..., None],
+        optimizer=optimizer_t[:, None], offload_time=offload_t, hw_flops=step_of["hw"][:, :, None, None],
         mem_weights=mem_w, mem_gradients=mem_g, mem_optimizer=mem_o, mem_activations=act4,
         mem_logits=log4, mem_other=other, mem_total=total, host_need=host_need,
         valid=valid4, host_ok=host_ok, rank=rank,
-        dp=np.asarray(pb.dp_ranks), tp=np.asarray(1), pp=np.asarray(1), vp=np.asarray(1), sp=np.asarray(False),
-        async_tp=np.asarray(False), cp=np.asarray(1),
-        bubble=zero, tp_comm=zero, tp_comm_hidden=zero, pp_comm=zero, cp_comm=zero, ep=np.asarray(1), etp=np.asarray(0),
+        dp=np.asarray(pb.dp_ranks), tp=_ONE, pp=_ONE, vp=_ONE, sp=_FALSE, async_tp=_FALSE, cp=_ONE,
+        bubble=zero, tp_comm=zero, tp_comm_hidden=zero, pp_comm=zero, cp_comm=zero, ep=_ONE, etp=_NO_ETP,
         ep_comm=zero,
     )
     return Grid(pb, packs, list(space.shardings), list(space.offloads), shape, cols)

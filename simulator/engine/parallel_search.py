@@ -23,14 +23,24 @@ from ..physics.compute import attention_core, micro_batch_time
 from ..strategy.knobs import SHARD_STAGE, checkpointed_layers, offload_allowed
 from ..strategy.layout import CP_ATTENTIONS, PIPELINE_SHARDINGS, Parallelism, stage_layers
 from ..strategy.stacks import Stack
-from .estimate import Grid, Problem, Space, Table, evaluate_grid, ranked
+from .estimate import Grid, Problem, Space, Table, evaluate_grid, ranked, spread
 
 
 def micro_batch_sizes(per_replica: int) -> np.ndarray:
     """Micro-batch sizes a tensor/pipeline-parallel run can use: the divisors of the replica's
-    batch (Megatron-LM requires global batch = micro-batch x micro-batches x dp exactly)."""
-    small = [d for d in range(1, math.isqrt(per_replica) + 1) if per_replica % d == 0]
-    return np.array(sorted(set(small + [per_replica // d for d in small])))
+    batch (Megatron-LM requires global batch = micro-batch x micro-batches x dp exactly). Kept
+    per process (read-only)."""
+    return cached(_DIVISORS, per_replica, lambda: _divisors(per_replica))
+
+
+_DIVISORS = store()
+
+
+def _divisors(n: int) -> np.ndarray:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    out = np.array(sorted(set(small + [n // d for d in small])))
+    frozen(out)
+    return out
 
 
 def stored_activations(model, seq_len: int, packs: list[tuple], pack: np.ndarray, mb: np.ndarray,
@@ -40,7 +50,11 @@ def stored_activations(model, seq_len: int, packs: list[tuple], pack: np.ndarray
     ``act`` (one layer's recomputed working set, the embedding output) exists once per stage.
     ``act(L-1)`` is computed once per pack and distinct micro-batch size (elementwise in the size:
     the same numbers as per row) and kept per process."""
-    sizes, at = np.unique(mb, return_inverse=True)
+    flat = np.ravel(mb)
+    if (flat[1:] > flat[:-1]).all():  # already distinct and sorted (the candidates): np.unique's answer
+        sizes, at = flat, np.arange(flat.size)
+    else:
+        sizes, at = np.unique(mb, return_inverse=True)
     key = (model, seq_len, tuple(packs), sizes.tobytes(), stack)
     fewer = cached(_FEWER, key, lambda: _fewer_layer_activations(model, seq_len, packs, sizes, stack))
     return np.minimum(model.n_layers * (act - fewer[pack, at.reshape(np.shape(mb))]), act)
@@ -222,9 +236,7 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     a["sharding"] = np.array([space.shardings.index(s) for s in shardings])[a["sharding"]]
     _node_sharing(pb, space, model, par, fab, a)
     packs = grid.packs
-    e = np.array([workload.act_bytes(pk[0]) for pk in packs], dtype=float)[a["pack"]]
-    # forward + backward, and the forward again for every recomputed layer (full, every:K)
-    passes = np.array([2.0 + checkpointed_layers(pk[3], model.n_layers) / model.n_layers for pk in packs])[a["pack"]]
+    e, passes = (x[a["pack"]] for x in _pack_factors(tuple(packs), model.n_layers))
     ga = a["grad_accum"].astype(float)
     tokens = per_replica * seq / ga  # mean tokens per micro-batch on one GPU
     h = getattr(pb.model, "hidden", 0)  # other families (no layouts): no TP or stage traffic
@@ -250,34 +262,57 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     t_mb = (a["forward"] + a["backward"] + a["recompute"] + a["cp_comm"] + a["ep_comm"]) / ga
     act, log = a["mem_activations"], a["mem_logits"]
     F = 1 + pb.stack.fragmentation
-    rest = a["mem_total"] - act * F - log
+    act_f = act * F
+    rest = a["mem_total"] - act_f - log
+    last_stage = act_f + log  # the last stage's one working set and logits
     stored = stored_activations(model, seq, packs, a["pack"], a["micro_batch"], act, pb.stack) if par.pp > 1 else act
+    tp_comm, tp_hidden = ga * tp_mb, ga * (tp_sync - tp_mb)
     out = []
     for vp in vps:
-        p = dataclasses.replace(par, vp=vp)
+        p = par.with_vp(vp)
         p2p_mb = parallel.p2p_time(tokens, h, e, p, pb.fabric)
-        bubble = parallel.bubble_time(p.pp, t_mb + tp_mb + p2p_mb, vp)
+        bubble = spread(parallel.bubble_time(p.pp, t_mb + tp_mb + p2p_mb, vp), grid.shape[3])
         b = dict(a)
-        b["bubble"], b["tp_comm"], b["pp_comm"] = bubble, ga * tp_mb, ga * p2p_mb
-        b["tp_comm_hidden"] = ga * (tp_sync - tp_mb)
+        b["bubble"], b["tp_comm"], b["pp_comm"] = bubble, tp_comm, ga * p2p_mb
+        b["tp_comm_hidden"] = tp_hidden
         b["step_time"] = a["step_time"] + bubble + b["tp_comm"] + b["pp_comm"]
         # first stage: in-flight micro-batches' stored activations + one working set; last: one + logits
         first = act + (parallel.in_flight(p.pp, ga, vp) - 1) * stored
-        first_binds = first * F >= act * F + log
+        first_f = first * F
+        first_binds = first_f >= last_stage
         b["mem_activations"] = np.where(first_binds, first, act)
         b["mem_logits"] = np.where(first_binds, 0.0, log)
         b["mem_other"] = a["mem_other"] + pb.stack.fragmentation * (b["mem_activations"] - act)
-        b["mem_total"] = rest + np.maximum(first * F, act * F + log)
+        b["mem_total"] = rest + np.maximum(first_f, last_stage)
         for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp), ("cp", p.cp), ("ep", p.ep),
                        ("etp", p.etp or 0)):
-            b[k] = np.full((1, 1, 1, 1), val)
+            b[k] = np.asarray(val)
         b["async_tp"] = use_async
         simpler = np.log2(p.tp) + np.log2(p.pp) + np.log2(p.cp) + (vp - 1)
-        out.append(dataclasses.replace(grid, cols=ranked(b, pb.device.usable_memory, simpler)))
+        out.append(Grid(grid.problem, packs, grid.shardings, grid.offloads, grid.shape,
+                        ranked(b, pb.device.usable_memory, simpler)))
     if packs != (every := list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))):
         index = np.array([every.index(pk) for pk in packs])  # the layout's packs among the search's
-        out = [dataclasses.replace(g, cols={**g.cols, "pack": index[g.cols["pack"]]}) for g in out]
+        out = [Grid(g.problem, g.packs, g.shardings, g.offloads, g.shape, {**g.cols, "pack": index[g.cols["pack"]]})
+               for g in out]
     return out
+
+
+def _pack_factors(packs: tuple[tuple, ...], n_layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per pack: bytes per activation element, and forward-sized passes per micro-batch (forward +
+    backward, and the forward again for every recomputed layer: full, every:K) of a stage of
+    ``n_layers`` layers; kept per process (read-only)."""
+    return cached(_PACK_FACTORS, (packs, n_layers), lambda: _make_pack_factors(packs, n_layers))
+
+
+_PACK_FACTORS = store()
+
+
+def _make_pack_factors(packs: tuple[tuple, ...], n_layers: int) -> tuple[np.ndarray, np.ndarray]:
+    e = np.array([workload.act_bytes(pk[0]) for pk in packs], dtype=float)
+    passes = np.array([2.0 + checkpointed_layers(pk[3], n_layers) / n_layers for pk in packs])
+    frozen(e, passes)
+    return e, passes
 
 
 def _compute_floors(pb: Problem, space: Space, pars: list[Parallelism]) -> tuple[np.ndarray, np.ndarray]:
@@ -294,27 +329,50 @@ def _compute_floors(pb: Problem, space: Space, pars: list[Parallelism]) -> tuple
     a pass's time is the larger of two sums affine in the stage's layers L (kernels; host
     dispatch), so it is convex in L and f(L) >= f(2) + (L-2) (f(2) - f(1)) for L >= 2, exact
     when the same sum dominates at 1, 2 and L layers."""
-    dev = pb.device
     B = np.array([float(math.ceil(pb.global_batch / p.dp)) for p in pars])
     L = np.array([float(stage_layers(pb.model.n_layers, p.pp)[0]) for p in pars])
     full, one = np.full(len(pars), np.inf), np.full(len(pars), np.inf)
-    compiles = [True] if True in space.compiles else list(space.compiles)
     for key in {(p.tp, p.sp, p.cp, p.ep, p.etp) for p in pars}:
-        tp, sp, cp, ep, etp = key
-        seq = pb.seq_len // cp
         idx = np.array([i for i, p in enumerate(pars) if (p.tp, p.sp, p.cp, p.ep, p.etp) == key])
-        base = parallel.ShardView(pb.model, Parallelism(1, tp, 1, 1, sp, ep=ep, etp=etp))
         mb = np.unique(np.concatenate([[1.0], B[idx]]))
         at_b, at_1 = np.searchsorted(mb, B[idx]), np.searchsorted(mb, 1.0)
-        memos: tuple[dict, dict] = ({}, {})
-        for p, att, c in [(p, att, c) for p in space.precisions if dev.gemm_peak(p) is not None
-                          for att in space.attentions if cp == 1 or att in CP_ATTENTIONS for c in compiles]:
-            f1, f2 = (_view_time(base.with_layers(n), seq, mb, p, att, c, cp, pb, memo)
-                      for n, memo in zip((1, 2), memos, strict=True))
+        for f1, f2 in _layer_times(pb, space, key, mb):
             fl = np.where(L[idx, None] >= 2, f2 + (L[idx, None] - 2) * (f2 - f1), f1)  # (layouts, mb)
             full[idx] = np.minimum(full[idx], fl[np.arange(idx.size), at_b])
             one[idx] = np.minimum(one[idx], fl[:, at_1])
     return full, one
+
+
+def _layer_times(pb: Problem, space: Space, key: tuple[int, bool, int, int, int | None],
+                 mb: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per searched (supported precision, attention, compilation; compiled only where compiling
+    is searched), the seconds of a micro-batch of each of ``mb`` samples on the view of ``key`` =
+    (tp, sp, cp, ep, etp) with 1 and with 2 layers (:func:`_view_time`). Kept per process, keyed by
+    every input it reads."""
+    compiles = [True] if True in space.compiles else list(space.compiles)
+    ck = (pb.model, key, pb.seq_len, mb.tobytes(), tuple(space.precisions), tuple(space.attentions),
+          tuple(compiles), pb.stack, pb.device.name)
+    return cached(_LAYER_TIMES, ck, lambda: _view_layer_times(pb, space, key, mb, compiles), pb.device)
+
+
+_LAYER_TIMES = store()
+
+
+def _view_layer_times(pb: Problem, space: Space, key: tuple[int, bool, int, int, int | None], mb: np.ndarray,
+                      compiles: list[bool]) -> list[tuple[np.ndarray, np.ndarray]]:
+    dev = pb.device
+    tp, sp, cp, ep, etp = key
+    seq = pb.seq_len // cp
+    base = parallel.ShardView(pb.model, Parallelism(1, tp, 1, 1, sp, ep=ep, etp=etp))
+    memos: tuple[dict, dict] = ({}, {})
+    out = []
+    for p, att, c in [(p, att, c) for p in space.precisions if dev.gemm_peak(p) is not None
+                      for att in space.attentions if cp == 1 or att in CP_ATTENTIONS for c in compiles]:
+        f1, f2 = (_view_time(base.with_layers(n), seq, mb, p, att, c, cp, pb, memo)
+                  for n, memo in zip((1, 2), memos, strict=True))
+        frozen(f1, f2)
+        out.append((f1, f2))
+    return out
 
 
 def _view_time(view, seq: int, mb: np.ndarray, precision: str, attention: str, compiled: bool, cp: int,
@@ -328,14 +386,26 @@ def _view_time(view, seq: int, mb: np.ndarray, precision: str, attention: str, c
     return t
 
 
-def _extra_floor(pb: Problem, space: Space, par: Parallelism, compute: float, one: float,
-                 async_tp: bool | None) -> float:
-    """What a layout adds at least to ``compute`` seconds of the replica's batch, given a floor
-    ``one`` on one sample's compute: the pipeline bubble, (pp-1)/vp micro-batches, each at least
-    one sample's compute and tensor-parallel bytes; the tensor-parallel bytes of the whole batch at
-    the link's bandwidth without latency (less the most asynchronous TP may hide, where allowed:
-    :func:`async_allowed`); the CPU optimizer step where the model states fit only offloaded
-    (:func:`offload_floor`)."""
+def _extra_floor(pb: Problem, space: Space, par: Parallelism, one: float, async_tp: bool | None,
+                 terms: dict | None = None) -> float:
+    """What a layout adds at least to its compute, given a floor ``one`` on one sample's compute:
+    the pipeline bubble, (pp-1)/vp micro-batches, each at least one sample's compute and
+    tensor-parallel bytes; plus the rest of :func:`_extra_terms` (seconds). ``terms``: a dict
+    keeping each layout's :func:`_extra_terms` within one search (None: computed here)."""
+    if terms is None:
+        batch, sample, offload = _extra_terms(pb, space, par, async_tp)
+    else:
+        if par not in terms:
+            terms[par] = _extra_terms(pb, space, par, async_tp)
+        batch, sample, offload = terms[par]
+    return batch + float(parallel.bubble_time(par.pp, one + sample, par.vp)) + offload
+
+
+def _extra_terms(pb: Problem, space: Space, par: Parallelism, async_tp: bool | None) -> tuple[float, float, float]:
+    """The parts of :func:`_extra_floor` that do not depend on compute (seconds): the
+    tensor-parallel bytes of the replica's whole batch and of one sample at the link's bandwidth
+    without latency (less the most asynchronous TP may hide, where allowed: :func:`async_allowed`);
+    the CPU optimizer step where the model states fit only offloaded (:func:`offload_floor`)."""
     per_replica = math.ceil(pb.global_batch / par.dp)
     layers = stage_layers(pb.model.n_layers, par.pp)[0]
     bw = parallel.tp_link(pb.fabric, par.tp)[0]
@@ -347,12 +417,21 @@ def _extra_floor(pb: Problem, space: Space, par: Parallelism, compute: float, on
         return exposed * layers * float(parallel.tp_comm_time(samples * pb.seq_len / par.cp, pb.model.hidden, 2,
                                                               par.tp, par.sp, 2, bw, 0.0))
 
-    return tp(per_replica) + float(parallel.bubble_time(par.pp, one + tp(1), par.vp)) + offload_floor(pb, space, par)
+    return tp(per_replica), tp(1), offload_floor(pb, space, par)
 
 
 def _seconds_per_token(pb: Problem, space: Space) -> float:
     """The model's minimum training FLOPs per token at the fastest searched peak and the profile's
-    best efficiency of any kernel (seconds per token on one GPU; 0 without a supported precision)."""
+    best efficiency of any kernel (seconds per token on one GPU; 0 without a supported precision).
+    Kept per process, keyed by the model, sequence length, precisions and device."""
+    key = (pb.model, pb.seq_len, tuple(space.precisions), pb.device.name)
+    return cached(_PER_TOKEN, key, lambda: _min_seconds_per_token(pb, space), pb.device)
+
+
+_PER_TOKEN = store()
+
+
+def _min_seconds_per_token(pb: Problem, space: Space) -> float:
     dev, prof = pb.device, pb.device.profile
     precs = [p for p in space.precisions if dev.gemm_peak(p) is not None]
     if not precs:
@@ -366,25 +445,91 @@ def _seconds_per_token(pb: Problem, space: Space) -> float:
 
 
 def flops_floor(pb: Problem, space: Space, par: Parallelism, async_tp: bool | None = None,
-                per_token: float | None = None) -> float:
+                per_token: float | None = None, terms: dict | None = None) -> float:
     """A cheap lower bound on any strategy's step time under ``par`` (seconds): the GPU's share of
     the model's minimum FLOPs at :func:`_seconds_per_token` (``per_token``, computed when None),
-    plus :func:`_extra_floor` (one sample: the batch's share)."""
+    plus :func:`_extra_floor` (one sample: the batch's share; ``terms`` as there)."""
     per_token = _seconds_per_token(pb, space) if per_token is None else per_token
     per_replica = math.ceil(pb.global_batch / par.dp)
     compute = per_token * per_replica * pb.seq_len / (par.tp * par.pp * par.cp)
-    return float(compute) + _extra_floor(pb, space, par, compute, compute / per_replica, async_tp)
+    return float(compute) + _extra_floor(pb, space, par, compute / per_replica, async_tp, terms)
 
 
 def step_floors(pb: Problem, space: Space, pars: list[Parallelism],
-                async_tp: bool | None = None) -> np.ndarray:
+                async_tp: bool | None = None, terms: dict | None = None) -> np.ndarray:
     """A tighter lower bound on any strategy's step time under each layout (seconds): the compute
-    floors of :func:`_compute_floors` plus :func:`_extra_floor`. Layouts whose floor exceeds a step
-    already found are never evaluated: none of their strategies could win."""
+    floors of :func:`_compute_floors` plus :func:`_extra_floor` (``terms`` as there). Layouts
+    whose floor exceeds a step already found are never evaluated: none of their strategies could
+    win."""
     if pb.device.profile.fresh_memory is not None:  # first-touch page costs: no bound, evaluate all
         return np.zeros(len(pars))
     full, one = _compute_floors(pb, space, pars)
-    return np.array([full[i] + _extra_floor(pb, space, par, full[i], one[i], async_tp) for i, par in enumerate(pars)])
+    return np.array([full[i] + _extra_floor(pb, space, par, one[i], async_tp, terms) for i, par in enumerate(pars)])
+
+
+@dataclasses.dataclass
+class LayoutBounds:
+    """The layouts a search considers and their bounds: ``groups`` (each layout with vp = 1: its
+    virtual-stage counts), ``keep`` (those whose model states can fit, or else the least-memory
+    one), ``par_of`` (each kept layout with its most virtual stages), ``cheap`` (its
+    :func:`flops_floor`, s; 0 when not pruning), ``prune`` (whether to prune: more than one kept),
+    ``terms`` (each layout's :func:`_extra_terms`) and ``tight`` (its :func:`step_floors`, s,
+    filled per tensor/context-parallel view when a search first needs it)."""
+
+    groups: dict[Parallelism, list[int]]
+    keep: list[Parallelism]
+    par_of: dict[Parallelism, Parallelism]
+    cheap: dict[Parallelism, float]
+    prune: bool
+    terms: dict[Parallelism, tuple[float, float, float]]
+    tight: dict[Parallelism, float] = dataclasses.field(default_factory=dict)
+
+    def floor(self, pb: Problem, space: Space, key: Parallelism, async_tp: bool | None) -> float:
+        """The tight floor of kept layout ``key`` (s; ``pb``, ``space``, ``async_tp``: those these
+        bounds are of), computed for its whole tensor/context-parallel view at once when first
+        needed."""
+        if key not in self.tight:
+            view = (key.tp, key.sp, key.cp, key.ep, key.etp)
+            same = [k for k in self.keep if (k.tp, k.sp, k.cp, k.ep, k.etp) == view]
+            self.tight.update(zip(same, step_floors(pb, space, [self.par_of[k] for k in same], async_tp, self.terms),
+                                  strict=True))
+        return self.tight[key]
+
+
+def layout_bounds(pb: Problem, space: Space, layouts: list[Parallelism], prune: bool,
+                  async_tp: bool | None) -> LayoutBounds:
+    """:class:`LayoutBounds` of ``layouts`` for ``pb`` and ``space``: pure (every value is fixed
+    by them), kept per process, keyed by every field of both, the layouts, ``prune`` and
+    ``async_tp`` (the device as witness)."""
+    mbs = None if space.micro_batches is None else np.asarray(space.micro_batches)
+    key = (pb.model, pb.seq_len, pb.global_batch, pb.optimizer, pb.device.name, pb.fabric, pb.host_memory,
+           pb.gpu_label, pb.stack, pb.dp, tuple(space.precisions), tuple(space.attentions), tuple(space.compiles),
+           tuple(space.checkpointings), tuple(space.shardings), tuple(space.offloads),
+           None if mbs is None else (mbs.dtype.str, mbs.tobytes()), tuple(layouts), prune, async_tp)
+    return cached(_BOUNDS, key, lambda: _layout_bounds(pb, space, layouts, prune, async_tp), pb.device)
+
+
+_BOUNDS = store()
+
+
+def _layout_bounds(pb: Problem, space: Space, layouts: list[Parallelism], prune: bool,
+                   async_tp: bool | None) -> LayoutBounds:
+    groups: dict[Parallelism, list[int]] = {}
+    for par in layouts:
+        if par.pp > 1 and not any(s in PIPELINE_SHARDINGS for s in space.shardings):
+            continue
+        if par.cp > 1 and not any(x in CP_ATTENTIONS for x in space.attentions):
+            continue
+        groups.setdefault(par.with_vp(1), []).append(par.vp)
+    floors = {key: states_floor(pb, space, key) for key in groups}
+    keep = [k for k in groups if floors[k] <= pb.device.usable_memory] or [min(floors, key=floors.get)]
+    par_of = {k: k.with_vp(max(groups[k])) for k in keep}
+    prune = prune and len(keep) > 1
+    per_token = _seconds_per_token(pb, space) if prune else 0.0
+    terms: dict[Parallelism, tuple[float, float, float]] = {}  # each layout's _extra_terms, once
+    cheap = {k: flops_floor(pb, space, par_of[k], async_tp, per_token, terms) for k in keep} if prune \
+        else dict.fromkeys(keep, 0.0)
+    return LayoutBounds(groups, keep, par_of, cheap, prune, terms)
 
 
 def evaluate_layouts(pb: Problem, space: Space, layouts: list[Parallelism],
@@ -396,37 +541,15 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[Parallelism],
     (``prune=False`` evaluates every layout that can fit:
     the reference the pruned search is tested against). The least-memory layout is evaluated when
     none can fit, so the cluster still gets its closest plan and reasons."""
-    groups: dict[Parallelism, list[int]] = {}  # each layout with vp = 1: its virtual-stage counts
-    for par in layouts:
-        if par.pp > 1 and not any(s in PIPELINE_SHARDINGS for s in space.shardings):
-            continue
-        if par.cp > 1 and not any(x in CP_ATTENTIONS for x in space.attentions):
-            continue
-        groups.setdefault(dataclasses.replace(par, vp=1), []).append(par.vp)
-    floors = {key: states_floor(pb, space, key) for key in groups}
-    keep = [k for k in groups if floors[k] <= pb.device.usable_memory] or [min(floors, key=floors.get)]
-    par_of = {k: dataclasses.replace(k, vp=max(groups[k])) for k in keep}
-    prune = prune and len(keep) > 1
-    per_token = _seconds_per_token(pb, space) if prune else 0.0
-    cheap = {k: flops_floor(pb, space, par_of[k], async_tp, per_token) for k in keep} if prune \
-        else dict.fromkeys(keep, 0.0)
-    tight: dict[Parallelism, float] = {}
-
-    def floor(key: Parallelism) -> float:
-        """The tight floor, computed for the key's whole tensor/context-parallel view at once when
-        needed."""
-        if key not in tight:
-            same = [k for k in keep if (k.tp, k.sp, k.cp, k.ep, k.etp) == (key.tp, key.sp, key.cp, key.ep, key.etp)]
-            tight.update(zip(same, step_floors(pb, space, [par_of[k] for k in same], async_tp), strict=True))
-        return tight[key]
-
+    lb = layout_bounds(pb, space, layouts, prune, async_tp)
+    groups, keep, cheap, prune = lb.groups, lb.keep, lb.cheap, lb.prune
     parts: list[Grid] = []
     best = np.inf
     done: set[Parallelism] = set()
     for key in sorted(keep, key=cheap.get):
         if cheap[key] > best:
             break
-        if prune and np.isfinite(best) and floor(key) > best:
+        if prune and np.isfinite(best) and lb.floor(pb, space, key, async_tp) > best:
             continue
         done.add(key)
         for b in layout_grids(pb, space, key, groups[key], async_tp):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 
 import numpy as np
 
@@ -265,10 +266,17 @@ def ep_comm_time(tokens, hidden: int, top_k: int, e, par: Parallelism, fab: comm
 def dp_fabric(fab: comm.Fabric, par: Parallelism) -> comm.Fabric:
     """The links one gradient-reduction group sees: the dp x cp ranks holding the same weights.
     Its ranks are tp apart: k = min(dp cp, g/tp) of them share a node, and the node's network
-    carries g/k such groups at once (bandwidth per group k/g of the node's)."""
+    carries g/k such groups at once (bandwidth per group k/g of the node's). One per fabric, dp x
+    cp and tp, per process."""
+    return cached(_GROUP_FABRICS, (fab, par.dp * par.cp, par.tp), lambda: _dp_fabric(fab, par.dp * par.cp, par.tp))
+
+
+_GROUP_FABRICS = store()
+
+
+def _dp_fabric(fab: comm.Fabric, ranks: int, tp: int) -> comm.Fabric:
     g = fab.gpus_per_node
-    ranks = par.dp * par.cp
-    k = max(1, min(ranks, g // par.tp))
+    k = max(1, min(ranks, g // tp))
     nodes = math.ceil(ranks / k)
     return dataclasses.replace(fab, nodes=nodes, gpus_per_node=k, inter_bw=fab.inter_bw * k / g if nodes > 1 else 0.0,
                                inter_alpha=fab.inter_alpha if nodes > 1 else 0.0)
@@ -358,8 +366,10 @@ class ShardView:
     _SHARD = ("tp", "seq_shards", "n_layers", "n_window_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab_size",
               "ep", "etp", "expert_token_shards", "first_dense_layers", "_emb", "_params", "_experts")
 
+    _shard = operator.itemgetter(*_SHARD)
+
     def _key(self) -> tuple:
-        return (self._spec, *(self.__dict__[k] for k in self._SHARD))
+        return (self._spec, *ShardView._shard(self.__dict__))
 
     def __eq__(self, other) -> bool:
         """Views of the same spec holding the same shard are equal (caches keyed on the model

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core.errors import UsageError
+from ..core.memo import cached, store
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,14 @@ class Parallelism:
         """Whether the experts run folded (``etp`` 1 under tp > 1): whole experts, each rank's
         sequence shard dispatched on its own."""
         return self.expert_tp < self.tp
+
+    def with_vp(self, vp: int) -> Parallelism:
+        """The same layout with ``vp`` virtual pipeline stages per GPU: ``dataclasses.replace(self,
+        vp=vp)`` without its introspection (a search makes several per layout)."""
+        out = object.__new__(Parallelism)
+        out.__dict__.update(self.__dict__)
+        object.__setattr__(out, "vp", vp)
+        return out
 
     def describe(self) -> str:
         """E.g. 'TP 8 + sequence parallel · CP 2 · PP 4 (interleaved × 2) · EP 2 · DP 2'; '' for plain DP."""
@@ -121,7 +130,18 @@ def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=
     :data:`CP_SEARCHED` dividing the sequence into 2 cp chunks, searched from :data:`CP_MIN_SEQ`
     tokens on (else 1); with ``n_experts`` (a mixture of experts) every ep of
     :func:`expert_degrees`. ``tp``, ``pp``, ``vp``, ``sp``, ``cp``, ``ep``, ``etp`` pin a knob (None =
-    search; ``etp`` None = tp, 1 applies to tp > 1 with sequence parallelism)."""
+    search; ``etp`` None = tp, 1 applies to tp > 1 with sequence parallelism). Kept per process (a
+    new list each call), keyed by every argument and its type."""
+    args = (n_gpus, gpus_per_node, n_heads, n_layers, tp, pp, vp, sp, cp, seq_len, n_experts, ep, etp)
+    key = tuple((x, type(x)) for x in args)
+    return list(cached(_LAYOUTS, key, lambda: _layouts(*args)))
+
+
+_LAYOUTS = store()
+
+
+def _layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, tp, pp, vp, sp, cp, seq_len: int,
+             n_experts: int, ep, etp) -> tuple[Parallelism, ...]:
     out = []
     tps = [t for t in range(1, gpus_per_node + 1) if gpus_per_node % t == 0 and n_heads % t == 0
            and n_gpus % t == 0]
@@ -151,7 +171,7 @@ def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=
                             continue
                         for x in expert_degrees(n_experts, d, t, gpus_per_node, ep, etp if folded else None):
                             out.append(Parallelism(d, t, p, v, s, cp=c, ep=x, etp=etp if folded else None))
-    return out
+    return tuple(out)
 
 
 #: Sharding modes that combine with pipeline parallelism: Megatron's data-parallel gradient

@@ -66,7 +66,7 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
         ops.append(Op("softmax", "elementwise", bytes_fwd=sf.nbytes / L1, bytes_bwd=sb.nbytes / L1,
                       kernels_fwd=float(sf.kernels) / L1, kernels_bwd=float(sb.kernels) / L1,
                       saved=tokens * core, recompute=frozenset({"selective", "op"}), bandwidth="softmax"))
-        if upcast and not knobs.compiled:
+        if upcast and not knobs.compiled and workload.is_causal(model):  # encoders (ViT) add no mask
             ma = workload.eager_mask_add_bytes(model, mb, seq_len, e)
             ops.append(Op("mask_add", "elementwise", bytes_fwd=ma.nbytes / L1, kernels_fwd=float(ma.kernels) / L1,
                           recompute=frozenset({"selective", "op"}), bandwidth="broadcast"))

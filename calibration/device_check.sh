@@ -2,8 +2,8 @@
 # One prepared GPU check, for a session that is lent a GPU machine (one call, about 10 minutes):
 #   1. calibrate --quick on the GPU                       -> $OUT/profile.json (+ measurements)
 #   2. validate real training steps with that profile     -> $OUT/validation.csv, intervals in the profile
-#   3. validate the same steps with the catalog's DEFAULT (published) profile of this GPU
-#                                                          -> $OUT/validation_default.csv
+#   3. re-predict the same measured steps with the catalog's DEFAULT (published) profile of this GPU
+#      (validate --measured: no second run on the device)  -> $OUT/validation_default.log
 # Bring the files back and commit them under calibration/profiles/ and calibration/results/ with
 # the date and the hardware. Needs torch with CUDA and this package's dependencies; where pydantic
 # is missing (the H200 image), carry wheels in .whl/ (see the device tool's README).
@@ -22,11 +22,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.s
 cat "$OUT/nvidia-smi.csv"
 
 timeout 300 python3 -m calibration --quick --no-progress --out "$OUT/profile.json" 2>&1 | tee "$OUT/calibrate.log"
-timeout 180 python3 -m calibration.validate --profile "$OUT/profile.json" --csv "$OUT/validation.csv" \
+timeout 240 python3 -m calibration.validate --suite calibration/suites/gpu_default.yaml --profile "$OUT/profile.json" --csv "$OUT/validation.csv" \
   --update-profile 2>&1 | tee "$OUT/validate.log"
 gpu_id=$(python3 -c "import json; print(json.load(open('$OUT/profile.json'))['device'].get('gpu_id') or '')" 2>/dev/null)
 if [ -n "$gpu_id" ] && [ -f "hardware_catalog/profiles/$gpu_id.json" ]; then
-  timeout 120 python3 -m calibration.validate --profile "hardware_catalog/profiles/$gpu_id.json" \
-    --csv "$OUT/validation_default.csv" 2>&1 | tee -a "$OUT/validate.log"
+  timeout 60 python3 -m calibration.validate --measured "$OUT/validation.csv" --suite calibration/suites/gpu_default.yaml \
+    --profile "hardware_catalog/profiles/$gpu_id.json" 2>&1 | tee "$OUT/validation_default.log"
 fi
 ls -la "$OUT"

@@ -136,7 +136,8 @@ class Attention(nn.Module):
         self.n_heads, self.kv_heads, self.head_dim = spec.n_heads, spec.kv_heads, spec.head_dim
         self.backend = backend
         self.clock = clock  # set: checkpoint the attention core (selective checkpointing)
-        self.qkv = nn.Linear(spec.hidden, spec.hidden + 2 * spec.kv_dim, bias=spec.linear_bias)
+        qkv_bias = spec.linear_bias if spec.qkv_bias is None else spec.qkv_bias  # Qwen2: on the QKV projection only
+        self.qkv = nn.Linear(spec.hidden, spec.hidden + 2 * spec.kv_dim, bias=qkv_bias)
         self.out = nn.Linear(spec.hidden, spec.hidden, bias=spec.linear_bias)
         rot = int(spec.head_dim * spec.rotary_pct) if spec.pos_embedding == "rotary" else 0
         self.rot_dim = rot - rot % 2

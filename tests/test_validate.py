@@ -57,7 +57,7 @@ def _run(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("name", ["pythia-160m", "gpt2", "llama-3-8b", "mistral-7b", "mpt-7b-hf",
-                                  "mpt-125m", "tinyllama-1.1b"])
+                                  "mpt-125m", "tinyllama-1.1b", "qwen2.5-0.5b", "gpt2-medium"])
 def test_torch_param_count_matches_spec(name):
     spec = get_model(name)
     assert sum(p.numel() for p in build_model(spec, device="meta").parameters()) == spec.n_params()

@@ -209,3 +209,19 @@ def test_huge_batches_stay_cheap_to_search():
     plan = simulate("pythia-1b", "8x3090", global_batch=10**9, steps=1)
     assert plan.feasible and time.perf_counter() - t0 < 30
     assert plan.strategy["micro_batch"] * plan.strategy["grad_accum"] >= 10**9 // 8
+
+
+def test_fp16_loss_scaling_unscales_every_gradient():
+    """fp16 training's dynamic loss scaling (GradScaler.unscale_) reads and writes each gradient once
+    more per step; bf16 has no loss scale. Same model, GPU and knobs: the fp16 step's optimizer phase
+    moves 2 x 4 more bytes per parameter (fp32 gradients under autocast)."""
+    from simulator.answer.api import simulate
+    from simulator.physics import optimizer_time
+
+    plain = optimizer_time.bytes_per_param("adamw", 4.0, 0.0)
+    assert float(optimizer_time.bytes_per_param("adamw", 4.0, 0.0, True)) == pytest.approx(float(plain) + 8.0)
+    kw = dict(seq_len=1024, global_batch=8, micro_batch=8, steps=1, attention="sdpa", compile=False,
+              checkpointing="none", sharding="ddp", offload="none")
+    bf16 = simulate("pythia-160m", "1xa100", precision="bf16", **kw).breakdown_s["optimizer"]
+    fp16 = simulate("pythia-160m", "1xa100", precision="fp16", **kw).breakdown_s["optimizer"]
+    assert fp16 > bf16 * 1.1

@@ -597,7 +597,8 @@ def _optimizer_steps(pb: Problem, space: Space, packs: list[tuple], st: States, 
     # a half copy of the updated weights, where ZeRO/FSDP keep fp32 masters (DDP's casts happen
     # per micro-batch, see assemble)
     half = np.array([MIXED[pk[0]] for pk in packs])[:, None] & ~st.fp32_params
-    step_bytes = optimizer_time.bytes_per_param(pb.optimizer, st.grad_bpp, np.where(half, 2.0, 0.0))[:, :, None]
+    fp16 = np.array([pk[0] == "fp16" for pk in packs])[:, None]  # dynamic loss scaling unscales the gradients
+    step_bytes = optimizer_time.bytes_per_param(pb.optimizer, st.grad_bpp, np.where(half, 2.0, 0.0), fp16)[:, :, None]
     opt_eff = prof.optimizer_bw_eff.get(pb.stack.optimizer,  # the stack's AdamW implementation, where profiled
                                         prof.optimizer_bw_eff.get("foreach", min(prof.optimizer_bw_eff.values())))
     loop = fresh_memory.optimizer_loop_time(model, prof)  # per-tensor host loop, where calibrated

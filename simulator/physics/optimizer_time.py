@@ -22,14 +22,23 @@ from .memory import moment_bytes
 OPT_KERNELS_PER_LAYER = 12
 
 
-def bytes_per_param(optimizer: str, grad_bytes, half_copy) -> np.ndarray:
+#: Passes over the gradients that fp16 training's dynamic loss scaling adds to a step: the unscale
+#: reads each gradient and writes it divided by the scale, checking for inf/NaN on the way
+#: (torch.amp.GradScaler.unscale_: torch._amp_foreach_non_finite_check_and_unscale_; Megatron-LM's
+#: and DeepSpeed's fp16 optimizers unscale their fp32 main gradients the same way)
+LOSS_SCALE_GRAD_PASSES = 2
+
+
+def bytes_per_param(optimizer: str, grad_bytes, half_copy, loss_scaled=False) -> np.ndarray:
     """Bytes an Adam-family step moves per parameter it updates: read the fp32 master weight (4),
     the gradient and the moments; write the moments and the weight (4); a half copy of the
     updated weight (``half_copy`` bytes: 2 where ZeRO/FSDP keep fp32 masters beside half
-    weights, else 0); and the gradient-norm clipping pass (read for the norm, read + write to
-    scale: 3 x ``grad_bytes``)."""
+    weights, else 0); the gradient-norm clipping pass (read for the norm, read + write to
+    scale: 3 x ``grad_bytes``); and under fp16's loss scaling (``loss_scaled``, bool or array)
+    the unscale (:data:`LOSS_SCALE_GRAD_PASSES` x ``grad_bytes``)."""
     g = np.asarray(grad_bytes, dtype=float)
-    return 4 + g + moment_bytes(optimizer) * 2 + 4 + half_copy + 3 * g
+    scale = np.where(np.asarray(loss_scaled, dtype=bool), LOSS_SCALE_GRAD_PASSES * g, 0.0)
+    return 4 + g + moment_bytes(optimizer) * 2 + 4 + half_copy + 3 * g + scale
 
 
 def gpu_step_time(local_params, share, step_bytes, mem_bw: float, bw_eff: float, fresh_s: float,

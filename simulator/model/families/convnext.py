@@ -40,6 +40,12 @@ DW_KERNEL, EXPANSION = 7, 4
 #: channels-last copy 2, LayerNorm 2, GELU 2 x 4, layer scale 2, residual add 3 (17; 5 kernels);
 #: compiled (Inductor): LayerNorm with the copy 2, GELU 8, scale + add 3 (13; 3 kernels).
 BLOCK_PASSES = {False: (17, 5), True: (13, 3)}
+#: Under eager torch.autocast the residual stream is fp32 (the channels-first LayerNorms' and the layer
+#: scale's fp32 parameters promote their half inputs): per block and channel element the depthwise
+#: convolution's input is cast down (read 4, write 2: 6 bytes, a kernel), the layer scale writes fp32
+#: (2 more than the half it was counted as) and the permuted residual add reads and writes fp32 (6 more):
+#: 14 bytes forward (Hugging Face ConvNextLayer, timm ConvNeXtBlock: ``gamma * x`` then ``shortcut + x``)
+AUTOCAST_STREAM_BYTES, AUTOCAST_STREAM_KERNELS = 14.0, 1
 #: channels-first LayerNorm (stem, downsampling): permute copy + LayerNorm + permute: 6 passes, 3 kernels.
 CF_NORM_PASSES, CF_NORM_KERNELS = 6, 3
 
@@ -136,7 +142,8 @@ def graph(spec: ConvNextSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Gra
     # the block's LayerNorm (nn.LayerNorm, channels-last) writes fp32 under eager autocast
     # where the stack leaves norms to autocast, and pwconv1 casts it back to half
     fp32_norm = knobs.stack.fp32_norm(e, knobs.compiled)
-    norm_extra, norm_kern = (workload.FP32_NORM_EXTRA_BYTES, 1) if fp32_norm else (0.0, 0)
+    norm_extra, norm_kern = (workload.FP32_NORM_EXTRA_BYTES + AUTOCAST_STREAM_BYTES, 1 + AUTOCAST_STREAM_KERNELS) \
+        if fp32_norm else (0.0, 0)
     blocks = []
     for i, (depth, c, side) in enumerate(zip(spec.depths, spec.widths, spec.grids(), strict=True)):
         P = imgs * side * side  # pixels of the micro-batch at this stage

@@ -234,18 +234,21 @@ HF_STEPS = [("prof_p160m_sdpa_s2048_mb8.txt", "pythia-160m", "sdpa", 61.189),
             ("prof_llama8x1024_sdpa_s2048_mb8.txt", "llama-8x1024-gqa", "sdpa", 59.774)]
 
 
+@pytest.mark.parametrize("profile, tolerance", [("hardware_catalog/profiles/h200.json", 0.10),
+                                                ("calibration/profiles/nvidia-h200.json", 0.15)])
 @pytest.mark.parametrize("name, model, attention, cuda_ms", HF_STEPS)
-def test_catalog_h200_predicts_hugging_face_steps(name, model, attention, cuda_ms):
-    """The catalog h200 profile against the device time of real Hugging Face steps (the kernel tables'
-    totals under the profiler, no host gaps; the stack's fused AdamW, as they ran): within 10%
-    (2026-12-05: -6.8%, -4.0%, -3.7%; before the H200's own attention, optimizer, mask-add and
-    softmax-backward figures, with foreach AdamW: +5.0%, -23.0%, +6.3%)."""
+def test_h200_profiles_predict_hugging_face_steps(name, model, attention, cuda_ms, profile, tolerance):
+    """The H200 profiles against the device time of real Hugging Face steps (the kernel tables' totals
+    under the profiler, no host gaps; the stack's fused AdamW, as they ran). Catalog within 10%
+    (2026-12-05: -6.7%, -3.9%, -3.6%; before the H200's own attention, optimizer, mask-add and
+    softmax-backward figures, with foreach AdamW: +5.0%, -23.0%, +6.3%); the calibrated profile within
+    15% (-7.2%, -11.5%, -5.2%: its attention fit is the quick run's)."""
     from calibration.validate.suite import load_suite
     from simulator.answer.api import simulate
 
     assert f"Self CUDA time total: {cuda_ms:.3f}ms" in (DATA / name).read_text()
     spec = {c.model: c.spec for c in load_suite(ROOT / "calibration" / "suites" / "gpu_default.yaml").configs}[model]
-    plan = simulate(spec, "1xlocal", profile=load_profile(ROOT / "hardware_catalog" / "profiles" / "h200.json"),
+    plan = simulate(spec, "1xlocal", profile=load_profile(ROOT / profile),
                     seq_len=2048, global_batch=8, micro_batch=8, steps=1, optimizer="adamw", precision="bf16",
                     attention=attention, compile=False, checkpointing="none", sharding="ddp", offload="none")
-    assert abs(plan.step_time_s * 1e3 / cuda_ms - 1.0) <= 0.10
+    assert abs(plan.step_time_s * 1e3 / cuda_ms - 1.0) <= tolerance

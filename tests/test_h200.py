@@ -252,3 +252,14 @@ def test_h200_profiles_predict_hugging_face_steps(name, model, attention, cuda_m
                     seq_len=2048, global_batch=8, micro_batch=8, steps=1, optimizer="adamw", precision="bf16",
                     attention=attention, compile=False, checkpointing="none", sharding="ddp", offload="none")
     assert abs(plan.step_time_s * 1e3 / cuda_ms - 1.0) <= tolerance
+
+
+def test_stack_attention_kernels_are_the_profiles_kernels():
+    """A stack names FlashAttention-2 ('flash', a profile's ``attention``) or a kernel a profile may time
+    apart (ATTENTION_KERNELS): one list of names, so a new kernel cannot be asked for that no profile holds."""
+    from typing import get_args
+
+    from simulator.hardware.profile import ATTENTION_KERNELS
+    from simulator.strategy.stacks import Stack
+
+    assert set(get_args(Stack.model_fields["attention_kernel"].annotation)) == {"flash", *ATTENTION_KERNELS}

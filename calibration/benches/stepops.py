@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from simulator.model.workload import MASK_ADD_FP32_BYTES
+
 from ..device import DTYPES
 from .base import Bench, RunContext, ok, unsupported
 from .cold import cold_bytes, cold_inputs, fresh_outputs
@@ -166,7 +168,7 @@ def _mask_add(b: int, h: int, seq: int, precision: str):
         mask = torch.zeros(b, 1, seq, seq, device=ctx.device, dtype=torch.float32)
         n = scores.numel()
         t = ctx.time(fresh_outputs(lambda: scores + mask, 4.0 * n, cold_bytes(ctx.dev.kind)))
-        return ok(t, bytes=float(n * (scores.element_size() + 8)), out_bytes=4.0 * n, elements=n)
+        return ok(t, bytes=float(n * (scores.element_size() + MASK_ADD_FP32_BYTES)), out_bytes=4.0 * n, elements=n)
 
     return run
 

@@ -249,28 +249,24 @@ def plan_utilization(plan) -> float:
     return min(1.0, max(0.0, (step - idle) / step))
 
 
+def _price(flag: Sourced | None, table: dict[str, Sourced], gpu_id: str, catalog_field: str) -> Sourced | None:
+    """A price in order of precedence: the flag, the prices file's table, the catalog GPU's field;
+    None for the local device (no catalog entry)."""
+    if flag is not None:
+        return flag
+    if gpu_id in table:
+        return table[gpu_id]
+    return None if gpu_id == "local" else getattr(hardware.get_gpu(gpu_id), catalog_field)
+
+
 def gpu_unit_price(prices: Prices, gpu_id: str) -> Sourced | None:
     """Purchase price of one GPU: flag, prices file/study, catalog, else None (unknown)."""
-    if prices.price_per_gpu is not None:
-        return prices.price_per_gpu
-    if gpu_id in prices.gpu_purchase_usd:
-        return prices.gpu_purchase_usd[gpu_id]
-    if gpu_id == "local":
-        return None
-    g = hardware.get_gpu(gpu_id)
-    return g.price_usd
+    return _price(prices.price_per_gpu, prices.gpu_purchase_usd, gpu_id, "price_usd")
 
 
 def rent_price(prices: Prices, gpu_id: str) -> Sourced | None:
     """Cloud price per GPU-hour: flag, prices file, catalog, else None (unknown)."""
-    if prices.rent_per_gpu_hour is not None:
-        return prices.rent_per_gpu_hour
-    if gpu_id in prices.gpu_rent_usd_per_hr:
-        return prices.gpu_rent_usd_per_hr[gpu_id]
-    if gpu_id == "local":
-        return None
-    g = hardware.get_gpu(gpu_id)
-    return g.cloud_usd_per_gpu_hr
+    return _price(prices.rent_per_gpu_hour, prices.gpu_rent_usd_per_hr, gpu_id, "cloud_usd_per_gpu_hr")
 
 
 def base_machine_price(prices: Prices, gpus_per_node: int) -> Sourced:

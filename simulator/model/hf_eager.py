@@ -314,10 +314,11 @@ def autocast_elementwise(model, e: int) -> tuple[float, float, float, float]:
     return fwd, bwd, k_fwd, k_bwd
 
 
-def gelu_new_ops(precision: str) -> tuple[float, float, float, float]:
+def gelu_new_ops(precision: str, e: int) -> tuple[float, float, float, float]:
     """(forward bytes, backward bytes, forward kernels, backward kernels) per element of the MLP width
-    of Hugging Face's eager ``gelu_new`` (:data:`GELU_NEW_AUTOCAST`, :data:`GELU_NEW_FP32`)."""
+    of Hugging Face's eager ``gelu_new`` under ``precision`` with ``e`` bytes per half activation
+    element (:data:`GELU_NEW_AUTOCAST`, :data:`GELU_NEW_FP32`)."""
     if precision in MIXED_PRECISIONS:
         (af, bf), (ab, bb), kf, kb = GELU_NEW_AUTOCAST
-        return af * 2.0 + bf, ab * 2.0 + bb, kf, kb
+        return af * e + bf, ab * e + bb, kf, kb
     return GELU_NEW_FP32

@@ -86,7 +86,7 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
         lb = workload.MemOps(lb.nbytes - share * af.nbytes, float(lb.kernels) - share * float(af.kernels))
         if hf and model.mlp_activation == "gelu_tanh" and model.family in hf_eager.GELU_NEW:
             # transformers' NewGELUActivation: ten eager elementwise ops in fp32 where one kernel was counted
-            xf, xb, kf, kb = hf_eager.gelu_new_ops(knobs.precision)
+            xf, xb, kf, kb = hf_eager.gelu_new_ops(knobs.precision, e)
             width = tokens * model.ffn_hidden
             ops.append(Op("activation", "elementwise", bytes_fwd=width * xf, bytes_bwd=width * xb,
                           kernels_fwd=kf, kernels_bwd=kb, recompute=frozenset({"op"}), bandwidth="elementwise"))

@@ -272,6 +272,76 @@ def test_bad_layout_pins_exit_2_naming_valid_choices(capsys, args, needle):
     assert needle in err and len(err.strip().splitlines()) == 1
 
 
+# ---------------------------------------------------------------- pipelining with FSDP
+def test_pipelined_fsdp_is_allowed_where_the_stack_pipelines_it_and_refused_in_one_line_elsewhere():
+    """torchtitan and NeMo Automodel run FSDP2 on torch.distributed.pipelining stages; Megatron-LM
+    pipelines DDP and its distributed optimizer only, DeepSpeed's pipeline engine refuses ZeRO-2/3."""
+    from simulator.core.errors import UsageError
+    from simulator.strategy.stacks import get_stack
+
+    m = get_model("llama-3-8b")
+    args = (16, 8, m, 8192)
+    for name in ("torchtitan", "nemo-automodel"):
+        for sh in ("fsdp-grad-op", "fsdp-full"):
+            out = layout.allowed_layouts(*args, get_stack(name), {"pp": 2}, ["sdpa"], [sh], [True])
+            assert out and {p.pp for p in out} == {2}
+            assert layout.pipelines(get_stack(name), sh) and not layout.pipelines(get_stack(name), sh, "all")
+    for name, sh, needle in (("megatron-lm", "fsdp-full", "needs --sharding ddp or zero1"),
+                             ("hf-trainer", "zero2", "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"),
+                             ("hf-trainer", "fsdp-full", "needs --sharding ddp or zero1")):
+        with pytest.raises(UsageError) as e:
+            layout.allowed_layouts(*args, get_stack(name), {"pp": 2}, ["sdpa"], [sh], [True])
+        assert needle in str(e.value) and "\n" not in str(e.value)
+    assert main(["--gpus", "2x8xh100", "--model", "llama-3-8b", "--stack", "torchtitan", "--pp", "2",
+                 "--sharding", "fsdp-grad-op"]) == 0
+
+
+def test_pipelined_fsdp_holds_the_stage_gathered_and_its_gradients_unsharded_in_fp32():
+    """Under torch.distributed.pipelining FSDP2 keeps a stage's parameters gathered and its gradients
+    unsharded (upcast to the fp32 reduce dtype) from the first micro-batch to the step's reduce:
+    weights P x 2, gradients P x 4 + a layer's fresh half gradient, the optimizer sharded as ever;
+    never less than the same stage's states unpipelined, and full sharding saves nothing over
+    shard-grad-op there."""
+    P, PL, n = 4.0e9, 2.0e8, 8
+    for sh in ("fsdp-grad-op", "fsdp-full"):
+        pipe = memory.model_states(P, PL, "bf16", sh, "none", "adamw", n, pipelined=True)
+        flat = memory.model_states(P, PL, "bf16", sh, "none", "adamw", n)
+        assert pipe == {"weights": 2 * P, "gradients": 4 * P + 2 * PL, "optimizer": 12 * P / n, "host": 0.0}
+        assert all(pipe[k] >= flat[k] for k in ("weights", "gradients", "optimizer"))
+        assert pipe["weights"] + pipe["gradients"] > flat["weights"] + flat["gradients"]
+    fp32 = memory.model_states(P, PL, "fp32", "fsdp-full", "none", "adamw", n, pipelined=True)
+    assert fp32["weights"] == 4 * P and fp32["gradients"] == 4 * P + 4 * PL
+    assert list(comm.pipelined_fsdp_gathers("fsdp-grad-op", np.array([1, 8]))) == [1, 1]
+    assert list(comm.pipelined_fsdp_gathers("fsdp-full", np.array([1, 8]))) == [1, 8]
+
+
+def test_pipelined_fsdp_step_pays_its_gathers_and_one_exposed_fp32_reduce_scatter():
+    """A stage of Llama-3-8B (PP 2 x DP 8 on 2 x 8 H100, torchtitan) with nothing hidden (overlap
+    0): shard-grad-op gathers the stage's bf16 weights once per step, full sharding once per
+    micro-batch, and both reduce-scatter its fp32 gradients once; memory as derived, and the
+    same for both."""
+    from simulator.engine.estimate import Space
+    from simulator.engine.parallel_search import layout_grids
+
+    s = setup_mod.setup("llama-3-8b", "2x8xh100", stack="torchtitan", tokens="1B")
+    pb = dataclasses.replace(s.problem, fabric=dataclasses.replace(s.problem.fabric, overlap=0.0))
+    par = Parallelism(8, pp=2)
+    space = Space(["bf16"], ["sdpa"], [True], ["full"], ["fsdp-grad-op", "fsdp-full"], ["none"],
+                  micro_batches=np.array([1]))
+    tab = layout_grids(pb, space, par, [1])[0].table()
+    v = parallel.view(pb.model, par)
+    P, L = float(v.n_params()), v.n_layers
+    fab = parallel.dp_fabric(pb.fabric, par)
+    ag, rs = comm.gather_or_scatter(fab, 2 * P, L + 1), comm.gather_or_scatter(fab, 4 * P, L + 1)
+    m = int(tab.grad_accum[0])
+    assert m == pb.global_batch // 8 and len(tab) == 2
+    by = {space.shardings[int(z)]: i for i, z in enumerate(tab.sharding)}
+    assert tab.exposed_comm[by["fsdp-grad-op"]] == pytest.approx(ag + rs, rel=1e-9)
+    assert tab.exposed_comm[by["fsdp-full"]] == pytest.approx(m * ag + rs, rel=1e-9)
+    for i in by.values():
+        assert tab.mem_weights[i] == pytest.approx(2 * P) and tab.mem_gradients[i] >= 4 * P
+
+
 def test_json_shows_the_layout(capsys):
     assert main(["--gpus", "8x8xa100-80gb", "--model", "llama-2-70b", "--tp", "8", "--pp", "4", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)

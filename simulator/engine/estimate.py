@@ -54,6 +54,7 @@ class Problem:
     gpu_label: str  # e.g. "RTX 3090 24 GB" for messages
     stack: Stack = field(default_factory=default_stack)  # the training software (not searched)
     dp: int | None = None  # data-parallel ranks; None: every GPU of the fabric
+    pp: int = 1  # pipeline stages the model (a ShardView) is one of; 1: not pipelined
 
     @property
     def n_gpus(self) -> int:
@@ -394,8 +395,8 @@ def model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
     """Weights, gradients, optimizer states and buffers of every pack, sharding and offload
     (:class:`States`). They depend on the precision only (not attention, compile or
     checkpointing): one row per distinct precision, gathered to packs. Kept per process, keyed by
-    the model (or view), ranks, stack, optimizer, shardings, offloads and precisions."""
-    key = (pb.model, pb.dp_ranks, pb.stack, pb.optimizer, tuple(space.shardings), tuple(space.offloads),
+    the model (or view), ranks, pipelining, stack, optimizer, shardings, offloads and precisions."""
+    key = (pb.model, pb.dp_ranks, pb.pp, pb.stack, pb.optimizer, tuple(space.shardings), tuple(space.offloads),
            tuple(pk[0] for pk in packs))
     return cached(_STATES, key, lambda: _model_states(pb, space, packs))
 
@@ -419,7 +420,7 @@ def _model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
             wb, gb, _ = memory.state_bytes_per_param(p, s, pb.optimizer, stack)
             gc[i, j], wc[i, j] = gb, wb
             for k, off in enumerate(space.offloads):
-                st = memory.layout_states(model, PL, p, s, off, pb.optimizer, n, stack)
+                st = memory.layout_states(model, PL, p, s, off, pb.optimizer, n, stack, pb.pp > 1)
                 w[i, j, k], g[i, j, k], o[i, j, k], host[i, j, k] = (
                     st["weights"], st["gradients"], st["optimizer"], st["host"])
     buffers = np.array([[memory.comm_buffers(P, p, sh, n, stack) + memory.autocast_weight_copies(P, p, sh, stack)
@@ -437,6 +438,9 @@ class Schedule:
     ``bwd_floor`` its piece that cannot overlap, for every sharding; on the ``every`` columns
     (ZeRO-2, FSDP, ZeRO-3) it runs every micro-batch, else once behind the last; ``fwd`` and
     ``fwd_floor``: the forward's unit-by-unit gathers of the ``fwd_cols`` (FSDP, ZeRO-3);
+    ``pipe`` and ``pipe_floor``: the gathers of FSDP on a pipeline stage, on the ``pipe_cols``
+    (whose shardings are ``pipe_shardings``), each behind a micro-batch's forward, as many as
+    :func:`comm.pipelined_fsdp_gathers` counts;
     ``after``: ZeRO-1/2's gather of the updated weights after the step, on the ``after_cols``.
     Column sets are slices where contiguous (the searched order makes them so), None when empty
     (and then so are their arrays)."""
@@ -447,6 +451,10 @@ class Schedule:
     fwd: np.ndarray | None
     fwd_floor: np.ndarray | None
     fwd_cols: slice | np.ndarray | None
+    pipe: np.ndarray | None
+    pipe_floor: np.ndarray | None
+    pipe_cols: slice | np.ndarray | None
+    pipe_shardings: tuple[str, ...]
     after: np.ndarray | None
     after_cols: slice | np.ndarray | None
 
@@ -472,7 +480,7 @@ def group_costs(pb: Problem, space: Space, packs: list[tuple], st: States, P: fl
     fresh pages, s). Kept per process, keyed by :func:`model_states`' key (which decides ``st``;
     its stack also picks the optimizer's AdamW implementation), the fabric and the device (which
     decide the rest)."""
-    key = (pb.model, pb.dp_ranks, pb.stack, pb.optimizer, tuple(space.shardings), tuple(space.offloads),
+    key = (pb.model, pb.dp_ranks, pb.pp, pb.stack, pb.optimizer, tuple(space.shardings), tuple(space.offloads),
            tuple(pk[0] for pk in packs), pb.fabric, pb.device.name)
     return cached(_GROUP_COSTS, key, lambda: _group_costs(pb, space, packs, st, P, PL, opt_fresh), pb.device)
 
@@ -486,7 +494,7 @@ def _group_costs(pb: Problem, space: Space, packs: list[tuple], st: States, P: f
     out = GroupCosts(sched, *_optimizer_steps(pb, space, packs, st, opt_fresh, P))
     frozen(out.optimizer, out.off_step, out.stream)
     if sched is not None:
-        frozen(sched.bwd, sched.bwd_floor, sched.fwd, sched.fwd_floor, sched.after)
+        frozen(sched.bwd, sched.bwd_floor, sched.fwd, sched.fwd_floor, sched.pipe, sched.pipe_floor, sched.after)
     return out
 
 
@@ -525,10 +533,18 @@ def _schedule(pb: Problem, shardings: list[str], st: States, P: float, PL: float
         unit = max(P - L * PL, PL) / P
         ag_unit = comm.gather_or_scatter(fab, w_bytes * unit)
         rs_unit = comm.gather_or_scatter(fab, grad_bytes * unit)
-    bwd, floor, fwd, fwd_floor, after = [], [], [], [], []
-    every, fwd_cols, after_cols = [], [], []
+    if pb.pp > 1 and any(s.startswith("fsdp") for s in shardings):
+        # a pipeline stage's accumulated gradients, reduce-scattered in the reduce dtype after its
+        # last backward with no compute left to hide behind (memory.pipelined_fsdp_states)
+        rs_pp = comm.gather_or_scatter(fab, P * np.maximum(gc, memory.FSDP_REDUCE_BYTES)[:, None, :], L + 1)
+    bwd, floor, fwd, fwd_floor, pipe, pipe_floor, after = [], [], [], [], [], [], []
+    every, fwd_cols, pipe_cols, after_cols = [], [], [], []
     for j, s in enumerate(shardings):
         sl = (slice(None), slice(None), slice(j, j + 1))
+        if pb.pp > 1 and s.startswith("fsdp"):  # gathers as comm.pipelined_fsdp_gathers counts them
+            bwd.append(rs_pp[sl]), floor.append(rs_pp[sl])
+            pipe.append(ag_l[sl]), pipe_floor.append(ag_unit[sl]), pipe_cols.append(j)
+            continue
         if s == "ddp":  # all-reduce behind the last backward
             bwd.append(ar[sl]), floor.append(ar_bucket[sl])
         elif s in ("zero1", "zero2"):  # reduce-scatter (zero2: every micro-batch), gather after the step
@@ -544,6 +560,7 @@ def _schedule(pb: Problem, shardings: list[str], st: States, P: float, PL: float
         return np.concatenate(xs, axis=2) if xs else None
 
     return Schedule(cat(bwd), cat(floor), _columns(every), cat(fwd), cat(fwd_floor), _columns(fwd_cols),
+                    cat(pipe), cat(pipe_floor), _columns(pipe_cols), tuple(shardings[j] for j in pipe_cols),
                     cat(after), _columns(after_cols))
 
 
@@ -558,7 +575,9 @@ def sharding_schedule(pb: Problem, shardings: list[str], gc: GroupCosts, ps: Per
     overlap: DDP buckets of 25 MiB (bucket_cap_mb default), DeepSpeed ZeRO buckets of 5e8
     elements, ZeRO-3 / FSDP one gather / reduce-scatter per unit (L layers + the root):
     :class:`Schedule`, in ``gc``. Every micro-batch's collective is exposed beyond its window
-    of compute (the last one's behind the last, possibly smaller, micro-batch)."""
+    of compute (the last one's behind the last, possibly smaller, micro-batch). On a pipeline
+    stage (``pb.pp`` > 1) FSDP gathers per :func:`comm.pipelined_fsdp_gathers` and reduce-scatters
+    the accumulated gradients once, exposed whole."""
     K, M, Z = gc.optimizer.shape[0], mb.sizes.size, len(shardings)
     sc = gc.schedule
     if sc is None:
@@ -574,6 +593,10 @@ def sharding_schedule(pb: Problem, shardings: list[str], gc: GroupCosts, ps: Per
         f_mb, f_last = ps.at["fwd"][:, :, None], ps.last["fwd"][:, :, None]
         fwd = more * comm.exposed(sc.fwd, f_mb, sc.fwd_floor, overlap) + comm.exposed(sc.fwd, f_last, sc.fwd_floor, overlap)
         out[:, :, sc.fwd_cols] = fwd + out[:, :, sc.fwd_cols]
+    if sc.pipe_cols is not None:  # a pipeline stage's gathers, each behind a micro-batch's forward
+        gathers = np.stack([comm.pipelined_fsdp_gathers(s, mb.grad_accum) for s in sc.pipe_shardings], axis=-1)
+        out[:, :, sc.pipe_cols] = gathers[None] * comm.exposed(sc.pipe, ps.at["fwd"][:, :, None], sc.pipe_floor,
+                                                               overlap) + out[:, :, sc.pipe_cols]
     if sc.after_cols is not None:
         out[:, :, sc.after_cols] = out[:, :, sc.after_cols] + sc.after
     return out

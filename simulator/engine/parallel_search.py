@@ -21,7 +21,7 @@ from ..model.graphs import model_flops_per_token
 from ..physics import compute, memory, parallel
 from ..physics.compute import attention_core, micro_batch_time
 from ..strategy.knobs import SHARD_STAGE, checkpointed_layers, offload_allowed
-from ..strategy.layout import CP_ATTENTIONS, PIPELINE_SHARDINGS, Parallelism, stage_layers
+from ..strategy.layout import CP_ATTENTIONS, Parallelism, pipelines, stage_layers
 from ..strategy.stacks import Stack
 from .estimate import Grid, Problem, Space, Table, evaluate_grid, ranked, spread
 
@@ -89,13 +89,12 @@ def _states_floor(pb: Problem, space: Space, par: Parallelism, offloads: list[st
     v = parallel.view(pb.model, par)
     P = float(v.n_params())
     PL = max(1.0, (P - v.n_embedding_params()) / v.n_layers)
-    shardings = [s for s in space.shardings if par.pp == 1 or s in PIPELINE_SHARDINGS]
     best = np.inf
     for p in space.precisions:
-        for s in shardings:
+        for s in space.shardings:
             for o in space.offloads if offloads is None else offloads:
-                if offload_allowed(s, o):
-                    st = memory.layout_states(v, PL, p, s, o, pb.optimizer, par.dp * par.cp, pb.stack)
+                if offload_allowed(s, o) and (par.pp == 1 or pipelines(pb.stack, s, o)):
+                    st = memory.layout_states(v, PL, p, s, o, pb.optimizer, par.dp * par.cp, pb.stack, par.pp > 1)
                     best = min(best, st["weights"] + st["gradients"] + st["optimizer"])
     return best
 
@@ -108,9 +107,9 @@ def offload_floor(pb: Problem, space: Space, par: Parallelism) -> float:
     if "none" in space.offloads and states_floor(pb, space, par, ["none"]) <= pb.device.usable_memory:
         return 0.0
     P = float(parallel.view(pb.model, par).n_params())
-    shardings = [s for s in space.shardings if par.pp == 1 or s in PIPELINE_SHARDINGS]
-    local = min((P / (par.dp * par.cp) if SHARD_STAGE[s] >= 1 else P for s in shardings
-                 if any(o != "none" and offload_allowed(s, o) for o in space.offloads)), default=np.inf)
+    local = min((P / (par.dp * par.cp) if SHARD_STAGE[s] >= 1 else P for s in space.shardings
+                 if any(o != "none" and offload_allowed(s, o) and (par.pp == 1 or pipelines(pb.stack, s, o))
+                        for o in space.offloads)), default=np.inf)
     if not np.isfinite(local):
         return 0.0
     rate = pb.device.profile.cpu_adam_gparams_per_s * 1e9 / parallel.dp_fabric(pb.fabric, par).gpus_per_node
@@ -223,7 +222,7 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     model = parallel.view(pb.model, par)
     fab = parallel.dp_fabric(pb.fabric, par)
     seq = pb.seq_len // par.cp  # tokens of each sequence on one context-parallel rank
-    shardings = [s for s in space.shardings if par.pp == 1 or s in PIPELINE_SHARDINGS]
+    shardings = [s for s in space.shardings if par.pp == 1 or pipelines(pb.stack, s)]
     attentions = [x for x in space.attentions if par.cp == 1 or x in CP_ATTENTIONS]
     sub = dataclasses.replace(space, shardings=shardings, attentions=attentions)
     per_replica = math.ceil(pb.global_batch / par.dp)
@@ -231,8 +230,11 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
         sub.micro_batches = micro_batch_sizes(per_replica)
     # each of the dp x cp ranks of the gradient group holds the replica's samples at seq/cp tokens
     grid = evaluate_grid(dataclasses.replace(pb, model=model, fabric=fab, seq_len=seq, dp=par.dp * par.cp,
-                                             global_batch=pb.global_batch * par.cp), sub)
+                                             global_batch=pb.global_batch * par.cp, pp=par.pp), sub)
     a = dict(grid.cols)  # the columns, changed below
+    if par.pp > 1:  # what pipelines with which offload (layout.pipelines), on the (Z, NO) axes
+        a["valid"] = a["valid"] & np.array([[pipelines(pb.stack, s, o) for o in space.offloads]
+                                            for s in shardings])[None, None]
     a["sharding"] = np.array([space.shardings.index(s) for s in shardings])[a["sharding"]]
     _node_sharing(pb, space, model, par, fab, a)
     packs = grid.packs
@@ -516,7 +518,7 @@ def _layout_bounds(pb: Problem, space: Space, layouts: list[Parallelism], prune:
                    async_tp: bool | None) -> LayoutBounds:
     groups: dict[Parallelism, list[int]] = {}
     for par in layouts:
-        if par.pp > 1 and not any(s in PIPELINE_SHARDINGS for s in space.shardings):
+        if par.pp > 1 and not any(pipelines(pb.stack, s) for s in space.shardings):
             continue
         if par.cp > 1 and not any(x in CP_ATTENTIONS for x in space.attentions):
             continue
@@ -564,7 +566,8 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[Parallelism],
             k = min(rest, key=cheap.get)
             parts.extend(layout_grids(pb, space, k, groups[k], async_tp))
     if not parts:
-        raise ValueError("no layout to evaluate: pipelining needs --sharding ddp or zero1")
+        raise ValueError("no layout to evaluate: pipelining needs a sharding the stack pipelines "
+                         "(layout.pipelines)")
     packs = list(product(space.precisions, space.attentions, space.compiles, space.checkpointings))
     tab = Table.of_grids(parts, pb, packs, list(space.shardings), list(space.offloads))
     return tab, len({tuple(int(p.cols[k].flat[0]) for k in ("dp", "tp", "pp", "vp", "cp", "ep")) for p in parts})

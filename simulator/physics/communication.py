@@ -82,3 +82,21 @@ def exposed(comm, window, floor, overlap: float = 1.0) -> np.ndarray:
     least ``floor`` seconds, the piece that cannot overlap (the last bucket, the first unit gathered)."""
     comm = np.asarray(comm, dtype=float)
     return np.maximum(comm - overlap * np.asarray(window, dtype=float), np.minimum(comm, floor))
+
+
+def pipelined_fsdp_gathers(sharding: str, micro_batches) -> np.ndarray:
+    """All-gathers of a pipeline stage's parameters per optimizer step under FSDP2 and
+    torch.distributed.pipelining, with ``micro_batches`` micro-batches (its reduce-scatters: one,
+    after the stage's last backward; :func:`simulator.physics.memory.pipelined_fsdp_states`).
+
+    Shard-grad-op (pytorch/torchtitan torchtitan/models/llama3/infra/parallelize.py apply_fsdp:
+    fsdp_reshard_after_forward "default" sets reshard_after_forward = not pp_enabled, "to avoid
+    per-microbatch all-gathers"; Automodel's apply_fsdp defaults to False): the first micro-batch's
+    forward gathers every layer, which stays gathered until the step's reduce: one. Full sharding
+    (reshard_after_forward True, torchtitan's "always"): each forward reshards a layer after using
+    it, and the next backward of that layer gathers it again (the backward leaves it gathered,
+    ``set_reshard_after_backward(False)`` in stage.py, so a forward right after a backward gathers
+    nothing, nor a backward right after one): under 1F1B the warm-up forwards and the steady
+    state's backwards, one per micro-batch."""
+    m = np.asarray(micro_batches, dtype=float)
+    return m if sharding == "fsdp-full" else np.ones_like(m)

@@ -20,6 +20,12 @@ MIB = 1024**2
 ZERO_BUCKET_ELEMENTS = 5e8
 
 OPTIMIZER_MOMENTS = {"adam": 2, "adamw": 2, "lion": 1, "sgd": 1}
+#: Bytes per element of the unsharded gradient FSDP2 accumulates across a pipeline's micro-batches:
+#: its MixedPrecisionPolicy's reduce_dtype, fp32 in the stacks that pipeline it (pytorch/torchtitan
+#: torchtitan/config/job_config.py Training.mixed_precision_reduce = "float32"; NVIDIA-NeMo/Automodel
+#: nemo_automodel/components/moe/parallelizer.py apply_fsdp: reduce_dtype=torch.float32), and fp32
+#: training's own gradients.
+FSDP_REDUCE_BYTES = 4
 
 
 def moment_bytes(optimizer: str) -> int:
@@ -61,18 +67,22 @@ def state_bytes_per_param(precision: str, sharding: str, optimizer: str, stack=N
 
 
 def model_states(n_params: float, layer_params: float, precision: str, sharding: str,
-                 offload: str, optimizer: str, n_gpus: int, stack=None) -> dict[str, float]:
+                 offload: str, optimizer: str, n_gpus: int, stack=None, pipelined: bool = False) -> dict[str, float]:
     """Per-GPU bytes of weights, gradients and optimizer states; and bytes put in host RAM.
 
     Sharding over n data-parallel ranks (ZeRO-1 optimizer states; ZeRO-2/shard-grad-op also
     gradients; ZeRO-3/full-shard also weights, plus the gathered working set of ~2 layers of
     weights (current + prefetched) and 1 layer of unsharded gradients). Offload moves optimizer
-    states (and, with 'all', the weight shards) to host memory.
+    states (and, with 'all', the weight shards) to host memory. ``pipelined``: the parameters
+    are one pipeline stage's, run by torch.distributed.pipelining (FSDP:
+    :func:`pipelined_fsdp_states`).
     """
     w, g, o = state_bytes_per_param(precision, sharding, optimizer, stack)
     n = n_gpus
     stage = SHARD_STAGE[sharding]
     frac = (n - 1) / n
+    if pipelined and sharding.startswith("fsdp"):
+        return pipelined_fsdp_states(n_params, layer_params, w, g, n_params * o / n)
     if stage >= 3:
         weights = n_params * w / n + min(n_params, 2 * layer_params) * w * frac
     else:
@@ -92,6 +102,29 @@ def model_states(n_params: float, layer_params: float, precision: str, sharding:
         weights = max(weights - shard, min(n_params, 2 * layer_params) * w)
         grads = min(n_params, layer_params) * g
     return {"weights": weights, "gradients": grads, "optimizer": opt, "host": host}
+
+
+def pipelined_fsdp_states(n_params: float, layer_params: float, w: int, g: int, optimizer: float) -> dict[str, float]:
+    """Per-GPU bytes of a pipeline stage's ``n_params`` parameters under FSDP2 and
+    torch.distributed.pipelining (``w``, ``g``: bytes per parameter of the half weights and their
+    gradient; ``optimizer``: the rank's sharded optimizer bytes, fp32 master included).
+
+    pytorch/pytorch torch/distributed/pipelining/stage.py ``_PipelineStageBase.backward_maybe_with_nosync``
+    runs every micro-batch's backward with ``set_reshard_after_backward(False)`` and
+    ``set_requires_gradient_sync(False)``; only after the stage's last backward (``_post_backward`` /
+    ``perform_reduce_grad``, the schedule's REDUCE_GRAD, schedules.py) does it switch both on and call
+    each group's ``post_backward``, which reduce-scatters and reshards. So from the first micro-batch's
+    all-gather to the step's reduce the stage's parameters stay gathered: all ``n_params x w`` bytes
+    (FSDP2's all-gather output is a full-size buffer; the shard is the fp32 master in ``optimizer``),
+    under full sharding too (reshard_after_forward frees a layer after its forward, but each backward
+    leaves every layer gathered again for the next). The gradients stay unsharded across the
+    micro-batches: torch/distributed/fsdp/_fully_shard/_fsdp_param.py ``to_accumulated_grad_if_needed``
+    upcasts each to the reduce dtype (:data:`FSDP_REDUCE_BYTES`) into ``unsharded_accumulated_grad``
+    and ``accumulate_unsharded_grad_if_needed`` adds the next micro-batch's in: ``n_params`` x that,
+    plus one layer's fresh half gradient before it is added. No offload (refused,
+    :func:`simulator.strategy.layout.pipelines`)."""
+    grads = n_params * max(g, FSDP_REDUCE_BYTES) + min(n_params, layer_params) * g
+    return {"weights": n_params * w, "gradients": grads, "optimizer": optimizer, "host": 0.0}
 
 
 def autocast_weight_copies(n_params: float, precision: str, sharding: str, stack=None) -> float:
@@ -183,19 +216,20 @@ def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: 
 
 
 def layout_states(model, layer_params: float, precision: str, sharding: str, offload: str, optimizer: str,
-                  n_gpus: int, stack=None) -> dict[str, float]:
+                  n_gpus: int, stack=None, pipelined: bool = False) -> dict[str, float]:
     """:func:`model_states` of a GPU's view of the model (``parallel.ShardView``) over ``n_gpus``
-    data-parallel ranks. Under expert parallelism (a mixture of experts, ``ep`` > 1) the GPU's
+    data-parallel ranks (``pipelined``: one stage of a pipeline, as there). Under expert
+    parallelism (a mixture of experts, ``ep`` > 1) the GPU's
     experts (``n_expert_params``) are replicated only over the ranks holding the same experts
     (Megatron-Core's expert data-parallel group, :func:`expert_dp`), so their sharded states are
     divided by that, the rest of the model's by n; otherwise exactly :func:`model_states`."""
     P, ep = float(model.n_params()), getattr(model, "ep", 1)
     if ep <= 1:
-        return model_states(P, layer_params, precision, sharding, offload, optimizer, n_gpus, stack)
+        return model_states(P, layer_params, precision, sharding, offload, optimizer, n_gpus, stack, pipelined)
     X = float(model.n_expert_params())
-    dense = model_states(P - X, layer_params, precision, sharding, offload, optimizer, n_gpus, stack)
+    dense = model_states(P - X, layer_params, precision, sharding, offload, optimizer, n_gpus, stack, pipelined)
     experts = model_states(X, X / max(model.n_layers, 1), precision, sharding, offload, optimizer,
-                           expert_dp(model, n_gpus), stack)
+                           expert_dp(model, n_gpus), stack, pipelined)
     return {k: dense[k] + experts[k] for k in dense}
 
 

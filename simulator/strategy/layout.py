@@ -174,10 +174,16 @@ def _layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, tp, p
     return tuple(out)
 
 
-#: Sharding modes that combine with pipeline parallelism: Megatron's data-parallel gradient
-#: all-reduce (DDP) and its distributed optimizer (ZeRO-1); DeepSpeed refuses ZeRO-2/3 with
-#: pipelining, and FSDP does not pipeline.
-PIPELINE_SHARDINGS = ("ddp", "zero1")
+def pipelines(stack, sharding: str, offload: str = "none") -> bool:
+    """Whether ``sharding`` (with ``offload``) combines with pipeline parallelism on ``stack``: the
+    stack's ``pipeline_shardings`` (Megatron-LM: DDP and its distributed optimizer, ZeRO-1;
+    DeepSpeed's pipeline engine refuses ZeRO-2/3; torchtitan and NeMo Automodel also FSDP2 under
+    torch.distributed.pipelining), among the shardings it offers. FSDP's CPU offload under
+    pipelining is not modelled (the stage's unsharded parameters and gradients stay on the GPU for
+    the whole step, :func:`simulator.physics.memory.pipelined_fsdp_states`), so refused."""
+    if sharding not in stack.shardings or sharding not in stack.pipeline_shardings:
+        return False
+    return offload == "none" or not sharding.startswith("fsdp")
 
 
 def allowed_layouts(n: int, g: int, model, seq: int, stack, lay: dict, attentions, shardings,
@@ -251,9 +257,10 @@ def allowed_layouts(n: int, g: int, model, seq: int, stack, lay: dict, attention
         if pp not in ok:
             raise UsageError(f"--pp {pp}: dp x tp x pp must make the {n} GPUs and pp be at most the {layers} "
                              f"layers; valid choices: {', '.join(str(v) for v in ok)}")
-        if pp > 1 and not any(sh in PIPELINE_SHARDINGS for sh in shardings):
-            raise UsageError(f"--pp {pp} needs --sharding ddp or zero1 (pipelining does not combine with "
-                             f"{', '.join(shardings)})")
+        if pp > 1 and not any(pipelines(stack, sh) for sh in shardings):
+            ok = [sh for sh in stack.shardings if pipelines(stack, sh)]
+            raise UsageError(f"--pp {pp} needs --sharding {' or '.join(ok) or '(none)'} on the {stack.display} stack, "
+                             f"not {', '.join(shardings)} ({stack.pipeline_shardings_source})")
     if vp is not None and vp > 1:  # pinned: up to a layer per virtual stage of the busiest stage (searched: 2)
         p_eff = pp or max({p.pp for p in free if tp is None or p.tp == tp})
         max_layers = stage_layers(layers, p_eff)[0] if p_eff > 1 else 0

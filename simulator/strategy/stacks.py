@@ -52,6 +52,11 @@ class Stack(BaseModel):
     zero_params_source: str = "DeepSpeed ZeRO (bf16/fp16 mode: half module weights, fp32 master copy in the optimizer)"
     parallelisms: tuple[Literal["tp", "pp", "cp", "ep"], ...] = ("tp", "pp", "cp", "ep")
     parallelisms_source: str = "not limited: the Megatron-style layouts are searched"
+    pipeline_shardings: tuple[str, ...] = ("ddp", "zero1")
+    pipeline_shardings_source: str = (
+        "Megatron-style pipelining: the gradient all-reduce (DDP) or the distributed optimizer (ZeRO-1); "
+        "DeepSpeed's PipelineEngine asserts zero_optimization_stage() < 2 ('ZeRO-2 and ZeRO-3 are "
+        "incompatible with pipeline parallelism', deepspeed/runtime/pipe/engine.py)")
     async_tp: Literal["no", "compiled", "yes"] = "no"
     async_tp_source: str = "not offered"
     async_tp_overlap: float = Field(ASYNC_TP_OVERLAP, ge=0.0, le=1.0)
@@ -81,6 +86,15 @@ class Stack(BaseModel):
         bad = [s for s in v if s not in SHARDINGS]
         if bad or not v:
             raise ValueError(f"shardings {bad or '[]'} not among {', '.join(SHARDINGS)}")
+        return v
+
+    @field_validator("pipeline_shardings")
+    @classmethod
+    def _known_pipeline_shardings(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [s for s in v if s not in ("ddp", "zero1", "fsdp-grad-op", "fsdp-full")]
+        if bad or not v:
+            raise ValueError(f"pipeline_shardings {bad or '[]'} not among ddp, zero1, fsdp-grad-op, fsdp-full "
+                             "(DeepSpeed's ZeRO-2/3 never pipeline)")
         return v
 
     def loss_bytes_per_logit(self, e: int, compiled: bool) -> float:

@@ -295,10 +295,18 @@ def _published_moe_runs() -> list[dict]:
     return list(csv.DictReader(text.splitlines()))
 
 
-#: Published rows the simulator still calls infeasible under their recorded layout, and why (a
-#: known gap, not an accepted answer: the test fails once the row becomes feasible, so the entry
-#: goes with the fix).
-KNOWN_GAPS: dict[str, str] = {}
+#: Published rows the simulator still calls infeasible under their recorded layout, or predicts
+#: beyond their tolerance, and why (a known gap, not an accepted answer: the test fails once the
+#: row passes, so the entry goes with the fix).
+KNOWN_GAPS: dict[str, str] = {
+    "gpt-oss-120b@8x8xh100:tp1pp4ep8": (
+        "predicted 9.99 s, measured 13.67 s (+36.9%): the stage of 9 layers holds 2880-wide experts at 1024 rows "
+        "each and the 201088-token head; Megatron-Core's native fused cross-entropy moves ~40 B per logit where the "
+        "megatron-lm stack counts 8 (+8.6 ms a micro-batch, about 9 points), and its weight-gradient GEMMs "
+        "accumulate into fp32 main grads (gradient_accumulation_fusion: 4.4 B elements read and written each "
+        "micro-batch, an intensity of m/4 = 256 FLOP/B in the expert GEMMs, at the H100's ridge), not modelled; "
+        "the rest is not identified (simulator/data/moe_runs.md)"),
+}
 
 
 def _row_id(row: dict) -> str:

@@ -519,7 +519,10 @@ def _gpt_oss(c, name: str) -> dict:
     ignored: ``swiglu_limit`` and ``swiglu_alpha`` (the experts' clamped SwiGLU,
     ``gate * sigmoid(1.702 gate) * (up + 1)``, moves what SwiGLU moves when fused, as Megatron-Core
     and compiled steps run it; Hugging Face's eager ``_apply_gate`` launches about seven
-    elementwise kernels where SwiGLU's two are counted), ``router_aux_loss_coef``,
+    elementwise kernels where SwiGLU's two are counted; its eager attention, what ``transformers`` runs
+    without flex attention or a FlashAttention-3 kernel with sinks, since it has no SDPA path, also
+    concatenates the sinks to the materialised scores and subtracts each row's maximum, two more
+    passes over them, not counted either), ``router_aux_loss_coef``,
     ``quantization_config`` (the published checkpoints' MXFP4 experts: precision is a recipe knob),
     rope scaling."""
     fields = MOE_ROPE["gpt_oss"](c, name)

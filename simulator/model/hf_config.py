@@ -30,8 +30,8 @@ dropout, initialisation, token ids, ``torch_dtype`` (precision is a recipe knob)
 (added in the score pass; no parameters), BLOOM ``apply_residual_connection_post_layernorm``,
 OPT ``do_layer_norm_before`` beyond the final norm it removes, Falcon's fused QKV layout.
 
-Mixtures of experts ``mixtral``, ``qwen2_moe``, ``qwen3_moe``, ``olmoe``, ``deepseek_v2`` and
-``deepseek_v3`` are read by their family (``simulator/model/families/moe.py``, :data:`MOE_ROPE` for
+Mixtures of experts ``mixtral``, ``qwen2_moe``, ``qwen3_moe``, ``olmoe``, ``deepseek_v2``,
+``deepseek_v3`` and ``gpt_oss`` are read by their family (``simulator/model/families/moe.py``, :data:`MOE_ROPE` for
 their attention half). Recognised but not modelled (:data:`NOT_MODELLED`; exit 2 with one
 sentence): other mixtures of experts (``dbrx``, ``jamba`` ..., or any other config with more than one expert), encoder-decoder (``t5``, ``bart`` ..., or ``is_encoder_decoder``), Gemma 3 image-text
 (``gemma3``). Not supported: ``deberta-v2`` (disentangled relative attention has its own
@@ -82,9 +82,9 @@ _ENC_DEC = (
 #: Architectures we recognise but do not model, with the reason (one sentence each).
 NOT_MODELLED: dict[str, str] = {
     **dict.fromkeys(
-        ("dbrx", "jamba", "phimoe", "granitemoe", "granitemoeshared", "jetmoe", "gpt_oss", "llama4",
-         "llama4_text", "minimax", "glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe", "dots1",
-         "qwen3_next", "flex_olmo", "switch_transformers", "nllb_moe"),
+        ("dbrx", "jamba", "phimoe", "granitemoe", "granitemoeshared", "jetmoe", "llama4", "llama4_text",
+         "minimax", "glm4_moe", "ernie4_5_moe", "hunyuan_v1_moe", "dots1", "qwen3_next", "flex_olmo",
+         "switch_transformers", "nllb_moe"),
         _MOE,
     ),
     **dict.fromkeys(

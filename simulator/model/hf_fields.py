@@ -133,16 +133,17 @@ def _softcap(c: ConfigFields, key: str, default: float | None) -> float | None:
     return float(value)
 
 
-def _window_layers(c: ConfigFields, n_layers: int, rule: str) -> tuple[int | None, int]:
+def _window_layers(c: ConfigFields, n_layers: int, rule: str, default: int | None = None) -> tuple[int | None, int]:
     """(sliding window, number of windowed layers) as ``transformers`` decides them.
 
     ``layer_types`` (newer configs) lists every layer; otherwise the family's rule: ``all``
     (Mistral, Phi-3: every layer when ``sliding_window`` is set), ``qwen`` (only with
-    ``use_sliding_window``, layers from ``max_window_layers`` on), ``alternate`` (Gemma 2: even
-    layers 0, 2, ...), ``pattern`` (Gemma 3: all but every ``sliding_window_pattern``-th layer),
-    ``none``."""
+    ``use_sliding_window``, layers from ``max_window_layers`` on), ``alternate`` (Gemma 2,
+    gpt-oss: even layers 0, 2, ...), ``pattern`` (Gemma 3: all but every
+    ``sliding_window_pattern``-th layer), ``none``. ``default``: the config class's default
+    ``sliding_window`` where it is not the rule's (gpt-oss: 128 tokens)."""
     defaults = {"alternate": 4096, "pattern": 4096, "qwen": 4096}
-    window = _positive_int(c.data.get("sliding_window", defaults.get(rule)), "sliding_window")
+    window = _positive_int(c.data.get("sliding_window", default or defaults.get(rule)), "sliding_window")
     if rule == "qwen" and not c.bool("use_sliding_window", False):
         window = None
     if window is None or rule == "none":
@@ -169,8 +170,11 @@ class _Rope:
 
     ``head_dim``: the config default of ``head_dim`` (None: ``hidden / heads``); ``qkv_bias``:
     fixed by the implementation (Qwen2: biased Q/K/V; None: ``attention_bias``, which also
-    biases the output projection); ``windows``: see :func:`_window_layers`; ``softcap``: the
-    config defaults of (attention, final-logit) soft-capping, read when not None.
+    biases the output projection); ``attention_bias``: the config default of ``attention_bias``
+    (gpt-oss: true); ``mlp_bias``: fixed by the implementation (gpt-oss: biased experts; None:
+    the config's ``mlp_bias``); ``windows``: see :func:`_window_layers`, ``window`` the config
+    default of ``sliding_window`` where it is not the rule's; ``softcap``: the config defaults of
+    (attention, final-logit) soft-capping, read when not None.
     """
 
     family: str
@@ -182,7 +186,10 @@ class _Rope:
     norms: int = 2
     norm_affine: bool = True
     norm: str = "rmsnorm"
+    attention_bias: bool = False
+    mlp_bias: bool | None = None
     windows: str = "none"
+    window: int | None = None
     softcap: tuple[float | None, float | None] | None = None
     cap_seq_at_window: bool = False
 
@@ -199,12 +206,12 @@ def _rope_decoder(t: _Rope) -> Callable[[ConfigFields, str], dict[str, Any]]:
             )
         if c.bool("use_bidirectional_attention", False):
             raise ConfigProblem("bidirectional attention (an encoder, e.g. EmbeddingGemma) is not supported")
-        attn_bias = c.bool("attention_bias", False)
-        mlp_bias = c.bool("mlp_bias", False)
+        attn_bias = c.bool("attention_bias", t.attention_bias)
+        mlp_bias = c.bool("mlp_bias", False) if t.mlp_bias is None else t.mlp_bias
         if t.qkv_bias is None and attn_bias != mlp_bias:
             raise ConfigProblem("attention_bias != mlp_bias is not supported")
         max_pos = c.int("max_position_embeddings", t.max_pos)
-        window, n_window = _window_layers(c, n_layers, t.windows)
+        window, n_window = _window_layers(c, n_layers, t.windows, t.window)
         default_seq = min(max_pos, _MAX_DEFAULT_SEQ)
         if t.cap_seq_at_window and window is not None:
             default_seq = min(default_seq, window)
@@ -536,4 +543,8 @@ MOE_ROPE: dict[str, Callable[[ConfigFields, str], dict[str, Any]]] = {
     # DeepSeek: the decoder's common fields; families/moe.py replaces the attention by MLA
     "deepseek_v2": _rope_decoder(_Rope("deepseek_v2", 2048)),
     "deepseek_v3": _rope_decoder(_Rope("deepseek_v3", 4096)),
+    # gpt-oss: biased attention projections (attention_bias, default true) and experts (always);
+    # layer_types alternate a 128-token sliding window with full attention, sliding first
+    "gpt_oss": _rope_decoder(_Rope("gpt_oss", 131072, head_dim=64, attention_bias=True, mlp_bias=True,
+                                   windows="alternate", window=128)),
 }

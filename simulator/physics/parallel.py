@@ -332,7 +332,7 @@ class ShardView:
         dense = 0
         if hasattr(spec, "n_experts"):  # a mixture of experts: its ep share of the experts, etp of each
             self.ffn_hidden = math.ceil(spec.ffn_hidden / self.etp)
-            expert = up * spec.hidden * self.ffn_hidden
+            expert = spec.expert_shard_params(self.ffn_hidden)
             self._experts = (self.n_layers - self.first_dense_layers) * spec.n_experts // par.ep * expert
             mlp = (spec.n_experts // par.ep * expert + spec.router_params_per_layer()
                    + math.ceil(spec.shared_params_per_layer() / tp))

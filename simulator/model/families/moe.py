@@ -1,4 +1,4 @@
-"""Mixture-of-experts decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3) as operations.
+"""Mixture-of-experts decoders (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3, gpt-oss) as operations.
 
 Each layer is the transformer's attention block (``families/transformer.py``, unchanged) and, in
 place of its MLP, a sparse MoE block (``transformers``' ``MixtralSparseMoeBlock``,
@@ -21,7 +21,13 @@ place of its MLP, a sparse MoE block (``transformers``' ``MixtralSparseMoeBlock`
 * DeepSeek: multi-head latent attention in place of the Q/K/V projection (:func:`_mla_ops`), and
   the ``first_dense_layers`` as a second block with a dense gated MLP (:func:`_dense_block`).
   Group-limited routing and V3's sigmoid scores with their correction bias cost the router a few
-  more passes over ``tokens x n_experts`` scores, not counted beyond :data:`ROUTER_PASSES`.
+  more passes over ``tokens x n_experts`` scores, not counted beyond :data:`ROUTER_PASSES`;
+* gpt-oss (``transformers``' ``GptOssForCausalLM``, :func:`_gpt_oss`): biases on the Q/K/V/O
+  projections, on every expert's projections (``gate_up_proj_bias``, ``down_proj_bias``: their
+  gradients reduce over the expert copies) and on the router (``router_bias``); a learned
+  attention sink per head (``attention_sinks``); a 128-token sliding window on every other layer
+  (the transformer's ``sliding_window`` / ``n_window_layers``: fused attention computes the band
+  only). Its router takes the top-k of the logits, then a softmax over those k: the same passes.
 
 The stack decides how the experts run (:attr:`simulator.strategy.stacks.Stack.moe_experts`): ``grouped``
 (Megatron-LM's ``--moe-grouped-gemm`` with the all-to-all dispatcher, torchtitan's grouped_mm:
@@ -55,10 +61,10 @@ from ..spec import ModelSpec
 from .base import Block, Family, Graph, Knobs, Op
 from .transformer import graph as dense_graph
 
-MoEFamily = Literal["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3"]
+MoEFamily = Literal["mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "deepseek_v3", "gpt_oss"]
 MOE_FAMILIES: tuple[str, ...] = get_args(MoEFamily)
 _DISPLAY = {"mixtral": "Mixtral", "qwen2_moe": "Qwen2-MoE", "qwen3_moe": "Qwen3-MoE", "olmoe": "OLMoE",
-            "deepseek_v2": "DeepSeek-V2", "deepseek_v3": "DeepSeek-V3"}
+            "deepseek_v2": "DeepSeek-V2", "deepseek_v3": "DeepSeek-V3", "gpt_oss": "gpt-oss"}
 
 #: Tokens the busiest expert-parallel rank's experts process over the mean, under dropless routing
 #: with the load-balancing loss (applied to the expert work of the busiest rank when ep > 1; with
@@ -113,6 +119,17 @@ class MoESpec(ModelSpec):
     ``first_k_dense_replace``); the other layers are sparse."""
     dense_ffn_hidden: int = Field(default=0, ge=0)
     """Width of the dense layers' MLP (``intermediate_size``); 0 without dense layers."""
+    router_bias: bool = False
+    """The router is a linear with a bias (gpt-oss ``GptOssTopKRouter``: ``n_experts`` more
+    parameters a layer)."""
+    attention_sinks: bool = False
+    """A learned sink logit per head joins each query's softmax (gpt-oss ``sinks``: ``n_heads``
+    parameters a layer). Its work is negligible and not counted: a fused kernel (cuDNN's learnable
+    softmax, FlashAttention-3 with sinks) adds one logit to each query's row of scores, of 2,048 on
+    average in a causal 4,096-token layer and up to 128 in a windowed one (5 x 10^-4 and 8 x 10^-3
+    of the softmax's exponentials, which are themselves about 1/(4 head_dim) of the score and value
+    GEMMs' FLOPs: 4 x 10^-3 at head_dim 64), and its gradient one sum over ``tokens x n_heads``
+    (the query's output gradient dotted with its output, which FlashAttention's backward computes anyway)."""
     capacity_factor: float | None = Field(default=None, gt=0)
     """How the training run routes (a setting of the run, ``--capacity-factor``): None, dropless
     (every expert takes all its tokens; the busiest expert-parallel rank :data:`LOAD_IMBALANCE`
@@ -137,6 +154,8 @@ class MoESpec(ModelSpec):
         if self.capacity_factor is not None and self.capacity_factor > self.n_experts / self.top_k:
             raise ValueError(f"capacity_factor ({self.capacity_factor:g}) must be at most n_experts / top_k "
                              f"({self.n_experts / self.top_k:g}: a buffer of every token)")
+        if self.mla and self.attention_sinks:
+            raise ValueError("attention sinks with multi-head latent attention are not modelled")
         if self.mla:
             if self.v_head_dim is None or self.attn_head_dim is None or self.kv_heads != self.n_heads:
                 raise ValueError("multi-head latent attention needs attn_head_dim, v_head_dim and one key head per head")
@@ -182,8 +201,10 @@ class MoESpec(ModelSpec):
         return q + h * (kv + r) + kv + kv * heads * (d - r + v) + heads * v * h
 
     def attention_params_per_layer(self) -> int:
-        """MLA's (:meth:`attention_shard_params` of all heads), else the transformer's."""
-        return self.attention_shard_params(self.n_heads) if self.mla else super().attention_params_per_layer()
+        """MLA's (:meth:`attention_shard_params` of all heads), else the transformer's; and the
+        heads' sinks."""
+        attn = self.attention_shard_params(self.n_heads) if self.mla else super().attention_params_per_layer()
+        return attn + (self.n_heads if self.attention_sinks else 0)
 
     def dense_mlp_params(self) -> int:
         """The dense gated MLP of one of the ``first_dense_layers`` (no biases)."""
@@ -202,7 +223,14 @@ class MoESpec(ModelSpec):
 
     def expert_params(self) -> int:
         """Parameters of one routed expert (gate, up and down projections)."""
-        return super().mlp_params_per_layer()
+        return self.expert_shard_params(self.ffn_hidden)
+
+    def expert_shard_params(self, width: int) -> int:
+        """One routed expert ``width`` wide (its expert tensor-parallel shard): gate, up and down
+        projections and, where biased (``linear_bias``: gpt-oss), the gate and up biases of that
+        width and the down projection's ``hidden`` (replicated)."""
+        h = self.hidden
+        return 3 * h * width + ((2 * width + h) if self.linear_bias else 0)
 
     def shared_params_per_layer(self) -> int:
         """Shared expert (three projections) and its gate, one layer."""
@@ -210,7 +238,8 @@ class MoESpec(ModelSpec):
         return 3 * h * fs + (h if self.shared_expert_gate else 0)
 
     def router_params_per_layer(self) -> int:
-        return self.hidden * self.n_experts
+        """The router's ``hidden x n_experts`` weight and its bias where it has one."""
+        return (self.hidden + self.router_bias) * self.n_experts
 
     def mlp_params_per_layer(self) -> int:
         """The sparse block of one layer: router, every expert, the shared expert and its gate."""
@@ -276,9 +305,13 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
         elif op.name == "norms_residual_activation":
             x = _mlp_elementwise(f, True, knobs.compiled)
             delta = ((copies - T) * x + T * _mlp_elementwise(fs, True, knobs.compiled)) * e
+            # biased experts (gpt-oss): the layer counted one MLP's bias gradients, reductions of
+            # its up and down outputs' gradients over the tokens; the experts' run over their
+            # copies (the router's bias gradient, over tokens x n_experts, is not counted)
+            bias_grads = (Tk - T) * (up + h) * e if model.linear_bias else 0.0
             sparse = model.mlp_params_per_layer() - model.expert_params()
             op = dataclasses.replace(op, bytes_fwd=op.bytes_fwd + delta,
-                                     bytes_bwd=op.bytes_bwd + workload.ELEMENTWISE_BWD_FACTOR * delta,
+                                     bytes_bwd=op.bytes_bwd + workload.ELEMENTWISE_BWD_FACTOR * delta + bias_grads,
                                      saved=op.saved + ((Tk - T) * up + T * up_s) * e, params=op.params - sparse)
         ops.append(op)
     bwd = workload.ELEMENTWISE_BWD_FACTOR
@@ -298,7 +331,8 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
            bandwidth="elementwise", graph_break=loop),
         Op("expert_up", "gemm", m=Tk / local, n=up, k=h, batch=float(local), kernels_fwd=gemm_kernels["expert_up"],
            kernels_bwd=2 * gemm_kernels["expert_up"], saved=Tk * e * h, kept={"op": Tk * e * up},
-           params=local * h * up, fp8_linear=True, graph_break=loop, grouped=not loop),
+           params=local * (h * up + (up if model.linear_bias else 0)), fp8_linear=True, graph_break=loop,
+           grouped=not loop),
     ]
     if loop:  # each expert's SiLU and gate x up product, eager kernels even under torch.compile
         xe = Tk * workload.mlp_elementwise_elements(f, True, False) * e
@@ -308,7 +342,8 @@ def graph(model, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
     ops += [
         Op("expert_down", "gemm", m=Tk / local, n=h, k=f, batch=float(local), kernels_fwd=gemm_kernels["expert_down"],
            kernels_bwd=2 * gemm_kernels["expert_down"], saved=Tk * e * f, kept={"op": Tk * e * h},
-           params=local * f * h, fp8_linear=True, graph_break=loop, grouped=not loop),
+           params=local * (f * h + (h if model.linear_bias else 0)), fp8_linear=True, graph_break=loop,
+           grouped=not loop),
         # combine: weight each copy by its routing probability (the copies are kept for that
         # probability's gradient) and add them back in token order
         Op("combine", "elementwise", bytes_fwd=(2 * Tk + Te) * h * e, bytes_bwd=2 * (2 * Tk + Te) * h * e,
@@ -449,8 +484,7 @@ def _deepseek(c, name: str) -> dict:
     ``e_score_correction_bias`` (a buffer in ``transformers``, updated by a rule, not the
     optimizer), ``routed_scaling_factor``, ``norm_topk_prob``, ``rope_scaling`` (YaRN). V3's
     ``num_nextn_predict_layers`` (multi-token prediction) are not built by ``transformers`` and
-    not counted. The training length: the context before YaRN extension
-    (``rope_scaling.original_max_position_embeddings``, DeepSeek pre-trained at 4K) where given."""
+    not counted. The training length: :func:`_pretrained_length` (DeepSeek pre-trained at 4K)."""
     fields = MOE_ROPE[c.data["model_type"]](c, name)
     if c.bool("attention_bias", False) or c.bool("mlp_bias", False):
         raise ConfigProblem("biases in DeepSeek's attention or MLPs (attention_bias, mlp_bias) are not modelled")
@@ -458,15 +492,43 @@ def _deepseek(c, name: str) -> dict:
         raise ConfigProblem("sparse layers other than every layer after the dense ones (moe_layer_freq) are not modelled")
     nope, rope, ql = c.int("qk_nope_head_dim"), c.int("qk_rope_head_dim"), c.data.get("q_lora_rank")
     f, k = c.int("moe_intermediate_size"), c.int("first_k_dense_replace", 0)
-    scaling = c.data.get("rope_scaling")
-    if isinstance(scaling, dict) and scaling.get("original_max_position_embeddings"):
-        fields["default_seq_len"] = min(fields["default_seq_len"],
-                                        c.int("original_max_position_embeddings", data=scaling))
-    fields.update(family=c.data["model_type"], n_kv_heads=None, attn_head_dim=nope + rope, rotary_pct=rope / (nope + rope),
+    fields.update(default_seq_len=_pretrained_length(c, fields["default_seq_len"]),family=c.data["model_type"], n_kv_heads=None, attn_head_dim=nope + rope, rotary_pct=rope / (nope + rope),
                   kv_lora_rank=c.int("kv_lora_rank"), q_lora_rank=None if ql is None else c.int("q_lora_rank"),
                   qk_rope_head_dim=rope, v_head_dim=c.int("v_head_dim"), n_experts=c.int("n_routed_experts"),
                   top_k=c.int("num_experts_per_tok"), ffn_hidden=f, shared_ffn_hidden=c.int("n_shared_experts", 0) * f,
                   first_dense_layers=k, dense_ffn_hidden=c.int("intermediate_size") if k else 0)
+    return fields
+
+
+def _pretrained_length(c, default: int) -> int:
+    """The training length of a config that extends its context with YaRN: the context before the
+    extension (``rope_scaling.original_max_position_embeddings``; ``rope_parameters`` in
+    ``transformers`` 5), capped at ``default``; ``default`` where none is given."""
+    scaling = c.data.get("rope_scaling") or c.data.get("rope_parameters")
+    if isinstance(scaling, dict) and scaling.get("original_max_position_embeddings"):
+        return min(default, c.int("original_max_position_embeddings", data=scaling))
+    return default
+
+
+def _gpt_oss(c, name: str) -> dict:
+    """Spec fields of a gpt-oss ``config.json`` (``transformers``' ``GptOssForCausalLM``): the rotary
+    decoder of :data:`MOE_ROPE` (biased attention, 64-wide heads, ``layer_types`` alternating a
+    128-token window with full attention), ``num_local_experts`` biased experts of
+    ``intermediate_size``, a biased router, one attention sink per head; the training length
+    :func:`_pretrained_length` (4,096 tokens before YaRN, ``initial_context_length``). Read and
+    ignored: ``swiglu_limit`` and ``swiglu_alpha`` (the experts' clamped SwiGLU,
+    ``gate * sigmoid(1.702 gate) * (up + 1)``, moves what SwiGLU moves when fused, as Megatron-Core
+    and compiled steps run it; Hugging Face's eager ``_apply_gate`` launches about seven
+    elementwise kernels where SwiGLU's two are counted; its eager attention, what ``transformers`` runs
+    without flex attention or a FlashAttention-3 kernel with sinks, since it has no SDPA path, also
+    concatenates the sinks to the materialised scores and subtracts each row's maximum, two more
+    passes over them, not counted either), ``router_aux_loss_coef``,
+    ``quantization_config`` (the published checkpoints' MXFP4 experts: precision is a recipe knob),
+    rope scaling."""
+    fields = MOE_ROPE["gpt_oss"](c, name)
+    fields.update(family="gpt_oss", n_experts=c.int("num_local_experts"), top_k=c.int("num_experts_per_tok"),
+                  router_bias=True, attention_sinks=True,
+                  default_seq_len=_pretrained_length(c, fields["default_seq_len"]))
     return fields
 
 
@@ -477,6 +539,7 @@ _BUILDERS = {
     "qwen2_moe": _from_hf("qwen2_moe", "num_experts", "moe_intermediate_size", shared=True),
     "qwen3_moe": _from_hf("qwen3_moe", "num_experts", "moe_intermediate_size"),
     "olmoe": _from_hf("olmoe", "num_experts", "intermediate_size"),
+    "gpt_oss": _gpt_oss,
 }
 
 

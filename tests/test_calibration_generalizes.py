@@ -325,7 +325,7 @@ def test_megatron_stack_keeps_half_weights_and_fp32_main_weights():
     meg = get_stack("megatron-lm")
     assert memory.state_bytes_per_param("bf16", "ddp", "adamw", meg) == (2, 2, 12)
     assert memory.state_bytes_per_param("fp32", "ddp", "adamw", meg) == (4, 4, 8)
-    assert memory.autocast_weight_copies(1e9, "bf16", "ddp", meg) == 0.0
+    assert not memory.autocast_fp32_params("bf16", "ddp", meg)
     assert not memory.autocast_fp32_params("bf16", "ddp", meg) and meg.half_model and not meg.half_states
     assert for_published("Megatron").name == runs.stack_preset("megatron-lm") == "megatron-lm"
 

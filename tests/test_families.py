@@ -184,7 +184,7 @@ def test_fla_stack_half_states_and_fused_norm_by_hand():
     assert memory.state_bytes_per_param("bf16", "ddp", "adamw", fla) == (2, 2, 4)
     assert memory.state_bytes_per_param("bf16", "ddp", "adamw", get_stack(None)) == (4, 4, 8)
     assert memory.state_bytes_per_param("fp32", "ddp", "adamw", fla) == (4, 4, 8)
-    assert memory.autocast_weight_copies(1e9, "bf16", "ddp", fla) == 0.0
+    assert not memory.autocast_fp32_params("bf16", "ddp", fla)
     m = spec_from_dict(FLA_MAMBA)
     d, E, N, R, e, s = 2048, 4096, 16, 128, 2, 16384
     g = graphs.graph(m, s, np.array([1.0]), "bf16", "n/a", False, fla)

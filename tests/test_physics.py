@@ -84,9 +84,8 @@ def test_ddp_buffers_and_autocast_copies():
     assert memory.comm_buffers(P, "bf16", "ddp", 1) == 0  # no DDP on one GPU
     assert memory.comm_buffers(P, "bf16", "zero2", 8) == 5e8 * 4  # reduce + all-gather buckets, 2 B each
     assert memory.comm_buffers(P, "bf16", "fsdp-full", 8) == 0
-    assert memory.autocast_weight_copies(P, "bf16", "ddp") == 2 * P
-    assert memory.autocast_weight_copies(P, "bf16", "zero1") == 0
-    assert memory.autocast_weight_copies(P, "fp32", "ddp") == 0
+    assert memory.autocast_fp32_params("bf16", "ddp")  # autocast's half copies: 2 B a parameter
+    assert not memory.autocast_fp32_params("bf16", "zero1") and not memory.autocast_fp32_params("fp32", "ddp")
 
 
 def test_flops_conventions():

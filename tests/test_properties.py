@@ -210,7 +210,9 @@ def test_families_memory_and_feasibility(case, gpus, mb):
     model, k, seq = case
     k = {key: v for key, v in k.items() if key != "sharding"}
     kw = dict(global_batch=512, steps=10, micro_batch=mb, offload="none", **k, **seq)
-    totals = [simulate(model, gpus, sharding=s, **kw).memory_gib["total"] for s in ("ddp", "zero1", "zero2", "zero3")]
+    # the same knobs under each sharding (the search may compile under one and not another)
+    totals = [simulate(model, gpus, sharding=s, compile=False, **kw).memory_gib["total"]
+              for s in ("ddp", "zero1", "zero2", "zero3")]
     assert all(a >= b - 1e-9 for a, b in zip(totals, totals[1:], strict=False))
     p = simulate(model, gpus, **kw)
     assert p.feasible == (p.memory_gib["total"] <= p.memory_gib["capacity"])

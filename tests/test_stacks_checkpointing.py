@@ -307,6 +307,5 @@ def test_torch_zero_keeps_fp32_weights():
     assert (pt["weights"], pt["gradients"], pt["optimizer"]) == (4 * P, 4 * P, 8 * P / n)
     assert memory.comm_buffers(P, "bf16", "zero1", n, fa) == 4 * P
     assert memory.comm_buffers(P, "bf16", "zero1", n, hf) == 5e8 * 4
-    assert memory.autocast_weight_copies(P, "bf16", "zero1", fa) == 2 * P
-    assert memory.autocast_weight_copies(P, "bf16", "zero1", hf) == 0
+    assert memory.autocast_fp32_params("bf16", "zero1", fa) and not memory.autocast_fp32_params("bf16", "zero1", hf)
     assert memory.state_bytes_per_param("bf16", "zero3", "adamw", fa) == (2, 2, 12)  # no torch ZeRO-3

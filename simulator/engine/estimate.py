@@ -265,6 +265,13 @@ def micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], suppor
 _MICRO_BATCHES = store()
 
 
+def _activations_and_logits(pb: Problem, one: np.ndarray, p: str, att: str, c: bool, ck: str) -> float:
+    """Bytes of one sample's activations and the logits held beside them at the peak."""
+    held, rebuilt = memory.activation_terms(pb.model, pb.seq_len, one, p, att, ck, c, pb.stack)
+    logits = memory.logits_bytes(pb.model, pb.seq_len, one, p, c, pb.stack)
+    return float((held + rebuilt + memory.logits_at_peak(logits, rebuilt))[0])
+
+
 def _micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray,
                             pinned: np.ndarray | None) -> MicroBatches:
     model, dev, n = pb.model, pb.device, pb.dp_ranks
@@ -272,8 +279,7 @@ def _micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], suppo
         mbs = pinned
     else:
         one = np.array([1.0])
-        per_sample = min(float((memory.activations(model, pb.seq_len, one, p, att, ck, c, pb.stack)
-                                + memory.logits_bytes(model, pb.seq_len, one, p, c, pb.stack))[0])
+        per_sample = min(_activations_and_logits(pb, one, p, att, c, ck)
                          for (p, att, c, ck), ok in zip(packs, supported, strict=True) if ok) \
             if supported.any() else 1.0
         P, PL = float(model.n_params()), _layer_params(model)
@@ -293,13 +299,15 @@ def _micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], suppo
 @dataclass(frozen=True)
 class PackCompute:
     """Per pack (precision, attention, compile, checkpointing) and evaluated micro-batch size, (K, E):
-    seconds of forward, backward and recompute, executed FLOPs, activation and logit bytes; and
+    seconds of forward, backward and recompute, executed FLOPs, activation bytes (the rebuilt
+    block's working set among them, ``rebuilt``), the logit bytes held at the peak
+    (:func:`simulator.physics.memory.logits_at_peak`); and
     seconds of autocast's weight casts per micro-batch (K,), in forward and backward (``cast``) and
     again in recomputation (``rec_cast``: whole checkpointed layers re-cast their weights).
     Unsupported precisions: inf. ``sized`` stacks the (K, E) quantities the evaluation gathers at
     its micro-batch sizes, in the order of :data:`_SIZED`: forward, backward, recompute, FLOPs,
-    their sum (a micro-batch's compute), backward + recompute, activations, logits and the
-    activations outside the blocks."""
+    their sum (a micro-batch's compute), backward + recompute, activations, logits, the
+    activations outside the blocks and the rebuilt block's working set."""
 
     fwd: np.ndarray
     bwd: np.ndarray
@@ -310,11 +318,12 @@ class PackCompute:
     cast: np.ndarray
     rec_cast: np.ndarray
     act_outside: np.ndarray
+    rebuilt: np.ndarray
     sized: np.ndarray  # (len(_SIZED), K, E)
 
 
 #: The rows of :attr:`PackCompute.sized`.
-_SIZED = ("fwd", "bwd", "rec", "hw", "total", "bwd_rec", "act", "logit", "act_outside")
+_SIZED = ("fwd", "bwd", "rec", "hw", "total", "bwd_rec", "act", "logit", "act_outside", "rebuilt")
 
 
 def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, sizes: np.ndarray) -> PackCompute:
@@ -332,7 +341,7 @@ def _compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, si
     model, dev, seq = pb.model, pb.device, pb.seq_len
     P = float(model.n_params())
     K, E = len(packs), sizes.size
-    fwd, bwd, rec, hw, act, logit, act_out = (np.full((K, E), np.inf) for _ in range(7))
+    fwd, bwd, rec, hw, act, logit, act_out, rebuilt = (np.full((K, E), np.inf) for _ in range(8))
     cast, rec_cast = np.zeros(K), np.zeros(K)
     rate = dev.mem_bw * dev.profile.bw_eff("cast")
     memo: dict = {}
@@ -341,17 +350,18 @@ def _compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, si
             continue
         t = micro_batch_time(model, seq, sizes, p, att, c, ck, dev, memo, pb.stack)
         fwd[i], bwd[i], rec[i], hw[i] = t.fwd, t.bwd, t.recompute, t.hw_flops
-        act[i] = memory.activations(model, seq, sizes, p, att, ck, c, pb.stack)
-        logit[i] = memory.logits_bytes(model, seq, sizes, p, c, pb.stack)
+        held, rebuilt[i] = memory.activation_terms(model, seq, sizes, p, att, ck, c, pb.stack)
+        act[i] = held + rebuilt[i]
+        logit[i] = memory.logits_at_peak(memory.logits_bytes(model, seq, sizes, p, c, pb.stack), rebuilt[i])
         act_out[i] = memory.outside_activations(model, seq, sizes, p, att, c, pb.stack)
         # autocast weight casts (and their gradients' casts back) once per micro-batch, only where
         # the weights stay fp32 (DDP)
         cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / rate
         rerun = checkpointed_layers(ck, model.n_layers) * _layer_params(model)  # forward casts again
         rec_cast[i] = 0.5 * float(workload.autocast_cast_bytes(rerun, p, half_params=False).nbytes) / rate
-    sized = np.stack([fwd, bwd, rec, hw, fwd + bwd + rec, bwd + rec, act, logit, act_out])
-    frozen(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out, sized)
-    return PackCompute(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out, sized)
+    sized = np.stack([fwd, bwd, rec, hw, fwd + bwd + rec, bwd + rec, act, logit, act_out, rebuilt])
+    frozen(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out, rebuilt, sized)
+    return PackCompute(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out, rebuilt, sized)
 
 
 @dataclass(frozen=True)
@@ -379,7 +389,7 @@ class States:
     """Model states per pack, sharding and offload (K, Z, NO): bytes per GPU of weights, gradients
     and optimizer states, and bytes each GPU puts in host RAM. Per pack and sharding (K, Z): bytes
     per parameter of weights and gradients before sharding, whether autocast keeps fp32 weights,
-    and bytes of communication buffers and autocast weight copies."""
+    and bytes of communication buffers."""
 
     weights: np.ndarray
     gradients: np.ndarray
@@ -423,8 +433,7 @@ def _model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
                 st = memory.layout_states(model, PL, p, s, off, pb.optimizer, n, stack, pb.pp > 1)
                 w[i, j, k], g[i, j, k], o[i, j, k], host[i, j, k] = (
                     st["weights"], st["gradients"], st["optimizer"], st["host"])
-    buffers = np.array([[memory.comm_buffers(P, p, sh, n, stack) + memory.autocast_weight_copies(P, p, sh, stack)
-                         for sh in space.shardings] for p in precs])
+    buffers = np.array([[memory.comm_buffers(P, p, sh, n, stack) for sh in space.shardings] for p in precs])
     out = States(w[pi], g[pi], o[pi], host[pi], wc[pi], gc[pi], fp32p[pi], buffers[pi])
     frozen(*(getattr(out, f.name) for f in fields(out)))
     return out
@@ -774,9 +783,13 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
     # gradients of a single-micro-batch DDP step are written during backward as activations go
     fresh = spread((ga == 1)[None, :, None, None] & np.array([s == "ddp" for s in space.shardings])[None, None, :, None],
                    NO)
-    mem_g = memory.gradients_at_peak(st.gradients[:, None], act4, ps.at["act_outside"][:, :, None, None], log4, fresh)
+    mem_g = memory.gradients_at_peak(st.gradients[:, None], act4, ps.at["act_outside"][:, :, None, None], log4,
+                                     ps.at["rebuilt"][:, :, None, None], fresh)
     mem_o = st.optimizer[:, None]
-    other = spread(st.buffers[:, None, :, None] + pb.stack.fragmentation * act4, NO)
+    PL = _layer_params(pb.model)
+    rebuilt_params = np.array([checkpointed_layers(pk[3], pb.model.n_layers) * PL for pk in packs])
+    copies = memory.autocast_weight_copies(float(pb.model.n_params()), st.fp32_params, rebuilt_params[:, None], PL)
+    other = spread((st.buffers + copies)[:, None, :, None] + pb.stack.fragmentation * act4, NO)
     total = np.broadcast_to(mem_w + mem_g + mem_o + act4 + log4 + other, shape)
     valid4 = _offload_allowed(tuple(space.shardings), tuple(space.offloads))[None, None] & supported[:, None, None, None]
     host_need = st.host[:, None] * pb.fabric.gpus_per_node  # per node

@@ -127,10 +127,15 @@ def pipelined_fsdp_states(n_params: float, layer_params: float, w: int, g: int, 
     return {"weights": n_params * w, "gradients": grads, "optimizer": optimizer, "host": 0.0}
 
 
-def autocast_weight_copies(n_params: float, precision: str, sharding: str, stack=None) -> float:
-    """Bytes of half-precision weight copies torch.autocast caches from forward to backward
-    (cache_enabled=True, the default) where the weights themselves stay fp32 (DDP)."""
-    return 2.0 * n_params if autocast_fp32_params(precision, sharding, stack) else 0.0
+def autocast_weight_copies(n_params: float, fp32_weights: np.ndarray, rebuilt_params: np.ndarray,
+                           block_params: float) -> np.ndarray:
+    """Bytes of half-precision weight copies torch.autocast makes in forward (cache_enabled=True,
+    the default) and the linear layers save for backward, where the weights themselves stay fp32
+    (``fp32_weights``, :func:`autocast_fp32_params`). ``rebuilt_params`` of the ``n_params`` sit
+    in checkpointed blocks: ``torch.utils.checkpoint`` keeps nothing their forward saved and casts
+    their weights again when it rebuilds them, one block (``block_params``) at a time."""
+    rebuilt = np.asarray(rebuilt_params, float)
+    return 2.0 * np.asarray(fp32_weights, float) * (n_params - rebuilt + np.where(rebuilt > 0, block_params, 0.0))
 
 
 def comm_buffers(n_params: float, precision: str, sharding: str, n_gpus: int, stack=None) -> float:
@@ -153,7 +158,17 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
                 compiled: bool = False, stack: Stack | str | None = None) -> np.ndarray:
     """Bytes of one micro-batch's activations at the start of backward (all blocks and the ops
     outside them), plus the working set of the one block repetition being rebuilt during
-    backward, from the family's operations (:func:`simulator.model.graphs.graph`).
+    backward: the sum of :func:`activation_terms`."""
+    held, rebuilt = activation_terms(model, seq_len, mb, precision, attention, checkpointing, compiled, stack)
+    return held + rebuilt
+
+
+def activation_terms(model, seq_len: int, mb: np.ndarray, precision: str, attention: str, checkpointing: str,
+                     compiled: bool = False, stack: Stack | str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(held, rebuilt) bytes of one micro-batch: what its blocks and the ops outside them keep at
+    the start of backward, and the working set of the one block repetition being rebuilt during
+    backward (zero without checkpointing), from the family's operations
+    (:func:`simulator.model.graphs.graph`).
 
     Per block of R repetitions that each save S bytes: none keeps R x S. full / every:K: the c
     checkpointed repetitions (R, floor(R/K)) keep only their input, the others S. selective /
@@ -181,7 +196,7 @@ def activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: 
         if c:
             live.append(full - kept)
     outside = sum((op.count * np.asarray(op.kept_under("none"), float) for op in g.outside), z)
-    return trunk + np.max(live, axis=0) + outside
+    return trunk + outside, np.max(live, axis=0)
 
 
 def outside_activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: str,
@@ -194,17 +209,27 @@ def outside_activations(model, seq_len: int, mb: np.ndarray, precision: str, att
     return sum((op.count * np.asarray(op.kept_under("none"), float) for op in g.outside), z)
 
 
+def logits_at_peak(logits: np.ndarray, rebuilt: np.ndarray) -> np.ndarray:
+    """Bytes of the logits and loss buffers held at a step's peak beyond the rebuilt block's
+    working set (:func:`activation_terms`): the loss's buffers are freed when backward leaves the
+    head, before it rebuilds the first checkpointed block, so the two never coexist and the peak
+    holds the larger; without checkpointing (nothing rebuilt) all of them."""
+    return np.maximum(0.0, logits - rebuilt)
+
+
 def gradients_at_peak(grads: np.ndarray, act: np.ndarray, act_outside: np.ndarray, logits: np.ndarray,
-                      fresh: np.ndarray) -> np.ndarray:
-    """Gradient bytes live at a step's memory peak. Where a step's one micro-batch starts with no
-    gradients (``fresh``: no accumulation, and PyTorch autograd writes each ``.grad`` during
-    backward after ``zero_grad(set_to_none=True)``, as DDP and a single GPU do), backward frees
-    each block's saved activations as it writes that block's gradients, so the live bytes move
-    linearly from (activations + logits) at its start to (gradients + activations outside the
-    blocks) at its end, and the peak holds max(0, gradients + outside - activations - logits)
-    gradient bytes on top of activations and logits (autocast's weight copies, freed too, are
-    left in: conservative). Otherwise (accumulation, sharded gradient buffers) all of them."""
-    return np.where(fresh, np.maximum(0.0, grads + act_outside - act - logits), grads)
+                      rebuilt: np.ndarray, fresh: np.ndarray) -> np.ndarray:
+    """Gradient bytes live at a step's memory peak, on top of ``act`` (activations with the
+    rebuilt block's working set ``rebuilt``) and ``logits`` (:func:`logits_at_peak`). Where a
+    step's one micro-batch starts with no gradients (``fresh``: no accumulation, and PyTorch
+    autograd writes each ``.grad`` during backward after ``zero_grad(set_to_none=True)``, as DDP
+    and a single GPU do), backward frees each block's saved activations as it writes that block's
+    gradients, so the live bytes move from (activations + logits) at its start to (gradients +
+    activations outside the blocks + the first block's rebuilt working set) at its end, and the
+    peak holds max(0, gradients + outside + rebuilt - activations - logits) gradient bytes
+    (autocast's weight copies, freed too, are left in: conservative). Otherwise (accumulation,
+    sharded gradient buffers) all of them."""
+    return np.where(fresh, np.maximum(0.0, grads + act_outside + rebuilt - act - logits), grads)
 
 
 def logits_bytes(model, seq_len: int, mb: np.ndarray, precision: str, compiled: bool,

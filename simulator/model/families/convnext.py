@@ -30,7 +30,7 @@ from typing import Literal
 import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 
-from .. import workload
+from .. import hf_eager, workload
 from ..spec import NamedSpec
 from .base import Block, Family, Graph, Knobs, Op
 
@@ -144,6 +144,10 @@ def graph(spec: ConvNextSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Gra
     fp32_norm = knobs.stack.fp32_norm(e, knobs.compiled)
     norm_extra, norm_kern = (workload.FP32_NORM_EXTRA_BYTES + AUTOCAST_STREAM_BYTES, 1 + AUTOCAST_STREAM_KERNELS) \
         if fp32_norm else (0.0, 0)
+    # bytes per element a LayerNorm saves of its input: autocast runs layer_norm in fp32 and keeps
+    # the fp32 input (the block's: a copy of the depthwise convolution's half output; the stem's
+    # and downsampling's: the fp32 stream or the stem convolution's output cast up)
+    norm_in = hf_eager.STREAM if fp32_norm else e
     blocks = []
     for i, (depth, c, side) in enumerate(zip(spec.depths, spec.widths, spec.grids(), strict=True)):
         P = imgs * side * side  # pixels of the micro-batch at this stage
@@ -152,7 +156,7 @@ def graph(spec: ConvNextSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Gra
             down = (
                 Op("downsample_norm", "elementwise", bytes_fwd=pin * cin * e * CF_NORM_PASSES,
                    bytes_bwd=pin * cin * e * 2 * CF_NORM_PASSES, kernels_fwd=CF_NORM_KERNELS,
-                   kernels_bwd=2 * CF_NORM_KERNELS, saved=pin * cin * e, params=2 * cin),
+                   kernels_bwd=2 * CF_NORM_KERNELS, saved=pin * cin * norm_in, params=2 * cin),
                 Op("downsample_conv", "gemm", m=P, n=c, k=4 * cin, kernels_fwd=1, kernels_bwd=2,
                    saved=pin * cin * e, params=4 * cin * c + c),
             )
@@ -168,7 +172,7 @@ def graph(spec: ConvNextSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Gra
             Op("norm_gelu_scale_residual", "elementwise", bytes_fwd=P * c * (passes * e + norm_extra),
                bytes_bwd=2 * P * c * (passes * e + norm_extra), kernels_fwd=kern + norm_kern,
                kernels_bwd=2 * (kern + norm_kern),
-               saved=P * (c + x + c) * e, params=2 * c + (c if spec.layer_scale else 0)),
+               saved=P * (c * norm_in + (x + c) * e), params=2 * c + (c if spec.layer_scale else 0)),
         )
         blocks.append(Block(f"stage{i}", ops, depth, P * c * e))
 
@@ -183,7 +187,7 @@ def graph(spec: ConvNextSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Gra
            saved=pix * e, params=spec.num_channels * spec.patch_size**2 * c0 + c0),
         Op("stem_norm", "elementwise", bytes_fwd=P0 * c0 * e * CF_NORM_PASSES,
            bytes_bwd=P0 * c0 * e * 2 * CF_NORM_PASSES, kernels_fwd=CF_NORM_KERNELS, kernels_bwd=2 * CF_NORM_KERNELS,
-           saved=P0 * c0 * e, params=2 * c0),
+           saved=P0 * c0 * norm_in, params=2 * c0),
         Op("pool_norm", "elementwise", bytes_fwd=Pl * cl * e + imgs * cl * 4 * e, bytes_bwd=Pl * cl * e * 2,
            kernels_fwd=2, kernels_bwd=3, saved=imgs * cl * e, params=2 * cl),
         Op("classifier", "gemm", m=imgs, n=ncls, k=cl, kernels_fwd=1, kernels_bwd=2, saved=imgs * cl * e,

@@ -316,14 +316,16 @@ def test_autocast_casts_weights_forward_and_their_gradients_back():
 
 
 def test_megatron_stack_keeps_half_weights_and_fp32_main_weights():
-    """Megatron-LM's Float16Module + Float16OptimizerWithFloat16Params: 2 + 2 + (4 + 8) bytes per
-    parameter with Adam, no autocast weight copies; the published table's name finds the preset."""
+    """Megatron-LM's Float16Module + Float16OptimizerWithFloat16Params: 2 + 4 + (4 + 8) bytes per
+    parameter with Adam under bf16 (fp32 main_grad), 2 + 2 + (4 + 8) under fp16, no autocast weight
+    copies; the published table's name finds the preset."""
     from simulator.answer import runs
     from simulator.physics import memory
     from simulator.strategy.stacks import for_published, get_stack
 
     meg = get_stack("megatron-lm")
-    assert memory.state_bytes_per_param("bf16", "ddp", "adamw", meg) == (2, 2, 12)
+    assert memory.state_bytes_per_param("bf16", "ddp", "adamw", meg) == (2, 4, 12)
+    assert memory.state_bytes_per_param("fp16", "ddp", "adamw", meg) == (2, 2, 12)
     assert memory.state_bytes_per_param("fp32", "ddp", "adamw", meg) == (4, 4, 8)
     assert not memory.autocast_fp32_params("bf16", "ddp", meg)
     assert not memory.autocast_fp32_params("bf16", "ddp", meg) and meg.half_model and not meg.half_states

@@ -21,6 +21,7 @@ from simulator.physics import compute, memory, parallel
 from simulator.physics.parallel import ShardView
 from simulator.strategy import layout
 from simulator.strategy.layout import CP_MIN_SEQ, Parallelism, stage_layers
+from simulator.strategy.stacks import get_stack
 
 SETTINGS = settings(max_examples=300 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 40,
                     derandomize=os.environ.get("HYPOTHESIS_PROFILE") != "thorough", deadline=None,
@@ -301,14 +302,18 @@ def test_pipelined_fsdp_holds_the_stage_gathered_and_its_gradients_unsharded_in_
     unsharded (upcast to the fp32 reduce dtype) from the first micro-batch to the step's reduce:
     weights P x 2, gradients P x 4 + a layer's fresh half gradient, the optimizer sharded as ever;
     never less than the same stage's states unpipelined, and full sharding saves nothing over
-    shard-grad-op there."""
+    shard-grad-op there. The fp32 reduce dtype is torchtitan's (stacks.yaml reduce_dtype); a stack
+    reducing in bf16 accumulates the unsharded gradients in bf16."""
     P, PL, n = 4.0e9, 2.0e8, 8
+    titan = get_stack("torchtitan")
     for sh in ("fsdp-grad-op", "fsdp-full"):
-        pipe = memory.model_states(P, PL, "bf16", sh, "none", "adamw", n, pipelined=True)
-        flat = memory.model_states(P, PL, "bf16", sh, "none", "adamw", n)
+        pipe = memory.model_states(P, PL, "bf16", sh, "none", "adamw", n, titan, pipelined=True)
+        flat = memory.model_states(P, PL, "bf16", sh, "none", "adamw", n, titan)
         assert pipe == {"weights": 2 * P, "gradients": 4 * P + 2 * PL, "optimizer": 12 * P / n, "host": 0.0}
         assert all(pipe[k] >= flat[k] for k in ("weights", "gradients", "optimizer"))
         assert pipe["weights"] + pipe["gradients"] > flat["weights"] + flat["gradients"]
+        half = memory.model_states(P, PL, "bf16", sh, "none", "adamw", n, pipelined=True)
+        assert half["gradients"] == 2 * P + 2 * PL
     fp32 = memory.model_states(P, PL, "fp32", "fsdp-full", "none", "adamw", n, pipelined=True)
     assert fp32["weights"] == 4 * P and fp32["gradients"] == 4 * P + 4 * PL
     assert list(comm.pipelined_fsdp_gathers("fsdp-grad-op", np.array([1, 8]))) == [1, 1]

@@ -388,8 +388,9 @@ def per_size(pc: PackCompute, mb: MicroBatches) -> PerSize:
 class States:
     """Model states per pack, sharding and offload (K, Z, NO): bytes per GPU of weights, gradients
     and optimizer states, and bytes each GPU puts in host RAM. Per pack and sharding (K, Z): bytes
-    per parameter of weights and gradients before sharding, whether autocast keeps fp32 weights,
-    and bytes of communication buffers."""
+    per parameter of weights and gradients before sharding, of the gradients as the data-parallel
+    collectives reduce them (:func:`memory.reduce_size_per_param`), whether autocast keeps fp32
+    weights, and bytes of communication buffers."""
 
     weights: np.ndarray
     gradients: np.ndarray
@@ -397,6 +398,7 @@ class States:
     host: np.ndarray
     weight_bpp: np.ndarray
     grad_bpp: np.ndarray
+    reduce_bpp: np.ndarray
     fp32_params: np.ndarray
     buffers: np.ndarray
 
@@ -424,17 +426,17 @@ def _model_states(pb: Problem, space: Space, packs: list[tuple]) -> States:
     # weights kept fp32 and cast by autocast each micro-batch (DDP; PyTorch's ZeRO in some stacks)
     fp32p = np.array([[memory.autocast_fp32_params(p, s, stack) for s in space.shardings] for p in precs])
     w, g, o, host = (np.zeros((D, Z, NO)) for _ in range(4))
-    gc, wc = np.zeros((D, Z)), np.zeros((D, Z))
+    gc, wc, rc = np.zeros((D, Z)), np.zeros((D, Z)), np.zeros((D, Z))
     for i, p in enumerate(precs):
         for j, s in enumerate(space.shardings):
             wb, gb, _ = memory.state_bytes_per_param(p, s, pb.optimizer, stack)
-            gc[i, j], wc[i, j] = gb, wb
+            gc[i, j], wc[i, j], rc[i, j] = gb, wb, memory.reduce_size_per_param(p, s, stack)
             for k, off in enumerate(space.offloads):
                 st = memory.layout_states(model, PL, p, s, off, pb.optimizer, n, stack, pb.pp > 1)
                 w[i, j, k], g[i, j, k], o[i, j, k], host[i, j, k] = (
                     st["weights"], st["gradients"], st["optimizer"], st["host"])
     buffers = np.array([[memory.comm_buffers(P, p, sh, n, stack) for sh in space.shardings] for p in precs])
-    out = States(w[pi], g[pi], o[pi], host[pi], wc[pi], gc[pi], fp32p[pi], buffers[pi])
+    out = States(w[pi], g[pi], o[pi], host[pi], wc[pi], gc[pi], rc[pi], fp32p[pi], buffers[pi])
     frozen(*(getattr(out, f.name) for f in fields(out)))
     return out
 
@@ -519,7 +521,7 @@ def _schedule(pb: Problem, shardings: list[str], st: States, P: float, PL: float
     per optimizer step, arranged as a :class:`Schedule`."""
     model, fab = pb.model, pb.fabric
     L = model.n_layers
-    gc = st.grad_bpp
+    gc = st.reduce_bpp  # the gradients as reduced: their own bytes, or the stack's wider reduce dtype
     grad_bytes = (P * gc)[:, None, :]
     w_bytes = (P * st.weight_bpp)[:, None, :]
     # each family's collectives, where a sharding of it is searched; the last bucket to fill
@@ -545,7 +547,7 @@ def _schedule(pb: Problem, shardings: list[str], st: States, P: float, PL: float
     if pb.pp > 1 and any(s.startswith("fsdp") for s in shardings):
         # a pipeline stage's accumulated gradients, reduce-scattered in the reduce dtype after its
         # last backward with no compute left to hide behind (memory.pipelined_fsdp_states)
-        rs_pp = comm.gather_or_scatter(fab, P * np.maximum(gc, memory.FSDP_REDUCE_BYTES)[:, None, :], L + 1)
+        rs_pp = comm.gather_or_scatter(fab, grad_bytes, L + 1)
     bwd, floor, fwd, fwd_floor, pipe, pipe_floor, after = [], [], [], [], [], [], []
     every, fwd_cols, pipe_cols, after_cols = [], [], [], []
     for j, s in enumerate(shardings):
@@ -781,8 +783,9 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
     log4 = ps.at["logit"][:, :, None, None]
     mem_w = st.weights[:, None]
     # gradients of a single-micro-batch DDP step are written during backward as activations go
-    fresh = spread((ga == 1)[None, :, None, None] & np.array([s == "ddp" for s in space.shardings])[None, None, :, None],
-                   NO)
+    # (not into a stack's contiguous gradient buffer, allocated once and kept)
+    ddp = np.array([s == "ddp" and not pb.stack.contiguous_grads for s in space.shardings])
+    fresh = spread((ga == 1)[None, :, None, None] & ddp[None, None, :, None], NO)
     mem_g = memory.gradients_at_peak(st.gradients[:, None], act4, ps.at["act_outside"][:, :, None, None], log4,
                                      ps.at["rebuilt"][:, :, None, None], fresh)
     mem_o = st.optimizer[:, None]

@@ -20,12 +20,10 @@ MIB = 1024**2
 ZERO_BUCKET_ELEMENTS = 5e8
 
 OPTIMIZER_MOMENTS = {"adam": 2, "adamw": 2, "lion": 1, "sgd": 1}
-#: Bytes per element of the unsharded gradient FSDP2 accumulates across a pipeline's micro-batches:
-#: its MixedPrecisionPolicy's reduce_dtype, fp32 in the stacks that pipeline it (pytorch/torchtitan
-#: torchtitan/config/job_config.py Training.mixed_precision_reduce = "float32"; NVIDIA-NeMo/Automodel
-#: nemo_automodel/components/moe/parallelizer.py apply_fsdp: reduce_dtype=torch.float32), and fp32
-#: training's own gradients.
-FSDP_REDUCE_BYTES = 4
+#: Bytes per element of an fp32 gradient (fp32 training's, Megatron-LM's main_grad, an fp32 reduce dtype).
+FP32_BYTES = 4
+#: Bytes per element of a half-precision (bf16/fp16) tensor; fp8 training keeps bf16 parameters and gradients.
+HALF_BYTES = 2
 
 
 def moment_bytes(optimizer: str) -> int:
@@ -46,6 +44,28 @@ def autocast_fp32_params(precision: str, sharding: str, stack=None) -> bool:
     return stack is not None and stack.torch_zero and sharding in ("zero1", "zero2")
 
 
+def reduce_bytes_per_param(precision: str, stack=None) -> int:
+    """Bytes per element of the dtype a stack reduces its gradients in under ``precision``, before
+    a wider gradient's own: fp32 (4) where the stack asks for it (``stack.reduce_dtype``: FSDP2's
+    MixedPrecisionPolicy(reduce_dtype=torch.float32) in torchtitan and NeMo Automodel) or keeps
+    fp32 gradients (``stack.fp32_grads``: Megatron-LM's main_grad under bf16/fp8), and in fp32 or
+    tf32 training; otherwise the compute precision's half bytes (2). Gradients held wider than this
+    (fp32 under autocast DDP) are reduced as held: the collectives and FSDP2's unsharded gradient
+    buffers move max(gradient bytes, this) per parameter (:func:`reduce_size_per_param`)."""
+    if precision not in MIXED_PRECISIONS:
+        return FP32_BYTES
+    if stack is not None and (stack.reduce_dtype == "fp32" or stack.fp32_main_grads(precision)):
+        return FP32_BYTES
+    return HALF_BYTES
+
+
+def reduce_size_per_param(precision: str, sharding: str, stack=None) -> int:
+    """Bytes per parameter the data-parallel gradient reduction moves and FSDP2 accumulates
+    unsharded: the larger of the gradient's own (:func:`state_bytes_per_param`) and the reduce
+    dtype's (:func:`reduce_bytes_per_param`)."""
+    return max(state_bytes_per_param(precision, sharding, "sgd", stack)[1], reduce_bytes_per_param(precision, stack))
+
+
 def state_bytes_per_param(precision: str, sharding: str, optimizer: str, stack=None) -> tuple[int, int, int]:
     """(weights, gradients, optimizer) bytes per parameter before sharding.
 
@@ -56,14 +76,17 @@ def state_bytes_per_param(precision: str, sharding: str, optimizer: str, stack=N
     2 + 2 + (4 + 4*moments).
     Adam: 16 B/param either way. A stack that casts the model itself to half
     (:attr:`simulator.strategy.stacks.Stack.half_states`): 2 + 2 + 2*moments (the moments in the weights'
-    dtype), 8 B/param with Adam.
+    dtype), 8 B/param with Adam. A stack keeping fp32 gradients of its half parameters under the
+    precision (``stack.fp32_grads``: Megatron-LM's fp32 main_grad under bf16 and fp8) has 4 B of
+    gradients: 2 + 4 + (4 + 4*moments), 18 B/param with Adam.
     """
     k = moment_bytes(optimizer)
     if precision in MIXED_PRECISIONS and stack is not None and stack.half_states:
-        return 2, 2, k // 2
+        return HALF_BYTES, HALF_BYTES, k // 2
     if precision in MIXED_PRECISIONS and not autocast_fp32_params(precision, sharding, stack):
-        return 2, 2, 4 + k
-    return 4, 4, k
+        g = FP32_BYTES if stack is not None and stack.fp32_main_grads(precision) else HALF_BYTES
+        return HALF_BYTES, g, FP32_BYTES + k
+    return FP32_BYTES, FP32_BYTES, k
 
 
 def model_states(n_params: float, layer_params: float, precision: str, sharding: str,
@@ -78,17 +101,21 @@ def model_states(n_params: float, layer_params: float, precision: str, sharding:
     :func:`pipelined_fsdp_states`).
     """
     w, g, o = state_bytes_per_param(precision, sharding, optimizer, stack)
+    r = reduce_size_per_param(precision, sharding, stack)
     n = n_gpus
     stage = SHARD_STAGE[sharding]
     frac = (n - 1) / n
     if pipelined and sharding.startswith("fsdp"):
-        return pipelined_fsdp_states(n_params, layer_params, w, g, n_params * o / n)
+        return pipelined_fsdp_states(n_params, layer_params, w, g, r, n_params * o / n)
     if stage >= 3:
         weights = n_params * w / n + min(n_params, 2 * layer_params) * w * frac
     else:
         weights = n_params * w
     if stage >= 2:
-        grads = n_params * g / n + min(n_params, layer_params) * g * frac
+        # one unit's unsharded gradients, and where the reduce dtype is wider the copy FSDP casts
+        # them into before its reduce-scatter (FSDP2 foreach_reduce's reduce_scatter_input of
+        # reduce_dtype; FSDP1 unsharded_grad.to(reduce_dtype)), both live at the copy
+        grads = n_params * g / n + min(n_params, layer_params) * (g + (r if r > g else 0)) * frac
     else:
         grads = n_params * g
     opt = n_params * o / (n if stage >= 1 else 1)
@@ -104,10 +131,12 @@ def model_states(n_params: float, layer_params: float, precision: str, sharding:
     return {"weights": weights, "gradients": grads, "optimizer": opt, "host": host}
 
 
-def pipelined_fsdp_states(n_params: float, layer_params: float, w: int, g: int, optimizer: float) -> dict[str, float]:
+def pipelined_fsdp_states(n_params: float, layer_params: float, w: int, g: int, r: int,
+                          optimizer: float) -> dict[str, float]:
     """Per-GPU bytes of a pipeline stage's ``n_params`` parameters under FSDP2 and
     torch.distributed.pipelining (``w``, ``g``: bytes per parameter of the half weights and their
-    gradient; ``optimizer``: the rank's sharded optimizer bytes, fp32 master included).
+    gradient; ``r``: of the gradient as reduced, :func:`reduce_size_per_param`; ``optimizer``: the
+    rank's sharded optimizer bytes, fp32 master included).
 
     pytorch/pytorch torch/distributed/pipelining/stage.py ``_PipelineStageBase.backward_maybe_with_nosync``
     runs every micro-batch's backward with ``set_reshard_after_backward(False)`` and
@@ -119,11 +148,12 @@ def pipelined_fsdp_states(n_params: float, layer_params: float, w: int, g: int, 
     under full sharding too (reshard_after_forward frees a layer after its forward, but each backward
     leaves every layer gathered again for the next). The gradients stay unsharded across the
     micro-batches: torch/distributed/fsdp/_fully_shard/_fsdp_param.py ``to_accumulated_grad_if_needed``
-    upcasts each to the reduce dtype (:data:`FSDP_REDUCE_BYTES`) into ``unsharded_accumulated_grad``
+    upcasts each to the reduce dtype (``r``; fp32 in the stacks that pipeline it, ``stack.reduce_dtype``)
+    into ``unsharded_accumulated_grad``
     and ``accumulate_unsharded_grad_if_needed`` adds the next micro-batch's in: ``n_params`` x that,
     plus one layer's fresh half gradient before it is added. No offload (refused,
     :func:`simulator.strategy.layout.pipelines`)."""
-    grads = n_params * max(g, FSDP_REDUCE_BYTES) + min(n_params, layer_params) * g
+    grads = n_params * r + min(n_params, layer_params) * g
     return {"weights": n_params * w, "gradients": grads, "optimizer": optimizer, "host": 0.0}
 
 
@@ -143,8 +173,12 @@ def comm_buffers(n_params: float, precision: str, sharding: str, n_gpus: int, st
     default) copies every gradient into flat buckets: one more gradient-sized buffer. DeepSpeed
     ZeRO keeps a reduce and an all-gather bucket of up to 5e8 elements each; FSDP communicates
     from its flat per-unit parameters (counted in the gathered working set). PyTorch's
-    ZeroRedundancyOptimizer runs under DDP (``stack.torch_zero``): DDP's buckets."""
-    if n_gpus <= 1:
+    ZeroRedundancyOptimizer runs under DDP (``stack.torch_zero``): DDP's buckets. A stack whose
+    gradients live in one contiguous buffer (``stack.contiguous_grads``: Megatron-LM's
+    DistributedDataParallel, whose buckets are views of its grad buffer, all-reduced or
+    reduce-scattered in place, and whose distributed optimizer all-gathers into the model's own
+    parameter buffer) keeps none."""
+    if n_gpus <= 1 or (stack is not None and stack.contiguous_grads):
         return 0.0
     w, g, _ = state_bytes_per_param(precision, sharding, "sgd", stack)
     if sharding == "ddp" or (sharding.startswith("zero") and stack is not None and stack.torch_zero):
@@ -228,7 +262,8 @@ def gradients_at_peak(grads: np.ndarray, act: np.ndarray, act_outside: np.ndarra
     activations outside the blocks + the first block's rebuilt working set) at its end, and the
     peak holds max(0, gradients + outside + rebuilt - activations - logits) gradient bytes
     (autocast's weight copies, freed too, are left in: conservative). Otherwise (accumulation,
-    sharded gradient buffers) all of them."""
+    sharded gradient buffers, a stack's contiguous gradient buffer: ``Stack.contiguous_grads``)
+    all of them."""
     return np.where(fresh, np.maximum(0.0, grads + act_outside + rebuilt - act - logits), grads)
 
 

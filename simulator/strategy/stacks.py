@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..core.errors import unknown
+from ..core.vocab import MIXED_PRECISIONS
 from .knobs import SHARDINGS
 
 #: The fraction of the tensor-parallel collectives asynchronous TP hides at most (the transfers
@@ -78,7 +79,24 @@ class Stack(BaseModel):
     moe_a2a_overlap: bool = False
     moe_a2a_overlap_source: str = ("not overlapped (Megatron-LM's default; its --overlap-moe-expert-parallel-comm "
                                    "is opt-in; torchtitan has none)")
+    fp32_grads: tuple[str, ...] = ()
+    fp32_grads_source: str = ("gradients at the compute precision (autograd's .grad in the parameters' dtype; "
+                              "fp32 where torch.autocast keeps fp32 parameters)")
+    grad_buffer: Literal["autograd", "contiguous"] = "autograd"
+    grad_buffer_source: str = ("autograd writes each .grad during backward (after zero_grad(set_to_none=True)); "
+                               "sharded stacks keep their own flat gradient buffers")
+    reduce_dtype: Literal["fp32"] | None = None
+    reduce_dtype_source: str = "gradients reduced in their own dtype (the compute precision under mixed precision)"
     aliases: tuple[str, ...] = ()
+
+    @field_validator("fp32_grads")
+    @classmethod
+    def _mixed_fp32_grads(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        bad = [p for p in v if p not in MIXED_PRECISIONS]
+        if bad:
+            raise ValueError(f"fp32_grads {bad} not among the mixed precisions {', '.join(MIXED_PRECISIONS)} "
+                             "(fp32 and tf32 gradients are fp32 already)")
+        return v
 
     @field_validator("shardings")
     @classmethod
@@ -140,6 +158,18 @@ class Stack(BaseModel):
         """Whether the stack runs Hugging Face transformers' eager modules, whose saved tensors
         :mod:`simulator.model.hf_eager` counts (``saves: hf-eager``)."""
         return self.saves == "hf-eager"
+
+    def fp32_main_grads(self, precision: str) -> bool:
+        """Whether the stack keeps fp32 gradients of half parameters under ``precision``
+        (Megatron-LM's main_grad, ``fp32_grads``)."""
+        return precision in self.fp32_grads
+
+    @property
+    def contiguous_grads(self) -> bool:
+        """Whether the gradients live in one buffer allocated before the first step and kept
+        (``grad_buffer: contiguous``): all their bytes are live at every peak, and the
+        data-parallel collectives run in place on it (no bucket copies)."""
+        return self.grad_buffer == "contiguous"
 
     def fp32_norm(self, e: int, compiled: bool) -> bool:
         """Whether eager norms write fp32 outputs under mixed precision (autocast layer_norm)."""

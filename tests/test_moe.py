@@ -304,11 +304,12 @@ KNOWN_GAPS: dict[str, str] = {
         "(-30.7%), 4.8 s of it DeepEP's all-to-all across the 8 nodes of EP 64 (Megatron-MoE-ModelZoo's cross-node "
         "DeepEP row reads 18% slow); it fits (60.4 of 78.8 GiB, bf16 states as Automodel keeps them)"),
     "gpt-oss-120b@8x8xh100:tp1pp4ep8": (
-        "predicted 9.99 s, measured 13.67 s (+36.9%): the stage of 9 layers holds 2880-wide experts at 1024 rows "
+        "predicted 10.03 s, measured 13.67 s (+36.3%): the stage of 9 layers holds 2880-wide experts at 1024 rows "
         "each and the 201088-token head; Megatron-Core's native fused cross-entropy moves ~40 B per logit where the "
         "megatron-lm stack counts 8 (+8.6 ms a micro-batch, about 9 points), and its weight-gradient GEMMs "
         "accumulate into fp32 main grads (gradient_accumulation_fusion: 4.4 B elements read and written each "
-        "micro-batch, an intensity of m/4 = 256 FLOP/B in the expert GEMMs, at the H100's ridge), not modelled; "
+        "micro-batch, an intensity of m/4 = 256 FLOP/B in the expert GEMMs, at the H100's ridge), not modelled "
+        "(the main grads' memory and fp32 reduce are); "
         "the rest is not identified (simulator/data/moe_runs.md)"),
 }
 

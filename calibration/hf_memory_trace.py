@@ -32,6 +32,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from calibration.allocator_replay import smallest_device
+
 OUT = Path(__file__).parent / "results" / "hf_memory_trace.csv"
 
 #: CUDA's autocast op lists (PyTorch ``aten/src/ATen/autocast_mode.h``, 2.11-2.13):
@@ -222,6 +224,46 @@ CASES: tuple[tuple[str, int, int, str, str, str], ...] = (
 )
 
 
+def allocation_log() -> Any:
+    """A ``TorchDispatchMode`` that records every storage an op creates and its release, in
+    order: ``events`` of ``("a", id, bytes)`` and ``("f", id)`` (the release fires when the
+    storage dies), the input of :func:`calibration.allocator_replay.replay`. ``track(t)`` adds
+    tensors that exist before it starts (parameters, inputs)."""
+    import itertools
+    import weakref
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    from torch.utils.weak import WeakIdKeyDictionary
+
+    class AllocationLog(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.events: list[tuple] = []
+            self._ids = WeakIdKeyDictionary()
+            self._next = itertools.count()
+
+        def track(self, t: Any) -> None:
+            if not isinstance(t, torch.Tensor):
+                return
+            s = t.untyped_storage()
+            if s in self._ids:
+                return
+            sid = next(self._next)
+            self._ids[s] = sid
+            self.events.append(("a", sid, s.nbytes()))
+            weakref.finalize(s, self.events.append, ("f", sid))
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_leaves(out):
+                self.track(t)
+            return out
+
+    return AllocationLog()
+
+
 def trace(config: dict[str, Any], side: int, batch: int, precision: str, attention: str,
           checkpointing: str) -> dict[str, int]:
     """Peak live bytes over two training steps (the second's: the optimizer's states exist), and their categories (MemTracker's
@@ -262,9 +304,12 @@ def trace(config: dict[str, Any], side: int, batch: int, precision: str, attenti
         else:
             ids = torch.zeros((batch, side), dtype=torch.long)
             inputs = {"input_ids": ids, "labels": ids}
+        log = allocation_log()
+        for t in [*model.parameters(), *model.buffers(), *inputs.values()]:
+            log.track(t)
         tracker = MemTracker()
         tracker.track_external(model, opt)
-        with tracker:
+        with tracker, log:
             for _ in range(2):  # the peak of both: the second's, where the optimizer's states exist
                 tracker.reset_mod_stats()  # per-module stats only; the device peak spans both steps
                 with torch.autocast("cpu", dtype=half or torch.bfloat16, enabled=half is not None):
@@ -276,7 +321,10 @@ def trace(config: dict[str, Any], side: int, batch: int, precision: str, attenti
                 opt.zero_grad(set_to_none=True)
             snap = tracker.get_tracker_snapshot("peak")
     per_device = next(iter(v for k, v in snap.items() if str(k) != "meta"))
-    return {str(k).split(".")[-1].lower(): int(v) for k, v in per_device.items()}
+    free_run, device = smallest_device(log.events)
+    return {**{str(k).split(".")[-1].lower(): int(v) for k, v in per_device.items()},
+            "allocator_allocated": free_run.allocated, "allocator_reserved": free_run.reserved,
+            "allocator_device": device}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -299,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                      "config": json.dumps(MODELS[model], sort_keys=True),
                      "torch": torch.__version__, "transformers": transformers.__version__})
         print(f"{model:24s} {side:5d} x {batch:3d} {precision:5s} {attention:6s} {ckpt:5s} "
-              f"{peak['total'] / 2**30:8.2f} GiB", flush=True)
+              f"{peak['total'] / 2**30:8.2f} GiB allocated, runs in {peak['allocator_device'] / 2**30:8.2f} GiB",
+              flush=True)
     order = {c[0]: i for i, c in reversed(list(enumerate(CASES)))}
     rows = sorted(keep + rows, key=lambda r: order.get(r["model"], len(CASES)))
     tmp = OUT.with_suffix(".tmp")

@@ -792,7 +792,8 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
     PL = _layer_params(pb.model)
     rebuilt_params = np.array([checkpointed_layers(pk[3], pb.model.n_layers) * PL for pk in packs])
     copies = memory.autocast_weight_copies(float(pb.model.n_params()), st.fp32_params, rebuilt_params[:, None], PL)
-    other = spread((st.buffers + copies)[:, None, :, None] + pb.stack.fragmentation * act4, NO)
+    other = spread((st.buffers + copies)[:, None, :, None] + pb.stack.fragmentation * act4
+                   + pb.stack.loss_fragmentation * log4, NO)
     total = np.broadcast_to(mem_w + mem_g + mem_o + act4 + log4 + other, shape)
     valid4 = _offload_allowed(tuple(space.shardings), tuple(space.offloads))[None, None] & supported[:, None, None, None]
     host_need = st.host[:, None] * pb.fabric.gpus_per_node  # per node

@@ -47,6 +47,8 @@ class Stack(BaseModel):
                          "(simulator.model.workload.layer_activation_bytes_per_token)")
     fragmentation: float = Field(ge=0.0, le=1.0)
     fragmentation_source: str
+    loss_fragmentation: float = Field(0.0, ge=0.0, le=1.0)
+    loss_fragmentation_source: str = "not counted apart (fragmentation covers the activations only)"
     shardings: tuple[str, ...]
     shardings_source: str
     zero_params: Literal["half", "fp32"] = "half"

@@ -299,10 +299,11 @@ def _published_moe_runs() -> list[dict]:
 #: beyond their tolerance, and why (a known gap, not an accepted answer: the test fails once the
 #: row passes, so the entry goes with the fix).
 KNOWN_GAPS: dict[str, str] = {
-    "deepseek-v3@32x8xh100:tp1pp4ep64": (
-        "NeMo Automodel's DeepSeek-V3 on 256 H100 (PP 4, VP 8, EP 64, FSDP 64): predicted 11.81 s against 8.18 "
-        "(-30.7%), 4.8 s of it DeepEP's all-to-all across the 8 nodes of EP 64 (Megatron-MoE-ModelZoo's cross-node "
-        "DeepEP row reads 18% slow); it fits (60.4 of 78.8 GiB, bf16 states as Automodel keeps them)"),
+    "deepseek-v3@128x8xh100:tp1pp4ep64": (
+        "NeMo Automodel's DeepSeek-V3 on 1024 H100 (PP 4, VP 8, EP 64, FSDP 256, local batch 8, GA 4): predicted "
+        "29.94 s against 37.87 (+26.5%): its four pipeline flushes a step are modelled as one of 32 micro-batches "
+        "(one bubble, one FSDP gather and reduce-scatter), and DeepEP's all-to-all over contiguous routing takes 4.5 s; "
+        "the same run on 256 GPUs (GA 1) reads +3.3%"),
     "gpt-oss-120b@8x8xh100:tp1pp4ep8": (
         "predicted 10.03 s, measured 13.67 s (+36.3%): the stage of 9 layers holds 2880-wide experts at 1024 rows "
         "each and the 201088-token head; Megatron-Core's native fused cross-entropy moves ~40 B per logit where the "
@@ -336,6 +337,8 @@ def test_published_moe_runs(row: dict) -> None:
         pins["moe_dispatcher"] = row["dispatcher"]
     if row["a2a_overlap"]:
         pins["moe_a2a_overlap"] = True
+    if row["routing"]:
+        pins["moe_routing"] = row["routing"]
     plan = simulate(row["model"], row["gpus"], stack=row["stack"], precision=row["precision"], sharding=row["sharding"],
                     tokens="10B", **pins)
     measured = float(row["measured_step_s"])
@@ -674,3 +677,30 @@ def test_gpt_oss_120b_needs_more_than_eight_h100() -> None:
     assert not plan.feasible and any("217.6 GiB per GPU even fully sharded" in r for r in plan.reasons)
     plan = simulate("gpt-oss-120b", "4x8xh100", stack="megatron-lm", tokens="1B")
     assert plan.feasible and plan.strategy["ep"] > 1
+
+
+def test_contiguous_routing_reaches_the_fewest_gpus_and_nodes() -> None:
+    """NeMo Automodel's fake balanced gate gives token i the experts (i k ... i k + k - 1) mod E:
+    by hand, DeepSeek-V3's 8 of 256 on EP 64 (4 a GPU) lie on 2 GPUs and 1 of 8 nodes; runs that
+    wrap (E 12, k 8, groups of 4) on 2 groups; uniform routing, C(E,k)-counted, reaches more."""
+    assert parallel.groups_hit(256, 8, 64, "contiguous") == 2.0
+    assert parallel.groups_hit(256, 8, 8, "contiguous") == 1.0 and parallel.groups_hit(128, 8, 8, "contiguous") == 1.0
+    assert parallel.groups_hit(12, 8, 3, "contiguous") == 2.0
+    assert parallel.groups_hit(256, 8, 8) == pytest.approx(8 * (1 - math.comb(224, 8) / math.comb(256, 8)))
+    kw = dict(stack="nemo-automodel", precision="bf16", sharding="fsdp-grad-op", tokens="10B", tp=1, pp=4, vp=8, ep=64,
+              micro_batch=1, global_batch=512, seq_len=4096, checkpointing="full", capacity_factor=1.0,
+              moe_dispatcher="deepep")
+    uniform, contiguous = (simulate("deepseek-v3", "32x8xh100", moe_routing=r, **kw) for r in ("uniform", "contiguous"))
+    assert contiguous.breakdown_s["ep_comm"] < uniform.breakdown_s["ep_comm"] / 3
+    assert contiguous.breakdown_s["compute"] == uniform.breakdown_s["compute"]
+    assert any("contiguous routing" in n for n in contiguous.notes)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "olmoe-1b-7b", "--moe-routing", "random"], "--moe-routing"),
+    (["--model", "pythia-1b", "--moe-routing", "contiguous"], "not a mixture of experts"),
+])
+def test_bad_routing_is_one_line_exit_2(args, needle, capsys) -> None:
+    assert main(["--gpus", "8xh100", *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1

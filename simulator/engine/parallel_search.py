@@ -256,7 +256,8 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     load = pb.model.dispatched_load() if hasattr(pb.model, "dispatched_load") else 1.0  # padded buffers
     ep_mb = moe_layers * parallel.ep_comm_time(tokens / workload.seq_shards(model) * load, h,
                                                    getattr(pb.model, "top_k", 1), e, par, pb.fabric, passes,
-                                                   getattr(pb.model, "n_experts", 0), pb.stack.moe_dispatcher)
+                                                   getattr(pb.model, "n_experts", 0), pb.stack.moe_dispatcher,
+                                                   getattr(pb.model, "routing", "uniform"))
     if pb.stack.moe_a2a_overlap:
         ep_mb = parallel.ep_overlap_exposed(ep_mb, (a["forward"] + a["backward"] + a["recompute"]) / ga)
     a["ep_comm"] = ga * ep_mb

@@ -144,11 +144,12 @@ def _catalog_setup(text, profile, intra_node, inter_node, any_gpu=False):
 def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=None, seq_len=None,
           optimizer=None, intra_node=None, inter_node=None, host_memory=None, overhead=None,
           stack=None, profile_any_gpu=False, capacity_factor=None, moe_dispatcher=None,
-          moe_a2a_overlap=None) -> Setup:
+          moe_a2a_overlap=None, moe_routing=None) -> Setup:
     """Resolve user-level inputs into a Problem (no strategy yet).
 
     ``stack``: the training software (simulator.strategy.stacks preset name; default hf-trainer).
     ``capacity_factor``: a mixture of experts' routing (``MoESpec.capacity_factor``; None: dropless).
+    ``moe_routing``: where its tokens' experts lie (``MoESpec.routing``; None: uniform).
     ``moe_dispatcher``, ``moe_a2a_overlap``: how the stack's expert parallelism sends tokens
     (:func:`with_dispatcher`).
 
@@ -156,7 +157,7 @@ def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=No
     evaluation, checkpointing, restarts after failures); excluded (0) by default, docs/architecture.md, physics 7.
     """
     stk = with_dispatcher(get_stack(stack), moe_dispatcher, moe_a2a_overlap)
-    spec = with_capacity_factor(resolve_model_input(model), capacity_factor, stk)
+    spec = with_routing(with_capacity_factor(resolve_model_input(model), capacity_factor, stk), moe_routing)
     recipe = make_recipe(spec, tokens=tokens, steps=steps, global_batch=global_batch,
                          seq_len=seq_len, optimizer=optimizer)
     prof = _as_profile(profile)
@@ -205,6 +206,23 @@ def with_capacity_factor(spec, capacity_factor, stack):
         raise UsageError(f"--capacity-factor must be a number above 0 and at most n_experts / top_k = {bound:g} "
                          f"(each expert's buffer over its mean tokens; 1.0-1.25 is usual), got {capacity_factor!r}")
     return spec.model_copy(update={"capacity_factor": float(capacity_factor)})
+
+
+#: The routings of :attr:`simulator.model.families.moe.MoESpec.routing` and what each is.
+ROUTINGS = {"uniform": "any top-k distinct experts alike (a learned router, or Megatron-Core's forced balancing)",
+            "contiguous": "each token's top-k experts consecutive (NeMo Automodel's fake_balanced_gate)"}
+
+
+def with_routing(spec, routing):
+    """``spec`` with its tokens routed as ``routing`` (None: as it is); UsageError in one line
+    for a model without experts or an unknown routing."""
+    if routing is None:
+        return spec
+    if not hasattr(spec, "routing"):
+        raise UsageError(f"--moe-routing: {spec.display_name} is not a mixture of experts")
+    if routing not in ROUTINGS:
+        raise UsageError(f"--moe-routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
+    return spec.model_copy(update={"routing": routing})
 
 
 #: The expert-parallel dispatchers (:attr:`simulator.strategy.stacks.Stack.moe_dispatcher`) and where each runs.
@@ -345,7 +363,7 @@ def split_knobs(knobs: dict) -> tuple[dict, dict]:
             raise UsageError(f"{k} must be True, False or None (searched), got {knobs[k]!r}")
     setup_keys = ("profile", "tokens", "steps", "global_batch", "seq_len", "optimizer", "intra_node",
                   "inter_node", "host_memory", "overhead", "stack", "profile_any_gpu", "capacity_factor",
-                  "moe_dispatcher", "moe_a2a_overlap")
+                  "moe_dispatcher", "moe_a2a_overlap", "moe_routing")
     bad = set(knobs) - set(setup_keys) - set(_PIN_KEYS) - set(LAYOUT_KEYS)
     if bad:
         raise UsageError(f"unknown option(s) {', '.join(sorted(bad))}; valid: "

@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--moe-dispatcher", dest="moe_dispatcher", choices=("alltoall", "deepep"),
                    help="how expert parallelism sends tokens: alltoall (NCCL, every routed copy; default) or deepep "
                         "(DeepEP: once per GPU and node holding the token's experts)")
+    k.add_argument("--moe-routing", dest="moe_routing", choices=("uniform", "contiguous"),
+                   help="where a token's experts lie: uniform (any top-k alike, a learned router; default) or "
+                        "contiguous (consecutive experts: NeMo Automodel's fake_balanced_gate benchmarks)")
     k.add_argument("--moe-a2a-overlap", dest="moe_a2a_overlap", action="store_true", default=None,
                    help="the expert all-to-all runs beside another micro-batch's compute (Megatron-LM "
                         "--overlap-moe-expert-parallel-comm); default not overlapped")
@@ -103,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _knobs(a: argparse.Namespace) -> dict:
     keys = ("profile", "profile_any_gpu", "intra_node", "inter_node", "host_memory", "overhead", "capacity_factor",
-            "moe_dispatcher", "moe_a2a_overlap",
+            "moe_dispatcher", "moe_a2a_overlap", "moe_routing",
             "tokens", "steps", "global_batch",
             "seq_len", "optimizer", "precision", "attention", "compile", "checkpointing", "sharding",
             "offload", "micro_batch", "stack", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep", "etp")

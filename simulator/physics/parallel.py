@@ -199,30 +199,39 @@ def ep_link(fab: comm.Fabric, par: Parallelism) -> tuple[float, float, float]:
     return per_byte, fab.intra_alpha + fab.inter_alpha, out
 
 
-def groups_hit(n_experts: int, top_k: int, groups: int) -> float:
+def groups_hit(n_experts: int, top_k: int, groups: int, routing: str = "uniform") -> float:
     """Expected distinct groups a token's ``top_k`` experts fall in, the ``n_experts`` split into
-    ``groups`` equal groups (GPUs, nodes), under uniform routing without repeats:
-    ``groups x (1 - C(E - E/groups, k) / C(E, k))``."""
+    ``groups`` equal groups (GPUs, nodes) of consecutive experts. ``uniform`` routing (any k
+    distinct experts alike): ``groups x (1 - C(E - E/groups, k) / C(E, k))``; ``contiguous``
+    (:attr:`simulator.model.families.moe.MoESpec.routing`: experts ``i k ... i k + k - 1`` mod E):
+    the groups each such run of k touches, averaged over the runs."""
+    if routing == "contiguous":
+        size = n_experts // groups
+        runs = n_experts // math.gcd(n_experts, top_k)
+        hit = [len({(i * top_k + j) % n_experts // size for j in range(top_k)}) for i in range(runs)]
+        return sum(hit) / runs
     miss = math.comb(n_experts - n_experts // groups, top_k) / math.comb(n_experts, top_k)
     return groups * (1.0 - miss)
 
 
-def deepep_time(tokens, hidden: int, n_experts: int, top_k: int, e, par: Parallelism, fab: comm.Fabric) -> np.ndarray:
+def deepep_time(tokens, hidden: int, n_experts: int, top_k: int, e, par: Parallelism, fab: comm.Fabric,
+                routing: str = "uniform") -> np.ndarray:
     """Seconds of one DeepEP dispatch (or combine) of a GPU's ``tokens``: DeepEP (deepseek-ai/DeepEP
     README; Megatron-Core ``--moe-token-dispatcher-type flex --moe-enable-deepep``) sends a token
     once to each other GPU that holds any of its experts (:func:`groups_hit` of the ep GPUs, less
     its own), over NVLink, and across nodes once to each other node holding any (RDMA, then
     forwarded over NVLink), its RDMA and NVLink transfers overlapped: the slower of the two, plus
-    the latency. Expert-parallel ranks consecutive or tp apart as :func:`ep_link` places them."""
+    the latency. Expert-parallel ranks consecutive or tp apart as :func:`ep_link` places them;
+    ``routing`` as :func:`groups_hit` counts it."""
     g = fab.gpus_per_node
     peers = par.ep if par.ep * par.expert_tp <= g or fab.nodes == 1 else max(1, g // par.expert_tp)
     nodes = par.ep // peers
     row = np.asarray(tokens, dtype=float) * hidden * e
-    p_gpu = (groups_hit(n_experts, top_k, par.ep) - groups_hit(n_experts, top_k, par.ep) / par.ep)
+    p_gpu = groups_hit(n_experts, top_k, par.ep, routing) * (par.ep - 1) / par.ep  # other GPUs hit
     nvlink = row * p_gpu / fab.intra_busbw
     if nodes <= 1:
         return fab.intra_alpha + nvlink
-    p_node = groups_hit(n_experts, top_k, nodes) * (nodes - 1) / nodes  # other nodes hit
+    p_node = groups_hit(n_experts, top_k, nodes, routing) * (nodes - 1) / nodes  # other nodes hit
     rdma = row * p_node * g / fab.inter_busbw
     return fab.intra_alpha + fab.inter_alpha + np.maximum(nvlink, rdma)
 
@@ -245,18 +254,18 @@ def ep_overlap_exposed(ep_mb, compute_mb) -> np.ndarray:
 
 
 def ep_comm_time(tokens, hidden: int, top_k: int, e, par: Parallelism, fab: comm.Fabric, passes,
-                 n_experts: int = 0, dispatcher: str = "alltoall") -> np.ndarray:
+                 n_experts: int = 0, dispatcher: str = "alltoall", routing: str = "uniform") -> np.ndarray:
     """Seconds of expert-parallel all-to-all per MoE layer and micro-batch: a dispatch and a
     combine in each of ``passes`` forward-sized passes (2 = forward + backward, whose gradients
     travel the same all-to-alls in reverse; more with recomputation), each
     :func:`ep_comm_bytes` at :func:`ep_link` (NCCL's all-to-all, ``dispatcher`` alltoall), or
-    :func:`deepep_time` (``deepep``, with the ``n_experts``). Not overlapped with compute
+    :func:`deepep_time` (``deepep``, with the ``n_experts`` and ``routing``). Not overlapped with compute
     (Megatron-Core's default; its batch-level overlap is opt-in). ``tokens``: the GPU's tokens
     per micro-batch (its sequence shard under sequence parallelism)."""
     if par.ep <= 1:
         return np.zeros_like(np.asarray(tokens, dtype=float))
     if dispatcher == "deepep":
-        one = deepep_time(tokens, hidden, n_experts, top_k, e, par, fab)
+        one = deepep_time(tokens, hidden, n_experts, top_k, e, par, fab, routing)
     else:
         per_byte, alpha, _ = ep_link(fab, par)
         one = alpha + ep_comm_bytes(tokens, hidden, top_k, e, par.ep) * per_byte

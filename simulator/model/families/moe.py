@@ -140,6 +140,13 @@ class MoESpec(ModelSpec):
     the routing. At most ``n_experts / top_k`` (a buffer of all the tokens). Benchmarks that
     force balanced routing (Megatron-Core ``--moe-router-force-load-balancing``, NeMo Automodel's
     ``fake_balanced_gate``) run like capacity factor 1."""
+    routing: Literal["uniform", "contiguous"] = "uniform"
+    """Where a token's ``top_k`` experts lie (a setting of the run, ``--moe-routing``): uniform, any
+    ``top_k`` distinct experts alike (a learned router; Megatron-Core's forced balancing draws
+    random logits); contiguous, NeMo Automodel's ``FakeBalancedGate`` (nemo_automodel/components/
+    moe/layers.py: token i takes experts ``(i k ... i k + k - 1) mod n_experts``), so its experts
+    sit together on the fewest GPUs and nodes that hold them. It moves what DeepEP sends
+    (:func:`simulator.physics.parallel.groups_hit`), not what the experts compute."""
 
     @model_validator(mode="after")
     def _check_moe(self) -> MoESpec:
@@ -558,6 +565,9 @@ def notes(spec: MoESpec, stack) -> list[str]:
            f"are active per token (top-{spec.top_k} of {spec.n_experts} experts); MFU counts the active ones; {routing}"]
     if stack.moe_dispatcher != "alltoall" or stack.moe_a2a_overlap:
         out.append(f"expert all-to-all: {stack.moe_dispatcher_source}; {stack.moe_a2a_overlap_source}")
+    if spec.routing == "contiguous":
+        out.append("contiguous routing (NeMo Automodel's fake_balanced_gate): each token's experts are consecutive, "
+                   "so DeepEP sends it to the fewest GPUs and nodes; a learned router spreads them (--moe-routing uniform)")
     if stack.moe_experts == "loop":
         out.append(f"{stack.display} runs Hugging Face's eager expert loop, which is slow: a Python loop over the "
                    f"{spec.n_experts} experts of each layer, each a host sync (torch.where), gathers, three small "

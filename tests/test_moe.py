@@ -299,11 +299,6 @@ def _published_moe_runs() -> list[dict]:
 #: beyond their tolerance, and why (a known gap, not an accepted answer: the test fails once the
 #: row passes, so the entry goes with the fix).
 KNOWN_GAPS: dict[str, str] = {
-    "deepseek-v3@128x8xh100:tp1pp4ep64": (
-        "NeMo Automodel's DeepSeek-V3 on 1024 H100 (PP 4, VP 8, EP 64, FSDP 256, local batch 8, GA 4): predicted "
-        "29.94 s against 37.87 (+26.5%): its four pipeline flushes a step are modelled as one of 32 micro-batches "
-        "(one bubble, one FSDP gather and reduce-scatter), and DeepEP's all-to-all over contiguous routing takes 4.5 s; "
-        "the same run on 256 GPUs (GA 1) reads +3.3%"),
     "gpt-oss-120b@8x8xh100:tp1pp4ep8": (
         "predicted 10.03 s, measured 13.67 s (+36.3%): the stage of 9 layers holds 2880-wide experts at 1024 rows "
         "each and the 201088-token head; Megatron-Core's native fused cross-entropy moves ~40 B per logit where the "
@@ -331,6 +326,8 @@ def test_published_moe_runs(row: dict) -> None:
                   if row[k]}
     if row["checkpointing"]:
         pins["checkpointing"] = row["checkpointing"]
+    if row["compile"]:
+        pins["compile"] = row["compile"] == "1"
     if row["capacity_factor"]:
         pins["capacity_factor"] = float(row["capacity_factor"])
     if row["dispatcher"]:

@@ -123,3 +123,15 @@ def test_compiled_saved_set(row):
     counted = float((held + rebuilt + logits)[0] + copies)
     error = counted / int(row["saved_bytes"]) - 1.0
     assert UNDER <= error <= OVER, f"{row['model']} {p}: counted {counted / GIB:.2f} GiB, {error:+.1%}"
+
+
+def test_the_stacks_reserve_is_the_fit(plans):
+    """hf-trainer's fragmentation and loss_fragmentation are what calibration/allocator_fit.py
+    fits to the committed trace (stacks.yaml cannot drift from its source)."""
+    from simulator.strategy.stacks import get_stack
+
+    m, device = zip(*[(m, int(r["allocator_device_bytes"]) / GIB) for m, r in plans.values()], strict=True)
+    fitted = allocator_fit.fit(*(np.array([x[k] for x in m]) for k in ("allocated", "activations", "logits")),
+                               np.array(device))
+    stack = get_stack("hf-trainer")
+    assert fitted == pytest.approx((stack.fragmentation, stack.loss_fragmentation))

@@ -144,7 +144,8 @@ def test_loss_buffers_by_stack():
     """Bytes per logit at the loss: HF upcasts to fp32 (forward: half logits + fp32 copy + fp32
     log-probabilities = 2 + 4 + 4; backward: the saved log-probabilities, nll_loss's fp32 gradient
     and log_softmax's fp32 input gradient = 12, the peak); llm-foundry's flash-attn cross-entropy keeps the half
-    logits and writes a half gradient (2 + 2); compiled losses are fused in every stack."""
+    logits and writes a half gradient (2 + 2); torch.compile fuses the loss (2 + 2), Megatron-LM's
+    "compiled" does not (test_megatron_loss_stays_eager_when_compiled)."""
     mb = np.array([3.0])
     n = 3 * S * 1000
     hf, foundry, titan = (stacks.get_stack(x) for x in ("hf-trainer", "llm-foundry", "torchtitan"))
@@ -154,6 +155,46 @@ def test_loss_buffers_by_stack():
     assert memory.logits_bytes(TINY, S, mb, "bf16", True, hf)[0] == n * 4
     assert memory.logits_bytes(TINY, S, mb, "fp32", False, hf)[0] == n * 12
     assert memory.logits_bytes(TINY, S, mb, "fp32", False, foundry)[0] == n * 8
+
+
+def _loss_op(stack: str, compiled: bool, precision: str = "bf16"):
+    from simulator.model.graphs import graph
+    g = graph(TINY, S, np.array([3.0]), precision, "sdpa", compiled, stack)
+    return next(op for op in g.outside if op.name == "loss")
+
+
+def test_megatron_loss_stays_eager_when_compiled():
+    """On megatron-lm, "compiled" stands for Megatron's hand-fused kernels, not torch.compile: its
+    loss stays vocab_parallel_cross_entropy(output.float(), labels) (``compile_fuses_loss`` false),
+    so a compiled plan moves the eager upcast's bytes (16 + (2 + 4) forward, 20 + (2 + 4) backward
+    per bf16 logit, 3 and 4 kernels) and holds max(e + 8, 12) = 12 bytes per logit; torch.compile
+    (torchtitan, hf-trainer) fuses the loss: 2e each way, 2e held. Fused-loss stacks are unchanged."""
+    n = 3 * S * 1000
+    eager_f, eager_b = workload.cross_entropy_bytes(n, E, False)
+    fused_f, fused_b = workload.cross_entropy_bytes(n, E, True)
+    assert float(eager_f.nbytes) == n * (16 + 6) and float(eager_b.nbytes) == n * (20 + 6)
+    meg = stacks.get_stack("megatron-lm")
+    assert not meg.compile_fuses_loss and "cross_entropy.py" in meg.compile_fuses_loss_source
+    for compiled in (False, True):
+        op = _loss_op("megatron-lm", compiled)
+        assert float(op.bytes_fwd[0]) == float(eager_f.nbytes) and float(op.bytes_bwd[0]) == float(eager_b.nbytes)
+        assert (op.kernels_fwd, op.kernels_bwd) == (3.0, 4.0)
+        assert meg.loss_bytes_per_logit(E, compiled) == max(E + 8, 12) == 12
+        assert meg.loss_bytes_per_logit(4, compiled) == 12
+        assert memory.logits_bytes(TINY, S, np.array([3.0]), "bf16", compiled, meg)[0] == n * 12
+    for name in ("torchtitan", "hf-trainer", "nemo-automodel"):
+        s = stacks.get_stack(name)
+        assert s.compile_fuses_loss and s.loss_bytes_per_logit(E, True) == 2 * E
+        assert s.loss_bytes_per_logit(E, False) == 12
+        op = _loss_op(name, True)
+        assert float(op.bytes_fwd[0]) == float(fused_f.nbytes) and float(op.bytes_bwd[0]) == float(fused_b.nbytes)
+        assert memory.logits_bytes(TINY, S, np.array([3.0]), "bf16", True, s)[0] == n * 2 * E
+    for name in ("llm-foundry", "flash-attn-training"):  # a fused loss kernel, compiled or not
+        assert all(stacks.get_stack(name).loss_fused(c) for c in (False, True))
+    # a stack that keeps the loss out of the compiled step must say where
+    with pytest.raises(ValueError, match="compile_fuses_loss_source"):
+        meg.model_validate(dict(meg.model_dump(), compile_fuses_loss_source=stacks.Stack.model_fields[
+            "compile_fuses_loss_source"].default))
 
 
 def test_norm_precision_by_stack_changes_traffic_not_memory():

@@ -12,7 +12,7 @@ from importlib import resources
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..core.errors import unknown
 from ..core.vocab import MIXED_PRECISIONS
@@ -29,6 +29,11 @@ ASYNC_TP_OVERLAP_SOURCE = (
     "predicted 1.08x) and Llama 3 8B on 64 H100 (FSDP 8, TP 8, per-op SAC, local batch 12) 4378 -> 4809 "
     "(1.10x; predicted 1.11x)")
 
+#: Why a compiled step's loss is fused by default (``Stack.compile_fuses_loss``).
+_COMPILE_FUSES_LOSS_SOURCE = (
+    "torch.compile: Inductor fuses the loss's upcast, log-softmax and nll into one reduction kernel each way "
+    "(the half logits read and written about twice)")
+
 
 class Stack(BaseModel):
     """One training stack; see the field notes in data/stacks.yaml."""
@@ -40,6 +45,8 @@ class Stack(BaseModel):
     description: str
     loss: Literal["upcast", "fused", "fused-inplace"]
     loss_source: str
+    compile_fuses_loss: bool = True
+    compile_fuses_loss_source: str = _COMPILE_FUSES_LOSS_SOURCE
     norm: Literal["fp32", "half"]
     norm_source: str
     saves: Literal["hf-eager", "textbook"] = "textbook"
@@ -91,6 +98,13 @@ class Stack(BaseModel):
     reduce_dtype_source: str = "gradients reduced in their own dtype (the compute precision under mixed precision)"
     aliases: tuple[str, ...] = ()
 
+    @model_validator(mode="after")
+    def _compile_fuses_loss_cited(self) -> Stack:
+        if not self.compile_fuses_loss and self.compile_fuses_loss_source == _COMPILE_FUSES_LOSS_SOURCE:
+            raise ValueError(f"stack {self.name}: compile_fuses_loss false needs its own compile_fuses_loss_source "
+                             "(the code that keeps the loss out of the compiled step)")
+        return self
+
     @field_validator("fp32_grads")
     @classmethod
     def _mixed_fp32_grads(cls, v: tuple[str, ...]) -> tuple[str, ...]:
@@ -120,15 +134,23 @@ class Stack(BaseModel):
     def loss_bytes_per_logit(self, e: int, compiled: bool) -> float:
         """Bytes per logit element held at the loss's peak (logits, loss buffers, their gradient),
         with ``e`` bytes per activation element. A fused kernel writing the gradient over the
-        logits: e. Compiled (Inductor fuses the upcast and log-softmax) or a fused loss kernel: the
-        half logits and their half gradient (2e). Eager upcast (``F.cross_entropy(logits.float())``):
+        logits: e. A fused loss (:meth:`loss_fused`: a fused loss kernel, or Inductor fusing the upcast
+        and log-softmax of a compiled step): the half logits and their half gradient (2e). Eager upcast (``F.cross_entropy(logits.float())``):
         forward holds the logits, their fp32 copy and the saved fp32 log-probabilities (e + 4 + 4
         under mixed precision; the fp32 logits are the copy in fp32); in backward ``nll_loss``'s
         fp32 gradient and ``log_softmax``'s fp32 input gradient live beside the saved
         log-probabilities (12): max(e + 8, 12)."""
         if self.loss == "fused-inplace":
             return float(e)
-        return 2.0 * e if (compiled or self.loss == "fused") else max(e + 8.0, 12.0)
+        return 2.0 * e if self.loss_fused(compiled) else max(e + 8.0, 12.0)
+
+    def loss_fused(self, compiled: bool) -> bool:
+        """Whether the loss runs as one fused kernel each way, reading and writing the logits about
+        twice (2e bytes per logit element each way, e bytes per element): the stack's own fused loss
+        (``loss`` fused or fused-inplace), or a compiled step whose compiler fuses the eager loss
+        (``compile_fuses_loss``: torch.compile's Inductor does; Megatron-LM's hand-fused kernels,
+        which "compiled" stands for on that stack, leave its fp32 cross-entropy eager)."""
+        return self.loss != "upcast" or (compiled and self.compile_fuses_loss)
 
     @property
     def torch_zero(self) -> bool:
@@ -149,11 +171,6 @@ class Stack(BaseModel):
         """Whether the model's weights are half (``states`` half or master), so torch.autocast
         casts nothing per micro-batch."""
         return self.states in ("half", "master")
-
-    @property
-    def fused_loss(self) -> bool:
-        """Whether the eager loss is one fused kernel (reads and writes the logits about twice)."""
-        return self.loss != "upcast"
 
     @property
     def hf_eager(self) -> bool:

@@ -300,9 +300,9 @@ def _published_moe_runs() -> list[dict]:
 #: row passes, so the entry goes with the fix).
 KNOWN_GAPS: dict[str, str] = {
     "gpt-oss-120b@8x8xh100:tp1pp4ep8": (
-        "predicted 10.03 s, measured 13.67 s (+36.3%): the stage of 9 layers holds 2880-wide experts at 1024 rows "
-        "each and the 201088-token head; Megatron-Core's native fused cross-entropy moves ~40 B per logit where the "
-        "megatron-lm stack counts 8 (+8.6 ms a micro-batch, about 9 points), and its weight-gradient GEMMs "
+        "predicted 10.93 s, measured 13.67 s (+25.1%; +36.3% while the compiled loss was counted fused at 8 B a "
+        "logit, now the stack's eager upcast, 48, where Megatron-Core's native fused cross-entropy moves ~40): the "
+        "stage of 9 layers holds 2880-wide experts at 1024 rows each and the 201088-token head; its weight-gradient GEMMs "
         "accumulate into fp32 main grads (gradient_accumulation_fusion: 4.4 B elements read and written each "
         "micro-batch, an intensity of m/4 = 256 FLOP/B in the expert GEMMs, at the H100's ridge), not modelled "
         "(the main grads' memory and fp32 reduce are); "

@@ -247,10 +247,15 @@ class Fitter:
                             diff_step=1e-3, max_nfev=max_nfev)
         return sol.x
 
-    def fit(self, cross_validate: bool = True) -> Fit:
+    def fit(self, cross_validate: bool = True, starts: tuple[np.ndarray, ...] = ()) -> Fit:
+        """The fit of all runs: least squares from the microbenchmark start and from each of
+        ``starts`` (e.g. the stored fit), the lowest cost kept; leave-one-run-out refits start from
+        it, leave-one-source-out refits from the microbenchmark start (they never see the fit of
+        the source they leave out)."""
         n = len(self.models)
         all_idx = np.arange(n)
-        x = self._solve(all_idx, self.x0)
+        x = min((self._solve(all_idx, s) for s in (self.x0, *starts)),
+                key=lambda xs: float(np.sum(self.residuals(xs) ** 2)))
         f = Fit(self.params, self.groups, x, self.residuals(x))
         if cross_validate and n >= 3:
             # refits start from the full fit (a few steps away from their optimum)
@@ -452,6 +457,25 @@ def _catalog_profile_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "hardware_catalog" / "profiles"
 
 
+def _stored_start(fitter: Fitter, profile_dir: Path) -> tuple[np.ndarray, ...]:
+    """The fitted values the profiles in ``profile_dir`` hold, as a start for ``fitter`` (a second
+    start beside the microbenchmark one: a change of physics can move the optimum the solver
+    reaches from there to a worse local one); none where a fitted GPU's profile or value is missing."""
+    from simulator.hardware.profile import load_profile
+
+    vals: dict[tuple[str, str | None], float] = {}
+    for fam, (fitted_gpus, _) in FAMILIES.items():
+        path = profile_dir / f"{fitted_gpus[0]}.json"
+        fit = load_profile(path).fit if path.exists() else None
+        if fit is None or fam not in fitter.groups:
+            return ()
+        for p, g in _layout(fitter.params, fitter.groups):
+            if g in (fam, None) and p in fit.parameters:
+                vals[p, g] = fit.parameters[p].value
+    lay = _layout(fitter.params, fitter.groups)
+    return (np.array([vals[k] for k in lay]),) if all(k in vals for k in lay) else ()
+
+
 def rebuild_defaults(out_dir: Path | None = None, cv: bool = True, log=print) -> dict[str, Profile]:
     """Refit the default A100/H100/H200 profiles from the bundled dev runs, starting from the
     microbenchmark profiles; give every other catalog GPU the widened held-out residuals."""
@@ -462,7 +486,7 @@ def rebuild_defaults(out_dir: Path | None = None, cv: bool = True, log=print) ->
     table = runs.simulable(runs.default_runs())
     table = table[table["gpu"].isin(group_of)].reset_index(drop=True)
     fitter = Fitter(table, {g: microbenchmark_profile(g) for g in table["gpu"].unique()}, group_of)
-    f = fitter.fit(cross_validate=cv)
+    f = fitter.fit(cross_validate=cv, starts=_stored_start(fitter, _catalog_profile_dir()))
     log(report(fitter, f))
     group = np.array(fitter.run_group)
     out: dict[str, Profile] = {}

@@ -17,7 +17,6 @@ it as ``calibration/hf_memory_trace.py`` says (``python -m calibration.hf_compil
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 import warnings
@@ -29,6 +28,7 @@ from calibration.hf_memory_trace import (
     install_cuda_autocast_policy,
     install_cuda_dropout,
     install_cuda_sdpa_dropout,
+    write_rows,
 )
 
 OUT = Path(__file__).parent / "results" / "hf_compiled_saved.csv"
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
-    only = set(argv if argv is not None else sys.argv[1:])
+    only = set(argv if argv is not None else sys.argv[1:])  # model names to re-trace; the other rows are kept
     rows = []
     for model, side, batch, precision in CASES:
         if only and model not in only:
@@ -127,13 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                      "saved_bytes": n, "config": json.dumps(MODELS[model], sort_keys=True),
                      "torch": torch.__version__, "transformers": transformers.__version__})
         print(f"{model:16s} {side:5d} x {batch:3d} {precision:5s} saved {n / 2**30:7.2f} GiB", flush=True)
-    tmp = OUT.with_suffix(".tmp")
-    with tmp.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(OUT)
-    print(f"wrote {OUT}")
+    write_rows(OUT, rows, only, [c[0] for c in CASES])
     return 0
 
 

@@ -334,8 +334,6 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
     only = set(argv if argv is not None else sys.argv[1:])  # model names to re-trace; the other rows are kept
-    keep = [r for r in csv.DictReader(OUT.open())] if only and OUT.exists() else []
-    keep = [r for r in keep if r["model"] not in only]
     rows: list[dict[str, Any]] = []
     for model, side, batch, precision, attention, ckpt in CASES:
         if only and model not in only:
@@ -349,17 +347,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{model:24s} {side:5d} x {batch:3d} {precision:5s} {attention:6s} {ckpt:5s} "
               f"{peak['total'] / 2**30:8.2f} GiB allocated, runs in {peak['allocator_device'] / 2**30:8.2f} GiB",
               flush=True)
-    order = {c[0]: i for i, c in reversed(list(enumerate(CASES)))}
-    rows = sorted(keep + rows, key=lambda r: order.get(r["model"], len(CASES)))
-    tmp = OUT.with_suffix(".tmp")
-    with tmp.open("w", newline="") as fh:
-        fields = list(dict.fromkeys(k for r in rows for k in r))
-        w = csv.DictWriter(fh, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
-    tmp.replace(OUT)
-    print(f"wrote {OUT}")
+    write_rows(OUT, rows, only, [c[0] for c in CASES])
     return 0
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]], only: set[str], models: list[str]) -> None:
+    """Writes ``rows`` to the CSV ``path`` atomically (:func:`simulator.core.atomic.write_text_atomic`),
+    with the rows already there of the models not in ``only`` (all replaced where ``only`` is
+    empty), in the order of ``models``."""
+    import io
+
+    from simulator.core.atomic import write_text_atomic
+
+    if only and path.exists():
+        with path.open() as fh:
+            rows = [r for r in csv.DictReader(fh) if r["model"] not in only] + rows
+    order = {m: i for i, m in reversed(list(enumerate(models)))}
+    rows = sorted(rows, key=lambda r: order.get(r["model"], len(models)))
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=list(dict.fromkeys(k for r in rows for k in r)), lineterminator="\r\n")
+    w.writeheader()
+    w.writerows(rows)
+    write_text_atomic(path, out.getvalue())
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -72,8 +72,8 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
     # allocator reserves beyond them (the stack's fragmentation share of activations and
     # loss_fragmentation share of logits, inside "other") and is the number feasibility checks
     # (the least device memory the step runs in)
-    mem["allocated"] = _gib(tab.mem_total[i] - pb.stack.fragmentation * tab.mem_activations[i]
-                            - pb.stack.loss_fragmentation * tab.mem_logits[i])
+    mem["allocated"] = _gib(tab.mem_total[i] - memory.allocator_reserve(tab.mem_activations[i], tab.mem_logits[i],
+                                                                        pb.stack))
     mem["capacity"] = _gib(pb.device.usable_memory)
     mem["host_offload_per_node"] = _gib(tab.host_need[i])
     mem["host_capacity_per_node"] = _gib(pb.host_memory)  # host RAM per node (offload's limit)

@@ -265,13 +265,6 @@ def micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], suppor
 _MICRO_BATCHES = store()
 
 
-def _activations_and_logits(pb: Problem, one: np.ndarray, p: str, att: str, c: bool, ck: str) -> float:
-    """Bytes of one sample's activations and the logits held beside them at the peak."""
-    held, rebuilt = memory.activation_terms(pb.model, pb.seq_len, one, p, att, ck, c, pb.stack)
-    logits = memory.logits_bytes(pb.model, pb.seq_len, one, p, c, pb.stack)
-    return float((held + rebuilt + memory.logits_at_peak(logits, rebuilt))[0])
-
-
 def _micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarray,
                             pinned: np.ndarray | None) -> MicroBatches:
     model, dev, n = pb.model, pb.device, pb.dp_ranks
@@ -279,7 +272,7 @@ def _micro_batch_candidates(pb: Problem, space: Space, packs: list[tuple], suppo
         mbs = pinned
     else:
         one = np.array([1.0])
-        per_sample = min(_activations_and_logits(pb, one, p, att, c, ck)
+        per_sample = min(float(sum(memory.peak_activations(model, pb.seq_len, one, p, att, ck, c, pb.stack)[::2])[0])
                          for (p, att, c, ck), ok in zip(packs, supported, strict=True) if ok) \
             if supported.any() else 1.0
         P, PL = float(model.n_params()), _layer_params(model)
@@ -303,8 +296,8 @@ class PackCompute:
     block's working set among them, ``rebuilt``), the logit bytes held at the peak
     (:func:`simulator.physics.memory.logits_at_peak`); and
     seconds of autocast's weight casts per micro-batch (K,), in forward and backward (``cast``) and
-    again in recomputation (``rec_cast``: whole checkpointed layers re-cast their weights).
-    Unsupported precisions: inf. ``sized`` stacks the (K, E) quantities the evaluation gathers at
+    again in recomputation (``rec_cast``: whole checkpointed layers re-cast their weights), and
+    the parameters of those checkpointed layers (``rebuilt_params``, K,). Unsupported precisions: inf. ``sized`` stacks the (K, E) quantities the evaluation gathers at
     its micro-batch sizes, in the order of :data:`_SIZED`: forward, backward, recompute, FLOPs,
     their sum (a micro-batch's compute), backward + recompute, activations, logits, the
     activations outside the blocks and the rebuilt block's working set."""
@@ -319,6 +312,7 @@ class PackCompute:
     rec_cast: np.ndarray
     act_outside: np.ndarray
     rebuilt: np.ndarray
+    rebuilt_params: np.ndarray
     sized: np.ndarray  # (len(_SIZED), K, E)
 
 
@@ -343,6 +337,8 @@ def _compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, si
     K, E = len(packs), sizes.size
     fwd, bwd, rec, hw, act, logit, act_out, rebuilt = (np.full((K, E), np.inf) for _ in range(8))
     cast, rec_cast = np.zeros(K), np.zeros(K)
+    # parameters of the checkpointed layers, whose forward (weight casts included) runs again
+    rerun = np.array([checkpointed_layers(ck, model.n_layers) for *_, ck in packs]) * _layer_params(model)
     rate = dev.mem_bw * dev.profile.bw_eff("cast")
     memo: dict = {}
     for i, (p, att, c, ck) in enumerate(packs):
@@ -350,18 +346,15 @@ def _compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, si
             continue
         t = micro_batch_time(model, seq, sizes, p, att, c, ck, dev, memo, pb.stack)
         fwd[i], bwd[i], rec[i], hw[i] = t.fwd, t.bwd, t.recompute, t.hw_flops
-        held, rebuilt[i] = memory.activation_terms(model, seq, sizes, p, att, ck, c, pb.stack)
-        act[i] = held + rebuilt[i]
-        logit[i] = memory.logits_at_peak(memory.logits_bytes(model, seq, sizes, p, c, pb.stack), rebuilt[i])
+        act[i], rebuilt[i], logit[i] = memory.peak_activations(model, seq, sizes, p, att, ck, c, pb.stack)
         act_out[i] = memory.outside_activations(model, seq, sizes, p, att, c, pb.stack)
         # autocast weight casts (and their gradients' casts back) once per micro-batch, only where
         # the weights stay fp32 (DDP)
         cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / rate
-        rerun = checkpointed_layers(ck, model.n_layers) * _layer_params(model)  # forward casts again
-        rec_cast[i] = 0.5 * float(workload.autocast_cast_bytes(rerun, p, half_params=False).nbytes) / rate
+        rec_cast[i] = 0.5 * float(workload.autocast_cast_bytes(rerun[i], p, half_params=False).nbytes) / rate
     sized = np.stack([fwd, bwd, rec, hw, fwd + bwd + rec, bwd + rec, act, logit, act_out, rebuilt])
-    frozen(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out, rebuilt, sized)
-    return PackCompute(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out, rebuilt, sized)
+    frozen(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out, rebuilt, rerun, sized)
+    return PackCompute(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out, rebuilt, rerun, sized)
 
 
 @dataclass(frozen=True)
@@ -789,11 +782,9 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
     mem_g = memory.gradients_at_peak(st.gradients[:, None], act4, ps.at["act_outside"][:, :, None, None], log4,
                                      ps.at["rebuilt"][:, :, None, None], fresh)
     mem_o = st.optimizer[:, None]
-    PL = _layer_params(pb.model)
-    rebuilt_params = np.array([checkpointed_layers(pk[3], pb.model.n_layers) * PL for pk in packs])
-    copies = memory.autocast_weight_copies(float(pb.model.n_params()), st.fp32_params, rebuilt_params[:, None], PL)
-    other = spread((st.buffers + copies)[:, None, :, None] + pb.stack.fragmentation * act4
-                   + pb.stack.loss_fragmentation * log4, NO)
+    copies = memory.autocast_weight_copies(float(pb.model.n_params()), st.fp32_params, pc.rebuilt_params[:, None],
+                                           _layer_params(pb.model))
+    other = spread((st.buffers + copies)[:, None, :, None] + memory.allocator_reserve(act4, log4, pb.stack), NO)
     total = np.broadcast_to(mem_w + mem_g + mem_o + act4 + log4 + other, shape)
     valid4 = _offload_allowed(tuple(space.shardings), tuple(space.offloads))[None, None] & supported[:, None, None, None]
     host_need = st.host[:, None] * pb.fabric.gpus_per_node  # per node

@@ -264,10 +264,9 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     a["step_time"] = a["step_time"] + a["ep_comm"]
     t_mb = (a["forward"] + a["backward"] + a["recompute"] + a["cp_comm"] + a["ep_comm"]) / ga
     act, log = a["mem_activations"], a["mem_logits"]
-    F, FL = 1 + pb.stack.fragmentation, 1 + pb.stack.loss_fragmentation
-    act_f = act * F
-    rest = a["mem_total"] - act_f - log * FL
-    last_stage = act_f + log * FL  # the last stage's one working set and logits
+    reserve = memory.allocator_reserve(act, log, pb.stack)
+    rest = a["mem_total"] - act - log - reserve
+    last_stage = act + log + reserve  # the last stage's one working set and logits
     stored = stored_activations(model, seq, packs, a["pack"], a["micro_batch"], act, pb.stack) if par.pp > 1 else act
     tp_comm, tp_hidden = ga * tp_mb, ga * (tp_sync - tp_mb)
     out = []
@@ -281,12 +280,12 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
         b["step_time"] = a["step_time"] + bubble + b["tp_comm"] + b["pp_comm"]
         # first stage: in-flight micro-batches' stored activations + one working set; last: one + logits
         first = act + (parallel.in_flight(p.pp, ga, vp) - 1) * stored
-        first_f = first * F
+        first_f = first + memory.allocator_reserve(first, 0.0, pb.stack)
         first_binds = first_f >= last_stage
         b["mem_activations"] = np.where(first_binds, first, act)
         b["mem_logits"] = np.where(first_binds, 0.0, log)
-        b["mem_other"] = (a["mem_other"] + pb.stack.fragmentation * (b["mem_activations"] - act)
-                          + pb.stack.loss_fragmentation * (b["mem_logits"] - log))
+        b["mem_other"] = a["mem_other"] - reserve + memory.allocator_reserve(b["mem_activations"], b["mem_logits"],
+                                                                             pb.stack)
         b["mem_total"] = rest + np.maximum(first_f, last_stage)
         for k, val in (("dp", p.dp), ("tp", p.tp), ("pp", p.pp), ("vp", vp), ("sp", p.sp), ("cp", p.cp), ("ep", p.ep),
                        ("etp", p.etp or 0)):

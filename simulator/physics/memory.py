@@ -243,6 +243,24 @@ def outside_activations(model, seq_len: int, mb: np.ndarray, precision: str, att
     return sum((op.count * np.asarray(op.kept_under("none"), float) for op in g.outside), z)
 
 
+def allocator_reserve(activations, logits, stack: Stack) -> np.ndarray:
+    """Bytes the caching allocator holds above the allocated peak (reserved - allocated): the
+    stack's ``fragmentation`` share of the ``activations`` and ``loss_fragmentation`` share of the
+    ``logits`` held at the peak (bytes each; ``stacks.yaml``, fitted for hf-trainer by
+    ``calibration/allocator_fit.py``). A plan's total is the allocated peak plus this."""
+    return stack.fragmentation * np.asarray(activations, float) + stack.loss_fragmentation * np.asarray(logits, float)
+
+
+def peak_activations(model, seq_len: int, mb: np.ndarray, precision: str, attention: str, checkpointing: str,
+                     compiled: bool, stack: Stack | str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(activations, rebuilt, logits) bytes of one micro-batch at a step's peak: the held
+    activations with the rebuilt block's working set (:func:`activation_terms`), that working set,
+    and the logit and loss buffers beside it (:func:`logits_at_peak`)."""
+    held, rebuilt = activation_terms(model, seq_len, mb, precision, attention, checkpointing, compiled, stack)
+    logits = logits_at_peak(logits_bytes(model, seq_len, mb, precision, compiled, stack), rebuilt)
+    return held + rebuilt, rebuilt, logits
+
+
 def logits_at_peak(logits: np.ndarray, rebuilt: np.ndarray) -> np.ndarray:
     """Bytes of the logits and loss buffers held at a step's peak beyond the rebuilt block's
     working set (:func:`activation_terms`): the loss's buffers are freed when backward leaves the

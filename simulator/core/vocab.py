@@ -1,4 +1,5 @@
-"""Vocabularies every layer shares: training precisions, datasheet precisions, MLP activations."""
+"""Vocabularies every layer shares: training precisions, datasheet precisions, MLP activations,
+a mixture of experts' routings."""
 
 from __future__ import annotations
 
@@ -27,3 +28,8 @@ def base_precision(precision: str) -> str:
 #: GPT-2's tanh approximation (Hugging Face ``gelu_new`` / ``gelu_pytorch_tanh``), SiLU, ReLU.
 Activation = Literal["gelu", "gelu_tanh", "silu", "relu"]
 ACTIVATIONS: tuple[str, ...] = get_args(Activation)
+
+
+#: Where a token's top-k experts lie (simulator.model.families.moe.MoESpec.routing, ``--moe-routing``).
+Routing = Literal["uniform", "contiguous"]
+ROUTINGS: tuple[str, ...] = get_args(Routing)

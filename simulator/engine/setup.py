@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from ..core.errors import UsageError
-from ..core.vocab import FP8, PRECISIONS
+from ..core.vocab import FP8, PRECISIONS, ROUTINGS
 from ..hardware import catalog as hardware
 from ..hardware.device import GIB, device_from_profile, device_from_spec
 from ..hardware.profile import Profile, comm_params, load_profile
@@ -206,11 +206,6 @@ def with_capacity_factor(spec, capacity_factor, stack):
         raise UsageError(f"--capacity-factor must be a number above 0 and at most n_experts / top_k = {bound:g} "
                          f"(each expert's buffer over its mean tokens; 1.0-1.25 is usual), got {capacity_factor!r}")
     return spec.model_copy(update={"capacity_factor": float(capacity_factor)})
-
-
-#: The routings of :attr:`simulator.model.families.moe.MoESpec.routing` and what each is.
-ROUTINGS = {"uniform": "any top-k distinct experts alike (a learned router, or Megatron-Core's forced balancing)",
-            "contiguous": "each token's top-k experts consecutive (NeMo Automodel's fake_balanced_gate)"}
 
 
 def with_routing(spec, routing):

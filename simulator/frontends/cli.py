@@ -11,6 +11,7 @@ import json
 import sys
 
 from ..core.errors import run_cli
+from ..core.vocab import ROUTINGS
 from .args import ArgParser, _positive_float, _positive_int, add_recipe_args, fraction_arg
 
 SUBCOMMANDS = {"compare": "simulator.frontends.compare:main", "budget": "simulator.frontends.budget:main",
@@ -89,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--moe-dispatcher", dest="moe_dispatcher", choices=("alltoall", "deepep"),
                    help="how expert parallelism sends tokens: alltoall (NCCL, every routed copy; default) or deepep "
                         "(DeepEP: once per GPU and node holding the token's experts)")
-    k.add_argument("--moe-routing", dest="moe_routing", choices=("uniform", "contiguous"),
+    k.add_argument("--moe-routing", dest="moe_routing", choices=ROUTINGS,
                    help="where a token's experts lie: uniform (any top-k alike, a learned router; default) or "
                         "contiguous (consecutive experts: NeMo Automodel's fake_balanced_gate benchmarks)")
     k.add_argument("--moe-a2a-overlap", dest="moe_a2a_overlap", action="store_true", default=None,

@@ -55,6 +55,7 @@ from typing import Literal, get_args
 import numpy as np
 from pydantic import Field, model_validator
 
+from ...core.vocab import Routing
 from .. import workload
 from ..hf_fields import MOE_ROPE, ConfigProblem
 from ..spec import ModelSpec
@@ -140,7 +141,7 @@ class MoESpec(ModelSpec):
     the routing. At most ``n_experts / top_k`` (a buffer of all the tokens). Benchmarks that
     force balanced routing (Megatron-Core ``--moe-router-force-load-balancing``, NeMo Automodel's
     ``fake_balanced_gate``) run like capacity factor 1."""
-    routing: Literal["uniform", "contiguous"] = "uniform"
+    routing: Routing = "uniform"
     """Where a token's ``top_k`` experts lie (a setting of the run, ``--moe-routing``): uniform, any
     ``top_k`` distinct experts alike (a learned router; Megatron-Core's forced balancing draws
     random logits); contiguous, NeMo Automodel's ``FakeBalancedGate`` (nemo_automodel/components/

@@ -64,6 +64,15 @@ class _Block:
     next: _Block | None = None
 
 
+def _absorb(first: _Block, second: _Block) -> _Block:
+    """Merges ``second`` into ``first``, the block just before it in their segment."""
+    first.size += second.size
+    first.next = second.next
+    if second.next is not None:
+        second.next.prev = first
+    return first
+
+
 @dataclass(frozen=True)
 class Replay:
     """Peaks of a replayed step (bytes): ``allocated`` as the allocator counts it
@@ -131,20 +140,12 @@ def replay(events: Iterable[Event], capacity: float = float("inf")) -> Replay | 
             if b is None:
                 continue
             allocated -= b.size
-            before, after = b.prev, b.next
-            if before is not None and before.free:
-                take(before)
-                before.size += b.size
-                before.next = b.next
-                if b.next is not None:
-                    b.next.prev = before
-                b = before
-            if after is not None and after.free:
-                take(after)
-                b.size += after.size
-                b.next = after.next
-                if after.next is not None:
-                    after.next.prev = b
+            if b.prev is not None and b.prev.free:  # coalesce with a free neighbour before it ...
+                take(b.prev)
+                b = _absorb(b.prev, b)
+            if b.next is not None and b.next.free:  # ... and after it
+                take(b.next)
+                _absorb(b, b.next)
             cache(b)
     return Replay(peak_allocated, peak_reserved)
 

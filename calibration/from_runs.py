@@ -463,16 +463,16 @@ def _stored_start(fitter: Fitter, profile_dir: Path) -> tuple[np.ndarray, ...]:
     reaches from there to a worse local one); none where a fitted GPU's profile or value is missing."""
     from simulator.hardware.profile import load_profile
 
+    lay = _layout(fitter.params, fitter.groups)
     vals: dict[tuple[str, str | None], float] = {}
     for fam, (fitted_gpus, _) in FAMILIES.items():
         path = profile_dir / f"{fitted_gpus[0]}.json"
         fit = load_profile(path).fit if path.exists() else None
         if fit is None or fam not in fitter.groups:
             return ()
-        for p, g in _layout(fitter.params, fitter.groups):
+        for p, g in lay:
             if g in (fam, None) and p in fit.parameters:
                 vals[p, g] = fit.parameters[p].value
-    lay = _layout(fitter.params, fitter.groups)
     return (np.array([vals[k] for k in lay]),) if all(k in vals for k in lay) else ()
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from calibration.hf_memory_trace import (
     install_cuda_autocast_policy,
     install_cuda_dropout,
     install_cuda_sdpa_dropout,
+    start,
     write_rows,
 )
 
@@ -112,12 +112,16 @@ def saved_bytes(config: dict[str, Any], side: int, batch: int, precision: str) -
 
 
 def main(argv: list[str] | None = None) -> int:
+    from simulator.core.errors import run_cli
+
+    return run_cli("hf_compiled_saved", lambda: _trace_all(argv))
+
+
+def _trace_all(argv: list[str] | None) -> int:
+    only = start("hf_compiled_saved", argv, [c[0] for c in CASES])  # model names to re-trace; the other rows are kept
     import torch
     import transformers
 
-    warnings.filterwarnings("ignore")
-    transformers.logging.set_verbosity_error()
-    only = set(argv if argv is not None else sys.argv[1:])  # model names to re-trace; the other rows are kept
     rows = []
     for model, side, batch, precision in CASES:
         if only and model not in only:

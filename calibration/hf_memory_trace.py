@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from calibration.allocator_replay import smallest_device
+from simulator.core.errors import UsageError
 
 OUT = Path(__file__).parent / "results" / "hf_memory_trace.csv"
 
@@ -328,12 +329,33 @@ def trace(config: dict[str, Any], side: int, batch: int, precision: str, attenti
 
 
 def main(argv: list[str] | None = None) -> int:
+    from simulator.core.errors import run_cli
+
+    return run_cli("hf_memory_trace", lambda: _trace_all(argv))
+
+
+def start(prog: str, argv: list[str] | None, models: list[str]) -> set[str]:
+    """The model names to re-trace (``argv``; none: all), checked against ``models``, with
+    transformers loaded and quiet; UsageError in one line for an unknown name or a missing
+    transformers (an extra of this package, not a dependency)."""
+    only = set(argv if argv is not None else sys.argv[1:])
+    if bad := sorted(only - set(models)):
+        raise UsageError(f"unknown model(s) {', '.join(bad)}; valid: {', '.join(dict.fromkeys(models))}")
+    try:
+        import transformers
+    except ImportError:
+        raise UsageError(f"{prog} needs transformers 5.17: in a scratch environment, "
+                         'pip install -e ".[trace]" torch==2.13.0 (README, "Measured on a real GPU")') from None
+    warnings.filterwarnings("ignore")
+    transformers.logging.set_verbosity_error()
+    return only
+
+
+def _trace_all(argv: list[str] | None) -> int:
+    only = start("hf_memory_trace", argv, [c[0] for c in CASES])  # model names to re-trace; the other rows are kept
     import torch
     import transformers
 
-    warnings.filterwarnings("ignore")
-    transformers.logging.set_verbosity_error()
-    only = set(argv if argv is not None else sys.argv[1:])  # model names to re-trace; the other rows are kept
     rows: list[dict[str, Any]] = []
     for model, side, batch, precision, attention, ckpt in CASES:
         if only and model not in only:

@@ -135,3 +135,19 @@ def test_the_stacks_reserve_is_the_fit(plans):
                                np.array(device))
     stack = get_stack("hf-trainer")
     assert fitted == pytest.approx((stack.fragmentation, stack.loss_fragmentation))
+
+
+@pytest.mark.parametrize("tool", ["hf_memory_trace", "hf_compiled_saved"])
+def test_tracers_refuse_bad_input_in_one_line(tool, monkeypatch, capsys):
+    """An unknown model name, or transformers missing (an extra, not a dependency): one line, exit 2."""
+    import importlib
+    import sys
+
+    main = importlib.import_module(f"calibration.{tool}").main
+    assert main(["no-such-model"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no-such-model" in err and "valid: pythia-160m" in err and len(err.splitlines()) == 1
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers raises ImportError
+    assert main(["pythia-160m"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert 'pip install -e ".[trace]"' in err and len(err.splitlines()) == 1

@@ -33,14 +33,16 @@ from calibration.hf_memory_trace import (
 
 OUT = Path(__file__).parent / "results" / "hf_compiled_saved.csv"
 
-#: (model, tokens per sample, micro-batch, precision): SDPA, no checkpointing, compiled.
-CASES: tuple[tuple[str, int, int, str], ...] = (
-    ("pythia-160m", 2048, 8, "bf16"),
-    ("pythia-1b", 2048, 8, "bf16"),
-    ("llama-3.2-1b", 2048, 8, "bf16"),
-    ("qwen2.5-0.5b", 2048, 8, "bf16"),
-    ("gpt2-xl", 1024, 8, "bf16"),
-    ("pythia-410m", 2048, 8, "fp32"),
+#: (model, tokens per sample, micro-batch, precision, attention): no checkpointing, compiled.
+CASES: tuple[tuple[str, int, int, str, str], ...] = (
+    ("pythia-160m", 2048, 8, "bf16", "sdpa"),
+    ("pythia-1b", 2048, 8, "bf16", "sdpa"),
+    ("llama-3.2-1b", 2048, 8, "bf16", "sdpa"),
+    ("llama-3.2-1b", 2048, 2, "bf16", "eager"),
+    ("qwen2.5-0.5b", 2048, 8, "bf16", "sdpa"),
+    ("gpt2-xl", 1024, 8, "bf16", "sdpa"),
+    ("gpt2-xl", 1024, 4, "bf16", "eager"),
+    ("pythia-410m", 2048, 8, "fp32", "sdpa"),
 )
 
 
@@ -57,11 +59,11 @@ def _storage_bytes(values) -> int:
     return sum(seen.values())
 
 
-def saved_bytes(config: dict[str, Any], side: int, batch: int, precision: str) -> int:
+def saved_bytes(config: dict[str, Any], side: int, batch: int, precision: str, attention: str = "sdpa") -> int:
     """Bytes the compiled step's backward graph takes as saved inputs (not its tangents), less
     the forward graph's own inputs it saves as they are (parameters, the token ids): one
     forward and backward of ``config`` at ``batch`` x ``side`` tokens under ``torch.compile``
-    with Inductor's partitioner and no-op compilers, SDPA, ``precision`` (bf16/fp16: CUDA's
+    with Inductor's partitioner and no-op compilers, ``attention`` (sdpa, eager), ``precision`` (bf16/fp16: CUDA's
     autocast over fp32 weights; fp32/tf32: none). Raises where dynamo breaks the graph (the saved
     set would then be several graphs' and the count not comparable)."""
     import torch
@@ -91,7 +93,7 @@ def saved_bytes(config: dict[str, Any], side: int, batch: int, precision: str) -
     aliases: list[int] = []
     backend = aot_autograd(fw_compiler=forward, bw_compiler=backward, partition_fn=min_cut_rematerialization_partition)
     cfg = transformers.AutoConfig.for_model(**config)
-    cfg._attn_implementation = "sdpa"
+    cfg._attn_implementation = attention
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(cfg)
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
@@ -123,14 +125,14 @@ def _trace_all(argv: list[str] | None) -> int:
     import transformers
 
     rows = []
-    for model, side, batch, precision in CASES:
+    for model, side, batch, precision, attention in CASES:
         if only and model not in only:
             continue
-        n = saved_bytes(MODELS[model], side, batch, precision)
-        rows.append({"model": model, "side": side, "micro_batch": batch, "precision": precision, "attention": "sdpa",
+        n = saved_bytes(MODELS[model], side, batch, precision, attention)
+        rows.append({"model": model, "side": side, "micro_batch": batch, "precision": precision, "attention": attention,
                      "saved_bytes": n, "config": json.dumps(MODELS[model], sort_keys=True),
                      "torch": torch.__version__, "transformers": transformers.__version__})
-        print(f"{model:16s} {side:5d} x {batch:3d} {precision:5s} saved {n / 2**30:7.2f} GiB", flush=True)
+        print(f"{model:16s} {side:5d} x {batch:3d} {precision:5s} {attention:5s} saved {n / 2**30:7.2f} GiB", flush=True)
     write_rows(OUT, rows, only, [c[0] for c in CASES])
     return 0
 

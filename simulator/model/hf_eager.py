@@ -8,7 +8,7 @@ Hugging Face Trainer (and a plain loop over ``AutoModelForCausalLM``) runs these
 fused stacks (llm-foundry, Megatron-LM, torchtitan, flash-attn, llm.c) keep the textbook count
 of :func:`simulator.model.workload.layer_activation_bytes_per_token` (Korthikanti et al. 2022). Under
 ``torch.compile`` AOTAutograd's partitioner re-derives what to save (elementwise chains are
-recomputed in backward), so compiled steps keep the textbook count too.
+recomputed in backward): :mod:`simulator.model.hf_compiled` counts what it keeps of these modules.
 
 The rules (huggingface/transformers ``src/transformers``; PyTorch ``torch.autocast`` CUDA op
 lists; autograd derivatives in ``tools/autograd/derivatives.yaml``), for bf16/fp16 mixed precision

@@ -211,8 +211,8 @@ def activation_terms(model, seq_len: int, mb: np.ndarray, precision: str, attent
     under op keeps its matmul and fused-attention outputs). Where a policy drops something, one
     repetition at a time is rebuilt around what it kept (S less that), the largest such block's.
     With one repetition every policy holds what none holds. ``compiled`` and ``stack`` pick the
-    graph: a stack running Hugging Face's eager modules saves what :mod:`simulator.model.hf_eager` counts,
-    fused stacks and compiled steps the textbook count.
+    graph: a stack running Hugging Face's modules saves what :mod:`simulator.model.hf_eager` counts
+    (eager) or :mod:`simulator.model.hf_compiled` (compiled), fused stacks the textbook count.
     """
     g = graph(model, seq_len, mb, precision, attention, compiled, stack)
     z = np.zeros_like(np.asarray(mb, dtype=float))

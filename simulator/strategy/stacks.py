@@ -174,8 +174,9 @@ class Stack(BaseModel):
 
     @property
     def hf_eager(self) -> bool:
-        """Whether the stack runs Hugging Face transformers' eager modules, whose saved tensors
-        :mod:`simulator.model.hf_eager` counts (``saves: hf-eager``)."""
+        """Whether the stack runs Hugging Face transformers' modules, whose saved tensors
+        :mod:`simulator.model.hf_eager` counts in eager mode and :mod:`simulator.model.hf_compiled`
+        under torch.compile (``saves: hf-eager``)."""
         return self.saves == "hf-eager"
 
     def fp32_main_grads(self, precision: str) -> bool:

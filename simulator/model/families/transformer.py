@@ -13,7 +13,7 @@ import numpy as np
 
 from ...core.vocab import base_precision
 from ...hardware.profile import activation_class
-from .. import hf_eager, workload
+from .. import hf_compiled, hf_eager, workload
 from ..spec import FAMILIES, ModelSpec
 from .base import Block, Graph, Knobs, Op
 from .base import Family as FamilyDef
@@ -39,12 +39,15 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
               kernels_bwd=2, saved=tokens * e * g.k, kept={"op": tokens * e * g.n},
               params=int(g.k * g.n + (g.n if model.linear_bias else 0)), fp8_linear=True)
            for g in workload.layer_gemms(model, tokens)]
-    # what a layer saves: Hugging Face's eager modules where the stack runs them (not compiled:
-    # AOTAutograd re-derives the saved set), else the textbook count (simulator/model/hf_eager.py)
-    hf = stack.hf_eager and not knobs.compiled
+    # what a layer saves: Hugging Face's modules where the stack runs them, eager
+    # (simulator/model/hf_eager.py) or as Inductor's partitioner keeps them under torch.compile
+    # (simulator/model/hf_compiled.py), else the textbook count
+    hf_modules = stack.hf_eager
+    hf = hf_modules and not knobs.compiled
+    hf_saves = (hf_compiled if knobs.compiled else hf_eager) if hf_modules else None
     per_layer = workload.layer_activation_bytes_per_token(model, seq_len, e, knobs.attention)
-    if hf:  # never below the textbook count (OPT's ReLU MLP saves one f-wide tensor where it counts two)
-        hf_layer, hf_core = hf_eager.layer_saved_bytes_per_token(model, seq_len, knobs.precision, knobs.attention)
+    if hf_saves:  # never below the textbook count (OPT's ReLU MLP saves one f-wide tensor where it counts two)
+        hf_layer, hf_core = hf_saves.layer_saved_bytes_per_token(model, seq_len, knobs.precision, knobs.attention)
         per_layer = max(per_layer, hf_layer)
     op_kept = workload.op_kept_bytes_per_token(model, e, knobs.attention)
     # attention core: selective checkpointing re-runs it (Korthikanti et al. 2022); op-level
@@ -56,7 +59,7 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
                       kernels_bwd=1, recompute=frozenset({"selective"}), head_dim=model.head_dim, seq=seq_len,
                       causal=workload.is_causal(model), heads=model.n_heads, attention_kernel=stack.attention_kernel))
     else:
-        core = hf_core if hf else workload.eager_scores_bytes_per_token(model, seq_len, e)
+        core = hf_core if hf_saves else workload.eager_scores_bytes_per_token(model, seq_len, e)
         # autocast's fp32 list holds softmax as it holds layer_norm: the stacks whose norms run in fp32 upcast it
         upcast = stack.fp32_norm(e, knobs.compiled)
         sf, sb = workload.eager_softmax_bytes(model, mb, seq_len, e, knobs.compiled, upcast)
@@ -102,7 +105,7 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
                   kernels_fwd=float(lf.kernels) / L1, kernels_bwd=float(lb.kernels) / L1,
                   saved=tokens * rest_saved, recompute=frozenset({"op"}), kept={"op": tokens * rest_kept},
                   bandwidth="elementwise", params=rest_params))
-    layer_input = hf_eager.layer_input_bytes_per_token(model) if hf else h_act * e
+    layer_input = hf_eager.layer_input_bytes_per_token(model) if hf_modules else h_act * e
     layer = Block("layer", tuple(ops), L, tokens * layer_input)
 
     outside = [Op(g.name, "gemm", count=g.count, m=g.m, n=g.n, k=g.k, batch=g.batch, kernels_fwd=1, kernels_bwd=2)
@@ -113,7 +116,7 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
                       kernels_fwd=float(lsf.kernels), kernels_bwd=float(lsb.kernels), bandwidth="loss"))
     # embedding output and the final norm's input stay for backward (Hugging Face: the final
     # norm's fp32 input and statistics, the head's input, masks; simulator/model/hf_eager.py)
-    around = hf_eager.outside_saved_bytes_per_token(model, seq_len, knobs.precision, knobs.attention) if hf \
+    around = hf_saves.outside_saved_bytes_per_token(model, seq_len, knobs.precision, knobs.attention) if hf_saves \
         else h_act * e * 2
     outside.append(Op("embedding", "elementwise", bytes_fwd=emf.nbytes, bytes_bwd=emb.nbytes,
                       kernels_fwd=float(emf.kernels), kernels_bwd=float(emb.kernels), saved=tokens * around,

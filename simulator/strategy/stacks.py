@@ -134,20 +134,15 @@ class Stack(BaseModel):
     def loss_bytes_per_logit(self, e: int, compiled: bool) -> float:
         """Bytes per logit element held at the loss's peak (logits, loss buffers, their gradient),
         with ``e`` bytes per activation element. A fused kernel writing the gradient over the
-        logits: e. The stack's own fused loss kernel: the half logits and their half gradient (2e).
-        Inductor fusing the eager upcast of a compiled step (:meth:`loss_fused`): its partitioner
-        saves the fp32 log-probabilities (``_log_softmax``, traced by
-        calibration/hf_compiled_saved.py), beside the half logits the forward returns and then
-        their half gradient: e + 4. Eager upcast (``F.cross_entropy(logits.float())``):
+        logits: e. A fused loss (:meth:`loss_fused`: a fused loss kernel, or Inductor fusing the upcast
+        and log-softmax of a compiled step): the half logits and their half gradient (2e). Eager upcast (``F.cross_entropy(logits.float())``):
         forward holds the logits, their fp32 copy and the saved fp32 log-probabilities (e + 4 + 4
         under mixed precision; the fp32 logits are the copy in fp32); in backward ``nll_loss``'s
         fp32 gradient and ``log_softmax``'s fp32 input gradient live beside the saved
         log-probabilities (12): max(e + 8, 12)."""
         if self.loss == "fused-inplace":
             return float(e)
-        if self.loss != "upcast":
-            return 2.0 * e
-        return e + 4.0 if self.loss_fused(compiled) else max(e + 8.0, 12.0)
+        return 2.0 * e if self.loss_fused(compiled) else max(e + 8.0, 12.0)
 
     def loss_fused(self, compiled: bool) -> bool:
         """Whether the loss runs as one fused kernel each way, reading and writing the logits about

@@ -105,9 +105,11 @@ def test_compiled_saved_set(row):
     spec = model_from_hf_config(json.loads(row["config"]), name=row["model"])
     seq, mb, p, stack = int(row["side"]), np.array([float(row["micro_batch"])]), row["precision"], get_stack("hf-trainer")
     held, rebuilt = memory.activation_terms(spec, seq, mb, p, row["attention"], "none", True, stack)
-    # the compiled loss saves its fp32 log-probabilities (4 bytes a logit); memory.logits_bytes is the
-    # loss's peak, which adds their gradient (no saved tensor)
-    logits = workload.logits_elements(spec, seq, mb) * 4.0
+    # what the compiled loss saves of its peak (Stack.loss_bytes_per_logit, 2e): the half logits
+    # (Inductor decomposes log_softmax and recomputes it in backward), not their gradient (e bytes a
+    # logit, no saved tensor)
+    e = workload.act_bytes(p)
+    logits = workload.logits_elements(spec, seq, mb) * (stack.loss_bytes_per_logit(e, True) - e)
     copies = memory.autocast_weight_copies(float(spec.n_params()), np.array(memory.autocast_fp32_params(p, "ddp", stack)),
                                            np.array(0.0), 0.0)
     counted = float((held + rebuilt + logits)[0] + copies)

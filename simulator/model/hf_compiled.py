@@ -50,7 +50,13 @@ Units: bytes per token (per layer unless named otherwise).
 from __future__ import annotations
 
 from ..core.vocab import MIXED_PRECISIONS
-from .hf_eager import STREAM, attention_saved, dropout_of, norm_saved
+from .hf_eager import (
+    STREAM,
+    attention_saved,
+    dropout_of,
+    embedding_saved_bytes_per_token,
+    norm_saved,
+)
 
 #: Bytes per row of one norm's saved statistics: its fp32 rstd (LayerNorm's mean is recomputed once
 #: Inductor decomposes ``native_layer_norm``).
@@ -101,10 +107,7 @@ def outside_saved_bytes_per_token(model, seq_len: int, precision: str, attention
     out = STREAM * h + e * h
     if getattr(model, "final_norm", True):
         out += NORM_STATS
-    if (dropout if dropout is not None else dropout_of(model))[0] > 0:
-        out += 1.0 * h
-    if model.pos_embedding == "rotary":
-        out += 2 * STREAM * model.head_dim
+    out += embedding_saved_bytes_per_token(model, dropout)
     if attention == "sdpa" and model.kind == "decoder":
         out += e * seq_len
     return out

@@ -235,12 +235,19 @@ def outside_saved_bytes_per_token(model, seq_len: int, precision: str, attention
         out += norm_saved(model, h) + (2.0 if auto else STREAM) * h
     else:
         out += STREAM * h
-    if (dropout if dropout is not None else dropout_of(model))[0] > 0:
-        out += 1.0 * h
-    if model.pos_embedding == "rotary":
-        out += 2 * STREAM * model.head_dim
+    out += embedding_saved_bytes_per_token(model, dropout)
     if attention == "eager" and model.kind == "decoder":
         out += STREAM * seq_len
+    return out
+
+
+def embedding_saved_bytes_per_token(model, dropout: tuple[float, float] | None = None) -> float:
+    """Bytes per token saved around the embedding, eager or compiled: the embedding dropout's
+    1-byte mask (p > 0) and the fp32 cos/sin tables of rotary embeddings (shared by the layers)."""
+    h = model.hidden / getattr(model, "seq_shards", 1)
+    out = 1.0 * h if (dropout if dropout is not None else dropout_of(model))[0] > 0 else 0.0
+    if model.pos_embedding == "rotary":
+        out += 2 * STREAM * model.head_dim
     return out
 
 

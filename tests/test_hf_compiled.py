@@ -16,8 +16,9 @@ def test_llama_block_by_hand():
     * rotated Q, K and V at the query heads' width (repeat_kv): 3 x 2q = 384
     * SDPA's output and log-sum-exp: 2q + 4 x 4 = 144; o_proj's input: 2q = 128
     * gate and up outputs and their product: 3 x 2f = 960
-    Total 2392."""
-    assert hf_compiled.layer_saved_bytes_per_token(LLAMA, S, "bf16", "sdpa") == (2392, 0)
+    * not saved but held as long: the zero-filled gradients of the KV cache's K and V, 2 x 2kv = 128
+    Total 2520."""
+    assert hf_compiled.layer_saved_bytes_per_token(LLAMA, S, "bf16", "sdpa") == (2520, 0)
 
 
 def test_gpt2_block_by_hand():
@@ -29,8 +30,17 @@ def test_gpt2_block_by_hand():
     * SDPA's output and log-sum-exp: 2h + 16 = 144; c_proj's input: 2h = 128
     * gelu_new: c_fc's output and gelu's output, 2 x 2f = 1024 (its fp32 tanh is recomputed)
     * two residual dropout masks: 2h = 128
-    Total 2840."""
-    assert hf_compiled.layer_saved_bytes_per_token(GPT2, S, "bf16", "sdpa") == (2840, 0)
+    * the zero-filled gradients of the KV cache's K and V: 2 x 2h = 256
+    Total 3096."""
+    assert hf_compiled.layer_saved_bytes_per_token(GPT2, S, "bf16", "sdpa") == (3096, 0)
+
+
+def test_an_encoder_returns_no_cache_to_take_gradients_for():
+    """Only decoders return a KV cache: a ViT-style encoder's compiled layer holds no cache tangents."""
+    encoder = LLAMA.model_copy(update={"kind": "encoder"})
+    assert hf_compiled.cache_tangent_bytes_per_token(LLAMA, "bf16") == 2 * 2 * 32
+    assert hf_compiled.cache_tangent_bytes_per_token(LLAMA, "fp32") == 2 * 4 * 32
+    assert hf_compiled.cache_tangent_bytes_per_token(encoder, "bf16") == 0
 
 
 def test_eager_attention_keeps_the_probabilities():

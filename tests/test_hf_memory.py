@@ -96,8 +96,10 @@ def _compiled_rows() -> list[dict[str, str]]:
 def test_compiled_saved_set(row):
     """The simulator's compiled activations, logits and autocast weight copies against the saved
     set Inductor's partitioner chooses for the same step (calibration/hf_compiled_saved.py,
-    simulator/model/hf_compiled.py): not under by more than 5%, not over by more than 15%."""
-    from simulator.model import workload
+    simulator/model/hf_compiled.py): not under by more than 5%, not over by more than 15%. The
+    zero-filled gradients of the outputs (the KV cache's K and V, the logits) are held beside the
+    saved set but are not in it: left out here, held to real compiled steps below."""
+    from simulator.model import hf_compiled, workload
     from simulator.model.hf_config import model_from_hf_config
     from simulator.physics import memory
     from simulator.strategy.stacks import get_stack
@@ -105,16 +107,49 @@ def test_compiled_saved_set(row):
     spec = model_from_hf_config(json.loads(row["config"]), name=row["model"])
     seq, mb, p, stack = int(row["side"]), np.array([float(row["micro_batch"])]), row["precision"], get_stack("hf-trainer")
     held, rebuilt = memory.activation_terms(spec, seq, mb, p, row["attention"], "none", True, stack)
-    # what the compiled loss saves of its peak (Stack.loss_bytes_per_logit, 2e): the half logits
-    # (Inductor decomposes log_softmax and recomputes it in backward), not their gradient (e bytes a
-    # logit, no saved tensor)
+    held = held - spec.n_layers * seq * mb * hf_compiled.cache_tangent_bytes_per_token(spec, p)
+    # what the compiled loss saves of its peak (Stack.loss_bytes_per_logit, 3e): the half logits
+    # (Inductor decomposes log_softmax and recomputes it in backward), not their gradient nor the
+    # returned logits' zero-filled one (e bytes a logit each, no saved tensor)
     e = workload.act_bytes(p)
-    logits = workload.logits_elements(spec, seq, mb) * (stack.loss_bytes_per_logit(e, True) - e)
+    logits = workload.logits_elements(spec, seq, mb) * (stack.loss_bytes_per_logit(e, True) - 2 * e)
     copies = memory.autocast_weight_copies(float(spec.n_params()), np.array(memory.autocast_fp32_params(p, "ddp", stack)),
                                            np.array(0.0), 0.0)
     counted = float((held + rebuilt + logits)[0] + copies)
     error = counted / int(row["saved_bytes"]) - 1.0
     assert UNDER <= error <= OVER, f"{row['model']} {p}: counted {counted / GIB:.2f} GiB, {error:+.1%}"
+
+
+PEAK = allocator_fit.TRACE.parent / "hf_compiled_peak.csv"
+
+
+def _peak_rows() -> list[dict[str, str]]:
+    import csv
+
+    with PEAK.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.parametrize("row", [pytest.param(r, id=f"{r['model']}-{r['precision']}") for r in _peak_rows()])
+def test_compiled_step_peak(row):
+    """A compiled hf-trainer plan's allocated peak above its states (weights and AdamW's moments:
+    gradients, activations, loss buffers, autocast's weight copies) against real Inductor-compiled
+    Hugging Face steps run on the CPU (calibration/hf_compiled_peak.py: the allocator's own
+    events): not under by more than 5%, not over by more than 15%. Without the zero-filled
+    gradients of the returned logits and KV cache (Stack.returns_logits,
+    hf_compiled.cache_tangent_bytes_per_token) Pythia-410M in fp32 read 8% under."""
+    from simulator.answer.api import simulate
+    from simulator.model.hf_config import model_from_hf_config
+
+    spec = model_from_hf_config(json.loads(row["config"]), name=row["model"])
+    mb = int(row["micro_batch"])
+    plan = simulate(spec, "1xh200", seq_len=int(row["side"]), global_batch=mb, micro_batch=mb, steps=1,
+                    optimizer="adamw", precision=row["precision"], attention=row["attention"], compile=True,
+                    checkpointing="none", sharding="ddp", offload="none", stack="hf-trainer")
+    m = plan.memory_gib
+    assert m["weights"] + m["optimizer"] == pytest.approx(int(row["states_bytes"]) / GIB, rel=1e-3)
+    error = (m["allocated"] - m["weights"] - m["optimizer"]) / (int(row["peak_above_states_bytes"]) / GIB) - 1.0
+    assert UNDER <= error <= OVER, f"{row['model']} {row['precision']}: {error:+.1%}"
 
 
 def test_the_stacks_reserve_is_the_fit(plans):
@@ -129,7 +164,7 @@ def test_the_stacks_reserve_is_the_fit(plans):
     assert fitted == pytest.approx((stack.fragmentation, stack.loss_fragmentation))
 
 
-@pytest.mark.parametrize("tool", ["hf_memory_trace", "hf_compiled_saved"])
+@pytest.mark.parametrize("tool", ["hf_memory_trace", "hf_compiled_saved", "hf_compiled_peak"])
 def test_tracers_refuse_bad_input_in_one_line(tool, monkeypatch, capsys):
     """An unknown model name, or transformers missing (an extra, not a dependency): one line, exit 2."""
     import importlib

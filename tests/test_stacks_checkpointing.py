@@ -144,15 +144,17 @@ def test_loss_buffers_by_stack():
     """Bytes per logit at the loss: HF upcasts to fp32 (forward: half logits + fp32 copy + fp32
     log-probabilities = 2 + 4 + 4; backward: the saved log-probabilities, nll_loss's fp32 gradient
     and log_softmax's fp32 input gradient = 12, the peak); llm-foundry's flash-attn cross-entropy keeps the half
-    logits and writes a half gradient (2 + 2); torch.compile fuses the loss (2 + 2), Megatron-LM's
-    "compiled" does not (test_megatron_loss_stays_eager_when_compiled)."""
+    logits and writes a half gradient (2 + 2); torch.compile fuses the loss (2 + 2), and Hugging Face's
+    compiled model, which returns its logits beside the loss, also takes their zero-filled gradient (+ 2);
+    Megatron-LM's "compiled" does not fuse it (test_megatron_loss_stays_eager_when_compiled)."""
     mb = np.array([3.0])
     n = 3 * S * 1000
     hf, foundry, titan = (stacks.get_stack(x) for x in ("hf-trainer", "llm-foundry", "torchtitan"))
     assert memory.logits_bytes(TINY, S, mb, "bf16", False, hf)[0] == n * 12
     assert memory.logits_bytes(TINY, S, mb, "bf16", False, titan)[0] == n * 12
     assert memory.logits_bytes(TINY, S, mb, "bf16", False, foundry)[0] == n * 4
-    assert memory.logits_bytes(TINY, S, mb, "bf16", True, hf)[0] == n * 4
+    assert memory.logits_bytes(TINY, S, mb, "bf16", True, hf)[0] == n * 6
+    assert memory.logits_bytes(TINY, S, mb, "bf16", True, titan)[0] == n * 4
     assert memory.logits_bytes(TINY, S, mb, "fp32", False, hf)[0] == n * 12
     assert memory.logits_bytes(TINY, S, mb, "fp32", False, foundry)[0] == n * 8
 
@@ -168,7 +170,8 @@ def test_megatron_loss_stays_eager_when_compiled():
     loss stays vocab_parallel_cross_entropy(output.float(), labels) (``compile_fuses_loss`` false),
     so a compiled plan moves the eager upcast's bytes (16 + (2 + 4) forward, 20 + (2 + 4) backward
     per bf16 logit, 3 and 4 kernels) and holds max(e + 8, 12) = 12 bytes per logit; torch.compile
-    (torchtitan, hf-trainer) fuses the loss: 2e each way, 2e held. Fused-loss stacks are unchanged."""
+    (torchtitan, hf-trainer) fuses the loss: 2e each way, 2e held (3e where the model returns its
+    logits too: hf-trainer, Stack.returns_logits). Fused-loss stacks are unchanged."""
     n = 3 * S * 1000
     eager_f, eager_b = workload.cross_entropy_bytes(n, E, False)
     fused_f, fused_b = workload.cross_entropy_bytes(n, E, True)
@@ -184,11 +187,13 @@ def test_megatron_loss_stays_eager_when_compiled():
         assert memory.logits_bytes(TINY, S, np.array([3.0]), "bf16", compiled, meg)[0] == n * 12
     for name in ("torchtitan", "hf-trainer", "nemo-automodel"):
         s = stacks.get_stack(name)
-        assert s.compile_fuses_loss and s.loss_bytes_per_logit(E, True) == 2 * E
+        held = (3 if s.returns_logits else 2) * E
+        assert s.compile_fuses_loss and s.loss_bytes_per_logit(E, True) == held
         assert s.loss_bytes_per_logit(E, False) == 12
         op = _loss_op(name, True)
         assert float(op.bytes_fwd[0]) == float(fused_f.nbytes) and float(op.bytes_bwd[0]) == float(fused_b.nbytes)
-        assert memory.logits_bytes(TINY, S, np.array([3.0]), "bf16", True, s)[0] == n * 2 * E
+        assert memory.logits_bytes(TINY, S, np.array([3.0]), "bf16", True, s)[0] == n * held
+    assert [n for n in stacks.list_stacks() if stacks.get_stack(n).returns_logits] == ["hf-trainer"]
     for name in ("llm-foundry", "flash-attn-training"):  # a fused loss kernel, compiled or not
         assert all(stacks.get_stack(name).loss_fused(c) for c in (False, True))
     # a stack that keeps the loss out of the compiled step must say where

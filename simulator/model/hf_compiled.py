@@ -36,6 +36,11 @@ Per layer:
 * The MLP: SwiGLU's gate and up outputs and their product (3 e f); any other activation (GPT-2's
   eager ``gelu_new`` too: its fp32 ``tanh`` is recomputed) its input and its output (2 e f).
 * Hidden dropout with p > 0: a 1-byte mask after each of the two output projections.
+* Not saved, but held as long (:func:`cache_tangent_bytes_per_token`): a decoder returns its KV
+  cache, each layer's K and V an output of the compiled forward that ``loss.backward()`` gives no
+  gradient, so autograd hands the compiled backward a zero-filled one of each (2 e kv), live from
+  the start of backward until backward passes that layer (``calibration/hf_compiled_peak.py``:
+  a real Inductor-compiled Pythia-410M step allocates 48 of them before its backward graph runs).
 
 Outside the layers: the final norm's fp32 input and rstd, the LM head's input (e h), the
 embedding dropout's mask, the rotary tables, and the causal mask a compiled decoder's SDPA reads:
@@ -49,7 +54,6 @@ Units: bytes per token (per layer unless named otherwise).
 
 from __future__ import annotations
 
-from ..core.vocab import MIXED_PRECISIONS
 from .hf_eager import (
     STREAM,
     attention_saved,
@@ -57,6 +61,7 @@ from .hf_eager import (
     embedding_saved_bytes_per_token,
     norm_saved,
 )
+from .workload import act_bytes
 
 #: Bytes per row of one norm's saved statistics: its fp32 rstd (LayerNorm's mean is recomputed once
 #: Inductor decomposes ``native_layer_norm``).
@@ -68,7 +73,7 @@ def layer_saved_bytes_per_token(model, seq_len: int, precision: str, attention: 
     """(all, s x s part) bytes per token one compiled Hugging Face layer saves for backward under
     ``precision`` (bf16/fp16: torch.autocast over fp32 weights; fp32/tf32: none) and ``attention``
     (sdpa, eager); see the module notes for each term and its trace."""
-    e = 2.0 if precision in MIXED_PRECISIONS else 4.0
+    e = float(act_bytes(precision))
     h = model.hidden / getattr(model, "seq_shards", 1)
     q, kv, f = model.q_dim, model.kv_dim, model.ffn_hidden
     norms = getattr(model, "norms_per_layer", 2)
@@ -94,7 +99,17 @@ def layer_saved_bytes_per_token(model, seq_len: int, precision: str, attention: 
     total += (3 if model.gated_mlp else 2) * e * f
     if (dropout if dropout is not None else dropout_of(model))[0] > 0:
         total += 2.0 * h
-    return total, core
+    return total + cache_tangent_bytes_per_token(model, precision), core
+
+
+def cache_tangent_bytes_per_token(model, precision: str) -> float:
+    """Bytes per token per layer of the zero-filled gradients a compiled Hugging Face decoder's
+    backward receives for the K and V its KV cache returns (2 e kv; encoders return no cache):
+    AOTAutograd's backward takes a gradient for every output that requires one, and autograd
+    materialises the ones ``loss.backward()`` leaves undefined. Measured in real Inductor-compiled
+    steps on the CPU (``calibration/hf_compiled_peak.py``)."""
+    e = float(act_bytes(precision))
+    return 2 * e * model.kv_dim if model.kind == "decoder" else 0.0
 
 
 def outside_saved_bytes_per_token(model, seq_len: int, precision: str, attention: str,
@@ -102,7 +117,7 @@ def outside_saved_bytes_per_token(model, seq_len: int, precision: str, attention
     """Bytes per token a compiled Hugging Face step saves outside its layers (module notes): the
     final norm's fp32 input and rstd, the LM head's input, the embedding dropout's mask, the
     rotary tables and a compiled decoder's SDPA causal mask (e bytes x s per token)."""
-    e = 2.0 if precision in MIXED_PRECISIONS else 4.0
+    e = float(act_bytes(precision))
     h = model.hidden / getattr(model, "seq_shards", 1)
     out = STREAM * h + e * h
     if getattr(model, "final_norm", True):

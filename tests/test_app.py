@@ -351,9 +351,11 @@ def test_upload_limit_text_matches_the_widget():
 
 def test_micro_batch_label_states_the_last_partial_micro_batch():
     at = _app()
+    at.number_input(key="global_batch").set_value(8 * 127).run()  # 127 per GPU: a prime, so any micro-batch
+    _clean(at)
     st_ = at.session_state["last_plan"]["strategy"]
-    per_gpu = 1024 // 8
-    assert per_gpu % st_["micro_batch"]  # 128 per GPU in micro-batches of 6: the last one is smaller
+    per_gpu = 127
+    assert per_gpu % st_["micro_batch"]  # the last micro-batch is smaller
     md = " ".join(m.value for m in at.markdown)
     last = per_gpu - (st_["grad_accum"] - 1) * st_["micro_batch"]
     assert f"the last one {last}" in md and f"{per_gpu} per GPU" in md

@@ -16,7 +16,7 @@ What it found that the saved-set trace cannot see: the compiled backward takes a
 every output that requires one, and the model returns its logits beside the loss; the logits get
 no gradient from ``loss.backward()``, so autograd hands the compiled backward a zero-filled tensor
 of their size (``Function``'s materialised gradients), live beside the saved logits and their
-gradient (``Stack.returns_logits``).
+gradient (``Stack.returns_outputs``).
 
 Writes ``calibration/results/hf_compiled_peak.csv``; ``tests/test_hf_memory.py`` holds the
 simulator's compiled hf-trainer plans to it. Real arithmetic on real tensors: each case takes a

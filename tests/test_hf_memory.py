@@ -107,7 +107,7 @@ def test_compiled_saved_set(row):
     spec = model_from_hf_config(json.loads(row["config"]), name=row["model"])
     seq, mb, p, stack = int(row["side"]), np.array([float(row["micro_batch"])]), row["precision"], get_stack("hf-trainer")
     held, rebuilt = memory.activation_terms(spec, seq, mb, p, row["attention"], "none", True, stack)
-    held = held - spec.n_layers * seq * mb * hf_compiled.cache_tangent_bytes_per_token(spec, p)
+    held = held - spec.n_layers * seq * mb * hf_compiled.cache_tangent_bytes_per_token(spec, p)  # not saved
     # what the compiled loss saves of its peak (Stack.loss_bytes_per_logit, 3e): the half logits
     # (Inductor decomposes log_softmax and recomputes it in backward), not their gradient nor the
     # returned logits' zero-filled one (e bytes a logit each, no saved tensor)
@@ -136,7 +136,7 @@ def test_compiled_step_peak(row):
     gradients, activations, loss buffers, autocast's weight copies) against real Inductor-compiled
     Hugging Face steps run on the CPU (calibration/hf_compiled_peak.py: the allocator's own
     events): not under by more than 5%, not over by more than 15%. Without the zero-filled
-    gradients of the returned logits and KV cache (Stack.returns_logits,
+    gradients of the returned logits and KV cache (Stack.returns_outputs,
     hf_compiled.cache_tangent_bytes_per_token) Pythia-410M in fp32 read 8% under."""
     from simulator.answer.api import simulate
     from simulator.model.hf_config import model_from_hf_config

@@ -171,7 +171,7 @@ def test_megatron_loss_stays_eager_when_compiled():
     so a compiled plan moves the eager upcast's bytes (16 + (2 + 4) forward, 20 + (2 + 4) backward
     per bf16 logit, 3 and 4 kernels) and holds max(e + 8, 12) = 12 bytes per logit; torch.compile
     (torchtitan, hf-trainer) fuses the loss: 2e each way, 2e held (3e where the model returns its
-    logits too: hf-trainer, Stack.returns_logits). Fused-loss stacks are unchanged."""
+    logits too: hf-trainer, Stack.returns_outputs). Fused-loss stacks are unchanged."""
     n = 3 * S * 1000
     eager_f, eager_b = workload.cross_entropy_bytes(n, E, False)
     fused_f, fused_b = workload.cross_entropy_bytes(n, E, True)
@@ -187,13 +187,16 @@ def test_megatron_loss_stays_eager_when_compiled():
         assert memory.logits_bytes(TINY, S, np.array([3.0]), "bf16", compiled, meg)[0] == n * 12
     for name in ("torchtitan", "hf-trainer", "nemo-automodel"):
         s = stacks.get_stack(name)
-        held = (3 if s.returns_logits else 2) * E
+        held = (3 if s.returns_outputs else 2) * E
         assert s.compile_fuses_loss and s.loss_bytes_per_logit(E, True) == held
         assert s.loss_bytes_per_logit(E, False) == 12
         op = _loss_op(name, True)
-        assert float(op.bytes_fwd[0]) == float(fused_f.nbytes) and float(op.bytes_bwd[0]) == float(fused_b.nbytes)
+        # the zero-filled gradient of returned logits: written, then read by the loss's backward
+        tangent = 2 * E * n if s.returns_outputs else 0
+        assert float(op.bytes_fwd[0]) == float(fused_f.nbytes) and float(op.bytes_bwd[0]) == float(fused_b.nbytes) + tangent
+        assert op.kernels_bwd == float(fused_b.kernels) + (1 if s.returns_outputs else 0)
         assert memory.logits_bytes(TINY, S, np.array([3.0]), "bf16", True, s)[0] == n * held
-    assert [n for n in stacks.list_stacks() if stacks.get_stack(n).returns_logits] == ["hf-trainer"]
+    assert [n for n in stacks.list_stacks() if stacks.get_stack(n).returns_outputs] == ["hf-trainer"]
     for name in ("llm-foundry", "flash-attn-training"):  # a fused loss kernel, compiled or not
         assert all(stacks.get_stack(name).loss_fused(c) for c in (False, True))
     # a stack that keeps the loss out of the compiled step must say where

@@ -11,6 +11,11 @@ from simulator.core.errors import UsageError
 from .measuring import GIB, VALIDATE_OPTIMIZER
 from .suite import Config
 
+#: How the default stack (hf-trainer) is changed to this loop's: its AdamW implementation
+#: (:data:`VALIDATE_OPTIMIZER`), and its model (calibration/torch_model.py) returns only the loss,
+#: no logits or KV cache whose zero-filled gradients a compiled backward would take.
+VALIDATE_STACK = {"optimizer": VALIDATE_OPTIMIZER, "returns_outputs": False}
+
 
 def check_fits_memory(configs: list[Config], memory_gib: float, where: str) -> None:
     """Refuse, before anything is built, a config whose model states alone (weights, gradients
@@ -46,7 +51,7 @@ def predict(cfg: Config, profile, world: int = 1) -> dict[str, Any]:
                         optimizer="adamw", precision=cfg.precision, attention=cfg.attention,
                         compile=cfg.compile, checkpointing=cfg.checkpointing, sharding="ddp",
                         offload="none", micro_batch=cfg.micro_batch,
-                        stack=get_stack(None).model_copy(update={"optimizer": VALIDATE_OPTIMIZER}))
+                        stack=get_stack(None).model_copy(update=VALIDATE_STACK))
     except UsageError as exc:
         return {"step": None, "note": f"simulate: {exc}"}
     b = plan.breakdown_s

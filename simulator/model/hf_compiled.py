@@ -36,11 +36,14 @@ Per layer:
 * The MLP: SwiGLU's gate and up outputs and their product (3 e f); any other activation (GPT-2's
   eager ``gelu_new`` too: its fp32 ``tanh`` is recomputed) its input and its output (2 e f).
 * Hidden dropout with p > 0: a 1-byte mask after each of the two output projections.
-* Not saved, but held as long (:func:`cache_tangent_bytes_per_token`): a decoder returns its KV
-  cache, each layer's K and V an output of the compiled forward that ``loss.backward()`` gives no
-  gradient, so autograd hands the compiled backward a zero-filled one of each (2 e kv), live from
-  the start of backward until backward passes that layer (``calibration/hf_compiled_peak.py``:
-  a real Inductor-compiled Pythia-410M step allocates 48 of them before its backward graph runs).
+
+Not saved, but held as long (:func:`cache_tangent_bytes_per_token`, counted by the transformer
+family where the stack's model returns its outputs, ``Stack.returns_outputs``): a Hugging Face
+decoder returns its KV cache, each layer's K and V an output of the compiled forward that
+``loss.backward()`` gives no gradient, so autograd hands the compiled backward a zero-filled one of
+each (2 e kv), live from the start of backward until backward passes that layer
+(``calibration/hf_compiled_peak.py``: a real Inductor-compiled Pythia-410M step allocates 48 of
+them before its backward graph runs).
 
 Outside the layers: the final norm's fp32 input and rstd, the LM head's input (e h), the
 embedding dropout's mask, the rotary tables, and the causal mask a compiled decoder's SDPA reads:
@@ -99,12 +102,13 @@ def layer_saved_bytes_per_token(model, seq_len: int, precision: str, attention: 
     total += (3 if model.gated_mlp else 2) * e * f
     if (dropout if dropout is not None else dropout_of(model))[0] > 0:
         total += 2.0 * h
-    return total + cache_tangent_bytes_per_token(model, precision), core
+    return total, core
 
 
 def cache_tangent_bytes_per_token(model, precision: str) -> float:
     """Bytes per token per layer of the zero-filled gradients a compiled Hugging Face decoder's
-    backward receives for the K and V its KV cache returns (2 e kv; encoders return no cache):
+    backward receives for the K and V its KV cache returns (2 e kv; encoders return no cache),
+    held like a saved activation of that layer:
     AOTAutograd's backward takes a gradient for every output that requires one, and autograd
     materialises the ones ``loss.backward()`` leaves undefined. Measured in real Inductor-compiled
     steps on the CPU (``calibration/hf_compiled_peak.py``)."""

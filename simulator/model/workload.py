@@ -345,18 +345,26 @@ def activation_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> MemOps:
     return MemOps(tokens * 2.0 * model.ffn_hidden * e * model.n_layers, float(model.n_layers))
 
 
-def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, fused: bool) -> tuple[MemOps, MemOps]:
+def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, fused: bool,
+               tangent: bool = False) -> tuple[MemOps, MemOps]:
     """Cross-entropy over the logits (fwd, bwd; bytes moved and kernels): :func:`cross_entropy_bytes`,
     one fused kernel each way when ``fused`` (the stack's
     :meth:`simulator.strategy.stacks.Stack.loss_fused`: a fused loss kernel, e.g. flash-attn's
     cross-entropy, or Inductor fusing a compiled step's loss), else the eager fp32 upcast. Eager
     final-logit soft-capping (Gemma 2: divide, tanh, multiply) adds 6e bytes per logit and 3
-    kernels each way; fused, it fuses into the loss."""
+    kernels each way; fused, it fuses into the loss. ``tangent``: a compiled model that returns its
+    logits (:attr:`simulator.strategy.stacks.Stack.returns_outputs`) gets a zero-filled gradient for
+    them in backward, a memset of e bytes per logit that the loss's backward kernel reads (2e, one
+    kernel more)."""
     n = logits_elements(model, mb, seq_len)
     if fused:
-        return cross_entropy_bytes(n, e, True)
-    cap = 6.0 * e if getattr(model, "logit_softcap", None) else 0.0
-    return cross_entropy_bytes(n, e, False, cap, 3.0 if cap else 0.0)
+        fwd, bwd = cross_entropy_bytes(n, e, True)
+    else:
+        cap = 6.0 * e if getattr(model, "logit_softcap", None) else 0.0
+        fwd, bwd = cross_entropy_bytes(n, e, False, cap, 3.0 if cap else 0.0)
+    if tangent:
+        bwd = MemOps(bwd.nbytes + 2.0 * e * n, float(bwd.kernels) + 1.0)
+    return fwd, bwd
 
 
 #: Passes over an fp32 row of logits of the eager log-softmax, forward and backward: PyTorch's CUDA

@@ -47,9 +47,9 @@ class Stack(BaseModel):
     loss_source: str
     compile_fuses_loss: bool = True
     compile_fuses_loss_source: str = _COMPILE_FUSES_LOSS_SOURCE
-    returns_logits: bool = False
-    returns_logits_source: str = ("the model returns the loss, or the logits the loss is computed from outside it: "
-                                  "no output of a compiled step goes without a gradient")
+    returns_outputs: bool = False
+    returns_outputs_source: str = ("the model returns the loss, or the logits the loss is computed from outside it: "
+                                   "no output of a compiled step goes without a gradient")
     norm: Literal["fp32", "half"]
     norm_source: str
     saves: Literal["hf-eager", "textbook"] = "textbook"
@@ -143,9 +143,9 @@ class Stack(BaseModel):
         under mixed precision; the fp32 logits are the copy in fp32); in backward ``nll_loss``'s
         fp32 gradient and ``log_softmax``'s fp32 input gradient live beside the saved
         log-probabilities (12): max(e + 8, 12). A compiled step whose model also returns its logits
-        (``returns_logits``): e more, the zero-filled gradient autograd hands the compiled backward
+        (``returns_outputs``): e more, the zero-filled gradient autograd hands the compiled backward
         for that output (calibration/hf_compiled_peak.py)."""
-        tangent = float(e) if compiled and self.returns_logits else 0.0
+        tangent = float(e) if compiled and self.returns_outputs else 0.0
         if self.loss == "fused-inplace":
             return float(e) + tangent
         return (2.0 * e if self.loss_fused(compiled) else max(e + 8.0, 12.0)) + tangent

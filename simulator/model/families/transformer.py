@@ -49,6 +49,8 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
     if hf_saves:  # never below the textbook count (OPT's ReLU MLP saves one f-wide tensor where it counts two)
         hf_layer, hf_core = hf_saves.layer_saved_bytes_per_token(model, seq_len, knobs.precision, knobs.attention)
         per_layer = max(per_layer, hf_layer)
+    if knobs.compiled and stack.returns_outputs:  # the returned KV cache's zero-filled gradients
+        per_layer += hf_compiled.cache_tangent_bytes_per_token(model, knobs.precision)
     op_kept = workload.op_kept_bytes_per_token(model, e, knobs.attention)
     # attention core: selective checkpointing re-runs it (Korthikanti et al. 2022); op-level
     # re-runs eager attention's scores and softmax, not the fused kernel
@@ -110,7 +112,8 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
 
     outside = [Op(g.name, "gemm", count=g.count, m=g.m, n=g.n, k=g.k, batch=g.batch, kernels_fwd=1, kernels_bwd=2)
                for g in workload.head_gemms(model, mb, seq_len)]
-    lsf, lsb = workload.loss_bytes(model, mb, seq_len, e, stack.loss_fused(knobs.compiled))
+    lsf, lsb = workload.loss_bytes(model, mb, seq_len, e, stack.loss_fused(knobs.compiled),
+                                   tangent=knobs.compiled and stack.returns_outputs)
     emf, emb = workload.embedding_bytes(model, mb, seq_len, e)
     outside.append(Op("loss", "elementwise", bytes_fwd=lsf.nbytes, bytes_bwd=lsb.nbytes,
                       kernels_fwd=float(lsf.kernels), kernels_bwd=float(lsb.kernels), bandwidth="loss"))

@@ -85,14 +85,15 @@ def test_total_covers_the_allocators_reserve(reserve_errors):
 COMPILED = allocator_fit.TRACE.parent / "hf_compiled_saved.csv"
 
 
-def _compiled_rows() -> list[dict[str, str]]:
+def _csv_rows(path) -> list[dict[str, str]]:
     import csv
 
-    with COMPILED.open() as fh:
+    with path.open() as fh:
         return list(csv.DictReader(fh))
 
 
-@pytest.mark.parametrize("row", [pytest.param(r, id=f"{r['model']}-{r['precision']}-{r['attention']}") for r in _compiled_rows()])
+@pytest.mark.parametrize("row", [pytest.param(r, id=f"{r['model']}-{r['precision']}-{r['attention']}")
+                                 for r in _csv_rows(COMPILED)])
 def test_compiled_saved_set(row):
     """The simulator's compiled activations, logits and autocast weight copies against the saved
     set Inductor's partitioner chooses for the same step (calibration/hf_compiled_saved.py,
@@ -123,14 +124,7 @@ def test_compiled_saved_set(row):
 PEAK = allocator_fit.TRACE.parent / "hf_compiled_peak.csv"
 
 
-def _peak_rows() -> list[dict[str, str]]:
-    import csv
-
-    with PEAK.open() as fh:
-        return list(csv.DictReader(fh))
-
-
-@pytest.mark.parametrize("row", [pytest.param(r, id=f"{r['model']}-{r['precision']}") for r in _peak_rows()])
+@pytest.mark.parametrize("row", [pytest.param(r, id=f"{r['model']}-{r['precision']}") for r in _csv_rows(PEAK)])
 def test_compiled_step_peak(row):
     """A compiled hf-trainer plan's allocated peak above its states (weights and AdamW's moments:
     gradients, activations, loss buffers, autocast's weight copies) against real Inductor-compiled

@@ -16,6 +16,7 @@ them (:func:`counting_faults`).
 
 from __future__ import annotations
 
+import mmap
 import resource
 from collections.abc import Callable
 
@@ -51,19 +52,41 @@ def make_params(h: int, layers: int, device: torch.device) -> list[torch.Tensor]
     return params
 
 
-def counting_faults(fn: Callable[[], object]) -> tuple[Callable[[], None], Callable[[], float]]:
+def kernel_counts_faults() -> bool:
+    """Whether this kernel reports minor page faults in ``getrusage``: a fresh anonymous mapping
+    of 4 MiB (huge pages refused, so each 4 KiB page faults once) is written and its faults
+    counted. Some sandboxes (gVisor among them) always report 0, and some hosts serve
+    allocations from memory already mapped; a count of 0 there means "not measured", not
+    "no fresh pages"."""
+    size = 4 << 20
+    with mmap.mmap(-1, size) as buf:
+        if hasattr(mmap, "MADV_NOHUGEPAGE"):
+            buf.madvise(mmap.MADV_NOHUGEPAGE)
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for off in range(0, size, resource.getpagesize()):
+            buf[off] = 1
+        faulted = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+    return faulted * resource.getpagesize() >= size // 2
+
+
+def counting_faults(fn: Callable[[], object]) -> tuple[Callable[[], None], Callable[[], float | None]]:
     """``fn`` wrapped to count the host page faults of each call, and a function returning the
     fewest bytes one call faulted in so far (minor faults x page size; 0 before any call): the
     fastest call, whose time the record keeps, is the one whose temporaries the allocator reused
-    most. The kernel zeroes and maps every such page: the fresh-page cost of that call."""
+    most. The kernel zeroes and maps every such page: the fresh-page cost of that call. Where
+    the kernel does not count faults (:func:`kernel_counts_faults`) the count is ``None``, and
+    fitting models the fresh pages instead (:func:`calibration.build._faulted_s`)."""
     counts: list[int] = []
+    counted = kernel_counts_faults()
 
     def wrapped() -> None:
         f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         fn()
         counts.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
 
-    def fault_bytes() -> float:
+    def fault_bytes() -> float | None:
+        if not counted:
+            return None
         return float(min(counts) * resource.getpagesize()) if counts else 0.0
 
     return wrapped, fault_bytes

@@ -82,16 +82,17 @@ def _rows(group: str) -> list[dict]:
         return [r for r in csv.DictReader(f) if r["group"] == group and float(r["time_s"]) >= MIN_CALL_S]
 
 
-def _gemm_errors() -> dict[tuple[str, str], list[float]]:
+def _gemm_errors(profile: Path = PROFILE) -> dict[tuple[str, str], list[float]]:
     """(precision, layout) -> predicted/measured - 1 of each GEMM of microbench_shapes.csv, with the
-    simulator's own per-layout GEMM times (forward (m,n,k); input gradient (m,k,n); weight gradient (n,k,m))."""
+    simulator's own per-layout GEMM times (forward (m,n,k); input gradient (m,k,n); weight gradient (n,k,m))
+    under ``profile``."""
     import numpy as np
 
     from simulator.hardware.device import device_from_profile
     from simulator.model.workload import Gemm
     from simulator.physics.compute import gemm_pass_times
 
-    dev = device_from_profile(load_profile(PROFILE))
+    dev = device_from_profile(load_profile(profile))
     out: dict[tuple[str, str], list[float]] = {}
     for r in _rows("gemm"):
         m, k, n = int(r["m"]), int(r["k"]), int(r["n"])
@@ -112,6 +113,23 @@ def test_h200_profile_predicts_real_layer_gemms():
     assert {("tf32", lay) for lay in ("fwd", "dgrad", "wgrad")} <= set(errs) and ("fp32", "fwd") in errs
     for key, e in errs.items():
         assert len(e) >= 30, key
+        assert statistics.median(abs(x) for x in e) <= GEMM_TOLERANCE, (key, statistics.median(abs(x) for x in e))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the catalog h200 profile's bf16/fp16 GEMMs are the published MAMF rates scaled by the H100 runs' "
+    "end-to-end tensor_sustained fit (0.75), not the H200's own real-shape timings: median +23% to +26% slow "
+    "at the 32-34 shapes of microbench_shapes.csv (tf32 and fp32, which keep microbenchmark rates: -13% to "
+    "0%). On the profiled Pythia-160M step (prof_p160m_sdpa_s2048_mb8.txt) its GEMMs read 25.1 ms against "
+    "16.8 ms of aten::mm/addmm, and the LM head 7.6 ms against 4.8, while the rest of Hugging Face's "
+    "eager work (copies, cat, norms, loss) reads 22 ms against about 36: the step total is within 7% only "
+    "because the two cancel; dropping the factor needs that eager work counted first"))
+def test_catalog_h200_profile_predicts_real_layer_gemms():
+    """The catalog h200 profile (what `simulate --gpus 8xh200` uses) at the same real layer shapes and
+    tolerance as the calibrated profile: a known gap until its bf16 GEMMs stop borrowing the H100 fit."""
+    import statistics
+
+    for key, e in _gemm_errors(ROOT / "hardware_catalog" / "profiles" / "h200.json").items():
         assert statistics.median(abs(x) for x in e) <= GEMM_TOLERANCE, (key, statistics.median(abs(x) for x in e))
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from simulator.core.errors import UsageError
 from simulator.hardware.profile import (
     ACTIVATION_CLASSES,
+    MISALIGNED_MAX,
     SCHEMA_VERSION,
     FreshMemory,
     Profile,
@@ -357,23 +358,30 @@ def gemm_sections(dev: DeviceContext, results: dict[str, dict], tag: str, peaks:
 
 
 def misaligned_section(dev: DeviceContext, results: dict[str, dict], tag: str) -> Part:
-    """``gemm_misaligned``: per precision, the geometric-mean time ratio per FLOP of forward-layout
-    GEMMs whose output rows are not whole cache lines against the aligned shape (``gemm_align/``
-    benches, :mod:`calibration.benches.gemm_align`)."""
+    """``gemm_misaligned`` and ``gemm_misaligned_bwd``: per precision, the geometric-mean time ratio
+    per FLOP of GEMMs with n + 1 output columns against the aligned n (``gemm_align/`` benches,
+    :mod:`calibration.benches.gemm_align`), forward layout and the two backward layouts (timed on a
+    GPU; records without a layout are forward)."""
     fits: dict[str, Any] = {}
-    misaligned: dict[str, float] = {}
+    out: dict[str, dict[str, float]] = {"gemm_misaligned": {}, "gemm_misaligned_bwd": {}}
     notes: list[str] = []
     for prec in dev.precisions:
         pts = [r for _, r in _ok(results, f"gemm_align/{prec}/")]
-        if pts:
-            f_m = F.fit_ratio([r["time_s"] * r["aligned_flops"] / r["flops"] for r in pts],
-                              [r["aligned_s"] for r in pts])
-            fits[f"gemm_misaligned/{prec}"] = f_m.as_dict()
-            misaligned[prec] = f_m.params["ratio"]
-            notes.append(f"{prec} x{misaligned[prec]:.3g} ({f_m.n} pairs, rms log {f_m.rms_log:.2f})")
-    source = (f"{tag}: torch.mm(x, W^T) with n + 1 output columns against n (a multiple of 64, not a power of "
-              "two), outputs of 16-24 MiB: " + "; ".join(notes)) if notes else None
-    return Part({"gemm_misaligned": misaligned, "gemm_misaligned_source": source}, fits)
+        for key, layouts in (("gemm_misaligned", ("fwd",)), ("gemm_misaligned_bwd", ("dgrad", "wgrad"))):
+            sel = [r for r in pts if r.get("layout", "fwd") in layouts]
+            if sel:
+                f_m = F.fit_ratio([r["time_s"] * r["aligned_flops"] / r["flops"] for r in sel],
+                                  [r["aligned_s"] for r in sel], hi=MISALIGNED_MAX)
+                fits[f"{key}/{prec}"] = f_m.as_dict()
+                out[key][prec] = f_m.params["ratio"]
+                notes.append(f"{prec} {'/'.join(layouts)} x{f_m.params['ratio']:.3g} ({f_m.n} pairs, rms log "
+                             f"{f_m.rms_log:.2f})")
+    what = ("torch.mm(x, W^T) with n + 1 output columns against n (a multiple of 64, not a power of two), outputs "
+            "of 16-24 MiB" if dev.kind == "cpu" else
+            "the forward (x @ W^T), input-gradient (g @ W) and weight-gradient (g^T @ x) GEMMs of a linear layer "
+            "of n + 1 outputs against n (LM-head shapes, n = 50304)")
+    source = f"{tag}: {what}: " + "; ".join(notes) if notes else None
+    return Part({**out, "gemm_misaligned_source": source}, fits)
 
 
 def attention_section(dev: DeviceContext, results: dict[str, dict], tag: str, peaks: dict[str, float],
@@ -819,6 +827,7 @@ def _flat(profile: Profile) -> dict[str, float]:
     out.update({f"bw_eff_ops.{k}": v for k, v in d["bw_eff_ops"].items()})
     out.update({f"optimizer_bw_eff.{k}": v for k, v in d["optimizer_bw_eff"].items()})
     out.update({f"gemm_misaligned.{k}": v for k, v in d["gemm_misaligned"].items()})
+    out.update({f"gemm_misaligned_bwd.{k}": v for k, v in d["gemm_misaligned_bwd"].items()})
     out.update({f"grouped_gemm_m_half.{k}": v for k, v in d["grouped_gemm_m_half"].items()})
     if d["fresh_memory"]:
         out.update({"fresh_memory.gbs": d["fresh_memory"]["gbs"],

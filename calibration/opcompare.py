@@ -319,7 +319,7 @@ def predict(cfg, profile) -> dict[str, Any]:
         if block is not None:
             rerun = share[block] if any(share.values()) else float(cfg.checkpointing in op.recompute)
         if op.kind == "gemm":
-            f, d, w = compute.gemm_pass_times([op], dev, cfg.precision)
+            f, d, w = compute.gemm_pass_times([op], dev, cfg.precision, cfg.compile)
             cls = "head" if block is None else ("attention" if op.recompute else "gemm")
             tf, td, tw = (float(x[0].ravel()[0]) * reps * ga for x in (f, d, w))
             if cls == "attention":

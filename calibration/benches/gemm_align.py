@@ -19,6 +19,14 @@ two map onto few cache sets and run slow for that reason alone. On a Zen 5 EPYC 
 slower than with 50304 columns. Head-like shapes measured 1.0-1.26x and the quick pairs below
 1.02-1.24x: the ratio depends on the kernel's blocking of each shape, so several shapes are timed
 and the fit is their geometric mean.
+
+On a GPU the alignment that matters is 16 bytes per leading dimension (the tensor-core kernels'
+operand alignment; :data:`simulator.physics.compute.GPU_ALIGN_BYTES`): with n + 1 columns every
+row of the output, and of the output gradient both backward GEMMs read, is misaligned. An H200 ran
+GPT-2 XL's 50257-column head 4.8-7.1x slower than aligned GEMMs (bf16; calibration/results/h200/
+microbench_shapes.csv). ``gemm_align/<precision>/<layout>/<m>x<n>x<k>`` times the three layouts
+(``fwd`` x @ W^T, ``dgrad`` g @ W, ``wgrad`` g^T @ x) in each tensor-core precision the device has;
+the forward fits ``gemm_misaligned``, the two backward layouts ``gemm_misaligned_bwd``.
 """
 
 from __future__ import annotations
@@ -32,6 +40,12 @@ from .base import Bench, RunContext, ok
 SHAPES = {"tiny": [(64, 1088, 64)], "quick": [(512, 8256, 128), (512, 12352, 256), (1024, 4160, 256)],
           "thorough": [(512, 8256, 128), (512, 12352, 256), (1024, 4160, 256), (256, 16448, 512),
                        (512, 12352, 512)]}
+#: GPU shapes, LM heads as padded vocabularies make them (n = 50304: GPT-2's 50257 padded to a multiple of
+#: 64) at the widths of GPT-2 small and XL, and a wide layer; aligned GEMMs of 0.1-1.3 TFLOP
+GPU_SHAPES = {"tiny": [(1024, 4160, 256)], "quick": [(4096, 50304, 768), (8192, 50304, 1600)],
+              "thorough": [(4096, 50304, 768), (8192, 50304, 1600), (16384, 50304, 2048), (8192, 12352, 4096)]}
+#: GEMM layouts timed on a GPU: the forward and the two backward GEMMs of a linear layer
+LAYOUTS = ("fwd", "dgrad", "wgrad")
 
 
 #: alternating rounds of the aligned and the misaligned shape; the round with the median ratio is
@@ -40,15 +54,26 @@ SHAPES = {"tiny": [(64, 1088, 64)], "quick": [(512, 8256, 128), (512, 12352, 256
 ROUNDS = 3
 
 
-def _bench(precision: str, m: int, n: int, k: int):
+def _call(layout: str, m: int, cols: int, k: int, device, dtype):
+    """One GEMM of ``layout`` for a linear layer of ``cols`` outputs over ``k`` inputs on ``m`` rows,
+    into a kept output buffer."""
+    x = torch.randn(m, k, device=device, dtype=dtype)
+    w = torch.randn(cols, k, device=device, dtype=dtype)
+    if layout == "fwd":
+        out = torch.empty(m, cols, device=device, dtype=dtype)
+        return lambda: torch.mm(x, w.t(), out=out)
+    g = torch.randn(m, cols, device=device, dtype=dtype)
+    if layout == "dgrad":
+        out = torch.empty(m, k, device=device, dtype=dtype)
+        return lambda: torch.mm(g, w, out=out)
+    out = torch.empty(cols, k, device=device, dtype=dtype)
+    return lambda: torch.mm(g.t(), x, out=out)
+
+
+def _bench(precision: str, m: int, n: int, k: int, layout: str = "fwd"):
     def run(ctx: RunContext) -> dict:
         dtype = DTYPES[precision]
-        calls = {}
-        for label, cols in (("aligned", n), ("misaligned", n + 1)):
-            x = torch.randn(m, k, device=ctx.device, dtype=dtype)
-            w = torch.randn(cols, k, device=ctx.device, dtype=dtype)
-            out = torch.empty(m, cols, device=ctx.device, dtype=dtype)
-            calls[label] = lambda x=x, w=w, out=out: torch.mm(x, w.t(), out=out)
+        calls = {label: _call(layout, m, cols, k, ctx.device, dtype) for label, cols in (("aligned", n), ("misaligned", n + 1))}
         budget = ctx.settings.budget_s / (2 * ROUNDS)
         rounds = [{label: ctx.time(fn, budget_s=budget) for label, fn in calls.items()} for _ in range(ROUNDS)]
         rounds.sort(key=lambda r: r["misaligned"].fit_s / r["aligned"].fit_s)
@@ -57,15 +82,22 @@ def _bench(precision: str, m: int, n: int, k: int):
         rec["aligned_s"] = mid["aligned"].fit_s
         rec["aligned_flops"] = 2.0 * m * n * k
         rec["round_ratios"] = [r["misaligned"].fit_s / r["aligned"].fit_s for r in rounds]
+        rec["layout"] = layout
         return rec
 
     return run
 
 
 def plan(ctx: RunContext) -> list[Bench]:
-    """fp32 only (half-precision GEMMs on a CPU without native support run other kernels)."""
-    if ctx.dev.kind != "cpu":
-        return []
-    return [Bench(f"gemm_align/fp32/{m}x{n}x{k}", "gemm_align", {"precision": "fp32", "m": m, "n": n, "k": k},
-                  _bench("fp32", m, n, k), ctx.est(4.0 * m * n * k, "flops", 8.0 * m * n))
-            for m, n, k in SHAPES[ctx.settings.mode]]
+    """CPU: forward fp32 only (half-precision GEMMs on a CPU without native support run other
+    kernels). GPU: the three layouts in each tensor-core precision the device has (tf32, bf16, fp16;
+    fp32's CUDA-core kernel ran a misaligned head at full speed on an H200)."""
+    if ctx.dev.kind == "cpu":
+        return [Bench(f"gemm_align/fp32/{m}x{n}x{k}", "gemm_align", {"precision": "fp32", "m": m, "n": n, "k": k},
+                      _bench("fp32", m, n, k), ctx.est(4.0 * m * n * k, "flops", 8.0 * m * n))
+                for m, n, k in SHAPES[ctx.settings.mode]]
+    precs = [p for p in ctx.dev.precisions if p in ("tf32", "bf16", "fp16")]
+    return [Bench(f"gemm_align/{p}/{lay}/{m}x{n}x{k}", "gemm_align",
+                  {"precision": p, "layout": lay, "m": m, "n": n, "k": k}, _bench(p, m, n, k, lay),
+                  ctx.est(4.0 * m * n * k, "flops", 4.0 * (m * n + n * k + m * k)))
+            for p in precs for lay in LAYOUTS for m, n, k in GPU_SHAPES[ctx.settings.mode]]

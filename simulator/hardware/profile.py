@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from ..core.atomic import write_text_atomic
 from ..core.errors import UsageError
@@ -51,6 +51,10 @@ class StridedWalk(StrictModel):
 #: upper bound of a GEMM's k-term steepness (``GemmEfficiency.k_power``): a measured drop sharper than
 #: this is a step the calibration points cannot resolve
 K_POWER_MAX = 8.0
+#: Upper bound of ``gemm_misaligned`` and ``gemm_misaligned_bwd`` (time factors): an H200 ran GPT-2 XL's
+#: 50257-column LM head 4.8-7.1x slower than aligned layer GEMMs of its width (calibration/results/h200/
+#: microbench_shapes.csv, 2026-12-04); a factor past 10 would be no tensor-core kernel at all.
+MISALIGNED_MAX = 10.0
 #: Upper bound of ``grouped_gemm_m_half`` (rows per group): a grouped GEMM at twice the time of one
 #: GEMM of all its rows even with 4096 rows per group would be no grouped kernel at all.
 GROUPED_M_HALF_MAX = 4096.0
@@ -326,10 +330,14 @@ class Profile(StrictModel):
     # absent: the values above
     train_fwd_kernel_us_amp: float | None = Field(default=None, ge=0, le=1000)
     train_bwd_kernel_us_amp: float | None = Field(default=None, ge=0, le=1000)
-    # time factor of a forward-layout GEMM whose output rows are not whole 64-byte cache lines (n x bytes
-    # per element not a multiple of CACHE_LINE_BYTES, e.g. GPT-2's 50257-token LM head), per precision;
-    # absent: 1 (calibration/benches/gemm_align.py)
+    # time factor of a misaligned GEMM's forward (simulator.physics.compute.misaligned_gemms: on a CPU, output
+    # rows that are not whole 64-byte cache lines; on a GPU, a weight dimension that is not a multiple of
+    # 16 bytes, e.g. GPT-2's 50257-token LM head), per precision; absent: 1
+    # (calibration/benches/gemm_align.py)
     gemm_misaligned: dict[str, float] = {}
+    # the same for both backward GEMMs (input and weight gradient), whose gradient operand has the
+    # forward output's misaligned rows; absent: 1 (a CPU's fit measures the forward only)
+    gemm_misaligned_bwd: dict[str, float] = {}
     gemm_misaligned_source: str | None = None
     # grouped GEMMs (a mixture of experts' experts, Op.grouped): rows per group at which a grouped GEMM
     # of g groups of m rows takes twice the time of one GEMM of their g x m rows (time factor
@@ -363,10 +371,11 @@ class Profile(StrictModel):
         its own where timed apart, else ``attention``'s."""
         return self.attention_kernels.get(kernel, self.attention)
 
-    @field_validator("gemm_misaligned")
+    @field_validator("gemm_misaligned", "gemm_misaligned_bwd")
     @classmethod
-    def _misaligned(cls, v: dict[str, float]) -> dict[str, float]:
-        return _check_map(v, "gemm_misaligned", PRECISIONS, 1.0, 4.0, "in [1, 4]", lo_closed=True)
+    def _misaligned(cls, v: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        return _check_map(v, info.field_name, PRECISIONS, 1.0, MISALIGNED_MAX, f"in [1, {MISALIGNED_MAX:g}]",
+                          lo_closed=True)
 
     @field_validator("grouped_gemm_m_half")
     @classmethod

@@ -31,9 +31,16 @@ from . import fresh_memory, kernels
 #: arXiv 2407.08608, fig. 5), non-causal and causal panels.
 NONCAUSAL_SEQ_HALF = 0.24
 #: Cache-line size of x86-64 and most ARM server cores, bytes (Intel 64 and IA-32 Architectures
-#: Optimization Reference Manual; AMD Software Optimization Guide for EPYC): output rows whose length
-#: is not a multiple of it take the profile's ``gemm_misaligned`` factor.
+#: Optimization Reference Manual; AMD Software Optimization Guide for EPYC): on a CPU, output rows
+#: whose length is not a multiple of it take the profile's ``gemm_misaligned`` factor.
 CACHE_LINE_BYTES = 64
+#: Operand alignment of a GPU's tensor-core GEMM kernels, bytes: leading dimensions that are
+#: multiples of 16 bytes (8 half or 4 fp32 elements; NVIDIA Deep Learning Performance guide, "Matrix
+#: Multiplication Background", Tensor Core requirements; the alignment torch.compile's Inductor pads
+#: matmul operands to, torch/_inductor/fx_passes/pad_mm.py get_alignment_size_dtype). On a GPU a GEMM
+#: whose weight dimension n or k is not a multiple of it takes the profile's ``gemm_misaligned`` and
+#: ``gemm_misaligned_bwd`` factors.
+GPU_ALIGN_BYTES = 16
 #: Host time per kernel of an eager training pass beyond the launch (module calls, autograd
 #: recording, autocast), forward and backward, us, for ops at a graph break (``Op.graph_break``:
 #: Hugging Face's expert loop, whose host time is what makes it slow) on a profile that has not
@@ -81,17 +88,18 @@ def fused_attention_rate(dev: Device, precision: str, head_dim: float, seq_len: 
     return peak, kernels.attention_efficiency(e_f, *shape), kernels.attention_efficiency(e_b, *shape)
 
 
-def op_times(op: Op, dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray]:
+def op_times(op: Op, dev: Device, precision: str, compiled: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of one repetition of ``op``, without kernel launches.
 
-    GEMMs: :func:`gemm_times` in :func:`gemm_precision`. Fused attention: its FLOPs at :func:`fused_attention_rate`.
+    GEMMs: :func:`gemm_times` in :func:`gemm_precision` (``compiled``: under torch.compile, which pads
+    misaligned GEMMs on a GPU). Fused attention: its FLOPs at :func:`fused_attention_rate`.
     Scan, conv and elementwise ops: roofline of their FLOPs on the CUDA-core fp32 peak and their
     bytes at the profile's bandwidth efficiency (of the op's ``bandwidth`` class where the
     profile calibrates one); fp32 atomic adds of a backward (``atomics_bwd``) add their time at
     the GPU's atomic rate (:func:`simulator.hardware.rates.atomic_rate`).
     """
     if op.kind == "gemm":
-        t_f, t_b = gemm_times([op], dev, gemm_precision(op, precision))
+        t_f, t_b = gemm_times([op], dev, gemm_precision(op, precision), compiled)
         return t_f[0], t_b[0]
     prof = dev.profile
     bw, bw_eff = dev.mem_bw, prof.memory_bw_eff
@@ -242,8 +250,8 @@ class _Timed:
         self.host = 1e-6 * prof.layer_overhead_us
         placed = [(op, float(b.repeat) * op.count, i, b.name) for i, b in enumerate(g.blocks) for op in b.ops]
         placed += [(op, op.count, None, "") for op in g.outside]
-        _time_gemms([(op, where) for op, _, _, where in placed if op.kind == "gemm"], dev, precision, memo)
-        self.rows = [_row(op, reps, i, dev, precision, memo, where) for op, reps, i, where in placed]
+        _time_gemms([(op, where) for op, _, _, where in placed if op.kind == "gemm"], dev, precision, compiled, memo)
+        self.rows = [_row(op, reps, i, dev, precision, compiled, memo, where) for op, reps, i, where in placed]
         reps = sum(b.repeat for b in g.blocks)
         self.fwd = self.pass_time(self.rows, "fwd") + self.host * reps
         self.bwd = self.pass_time(self.rows, "bwd") + self.host * reps
@@ -293,19 +301,35 @@ def layer_gemm_times(model, tokens, precision: str, dev: Device, chunks: int = 1
     return (count * chunks * t_f).sum(axis=0), (count * (chunks * t_d + t_w)).sum(axis=0)
 
 
-def gemm_times(ops: list[Op], dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray]:
+def gemm_times(ops: list[Op], dev: Device, precision: str, compiled: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of one repetition of each GEMM op (first axis), all at once:
     :func:`gemm_pass_times` with the backward's two GEMMs added."""
-    t_f, t_d, t_w = gemm_pass_times(ops, dev, precision)
+    t_f, t_d, t_w = gemm_pass_times(ops, dev, precision, compiled)
     return t_f, t_d + t_w
 
 
-def gemm_pass_times(ops: Sequence[Op | workload.Gemm], dev: Device, precision: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def misaligned_gemms(n: np.ndarray, k: np.ndarray, batch: np.ndarray, elem_bytes: int, kind: str,
+                     compiled: bool) -> np.ndarray:
+    """Which GEMMs of weight dimensions ``n`` x ``k`` (``batch`` copies each; arrays broadcast) run
+    misaligned. On a CPU: output rows that are not whole cache lines (n x ``elem_bytes`` not a multiple
+    of :data:`CACHE_LINE_BYTES`; Inductor pads no CPU matmul: pad_mm's check_device wants CUDA or XPU).
+    On a GPU: n or k x ``elem_bytes`` not a multiple of :data:`GPU_ALIGN_BYTES`, for single GEMMs (what
+    was measured: linear layers, GPT-2's 50257-token head), and none under torch.compile, whose
+    Inductor pads such operands to the alignment (``shape_padding``, on by default)."""
+    if kind == "cpu":
+        return np.mod(n * elem_bytes, CACHE_LINE_BYTES) != 0
+    off = (np.mod(n * elem_bytes, GPU_ALIGN_BYTES) != 0) | (np.mod(k * elem_bytes, GPU_ALIGN_BYTES) != 0)
+    return off & (np.asarray(batch) == 1) & (not compiled)
+
+
+def gemm_pass_times(ops: Sequence[Op | workload.Gemm], dev: Device, precision: str,
+                    compiled: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(forward, input-gradient, weight-gradient) seconds of one repetition of each GEMM op
     (first axis): the profile's shape-dependent efficiency (forward layout; the input gradient
     (m,k,n) in the backward layout, the weight gradient (n,k,m) in the weight-gradient layout),
-    or the operand traffic if slower; forward outputs whose rows are not whole cache lines take
-    the profile's ``gemm_misaligned`` factor. ``batch`` GEMMs of an op are ``batch`` times one GEMM
+    or the operand traffic if slower; misaligned GEMMs (:func:`misaligned_gemms`, ``compiled``: under
+    torch.compile) take the profile's ``gemm_misaligned`` factor forward and ``gemm_misaligned_bwd``
+    on both backward GEMMs. ``batch`` GEMMs of an op are ``batch`` times one GEMM
     of m rows; a grouped op's (``Op.grouped``), where the profile calibrates
     ``grouped_gemm_m_half`` h, one GEMM of all batch x m rows in each pass times 1 + h/m."""
     prof = dev.profile
@@ -326,6 +350,7 @@ def gemm_pass_times(ops: Sequence[Op | workload.Gemm], dev: Device, precision: s
         return w * kernels.gemm_time(mm, nn, kk, peak, eff.e_max, eff.x_half, e, bw, bw_eff, 0.0,
                                      eff.operand_half_bytes, eff.operand_floor, weight, walk, eff.halves, eff.k_power)
 
+    batch = w  # copies per op, before a grouped op's become one GEMM
     h = prof.grouped_gemm_m_half.get(precision)
     if h is not None and any(getattr(op, "grouped", False) for op in ops):
         grouped = np.array([getattr(op, "grouped", False) for op in ops]).reshape(n.shape)
@@ -336,15 +361,16 @@ def gemm_pass_times(ops: Sequence[Op | workload.Gemm], dev: Device, precision: s
     else:
         factor, m_f = 1.0, m
 
-    t_f = factor * t(m_f, n, k, g)
-    mis = prof.gemm_misaligned.get(precision)
-    if mis:  # output rows that are not whole cache lines (GPT-2's 50257-token head)
-        t_f = t_f * np.where(np.mod(n * e, CACHE_LINE_BYTES) != 0, mis, 1.0)
-    return t_f, factor * t(m_f, k, n, gb, walks=True), factor * t(n, k, m_f, gw)
+    t_f, t_d, t_w = factor * t(m_f, n, k, g), factor * t(m_f, k, n, gb, walks=True), factor * t(n, k, m_f, gw)
+    mis_f, mis_b = prof.gemm_misaligned.get(precision, 1.0), prof.gemm_misaligned_bwd.get(precision, 1.0)
+    if mis_f != 1.0 or mis_b != 1.0:  # GPT-2's 50257-token head
+        off = misaligned_gemms(n, k, batch, e, prof.device.kind, compiled)
+        t_f, t_d, t_w = t_f * np.where(off, mis_f, 1.0), t_d * np.where(off, mis_b, 1.0), t_w * np.where(off, mis_b, 1.0)
+    return t_f, t_d, t_w
 
 
-def _gemm_key(precision: str, where: str, op: Op) -> tuple:
-    return ("gemm", precision, where, op.name)
+def _gemm_key(precision: str, compiled: bool, where: str, op: Op) -> tuple:
+    return ("gemm", precision, compiled, where, op.name)
 
 
 def gemm_precision(op: Op, precision: str) -> str:
@@ -354,23 +380,24 @@ def gemm_precision(op: Op, precision: str) -> str:
     return FP8 if precision == FP8 and op.fp8_linear else base_precision(precision)
 
 
-def _time_gemms(ops: list[tuple[Op, str]], dev: Device, precision: str, memo: dict) -> None:
+def _time_gemms(ops: list[tuple[Op, str]], dev: Device, precision: str, compiled: bool, memo: dict) -> None:
     """Times the GEMM ops (each with its block's name) not yet in ``memo``, one call per
-    :func:`gemm_precision`: a GEMM's time depends on its shape and that precision only, so a
-    search times each once."""
-    todo = [(op, where) for op, where in ops if _gemm_key(precision, where, op) not in memo]
+    :func:`gemm_precision`: a GEMM's time depends on its shape, that precision and (misaligned
+    GEMMs, which torch.compile pads on a GPU) compilation only, so a search times each once."""
+    todo = [(op, where) for op, where in ops if _gemm_key(precision, compiled, where, op) not in memo]
     for p in dict.fromkeys(gemm_precision(op, precision) for op, _ in todo):
         part = [(op, where) for op, where in todo if gemm_precision(op, precision) == p]
-        t_f, t_b = gemm_times([op for op, _ in part], dev, p)
+        t_f, t_b = gemm_times([op for op, _ in part], dev, p, compiled)
         for i, (op, where) in enumerate(part):
-            memo[_gemm_key(precision, where, op)] = (t_f[i], t_b[i])
+            memo[_gemm_key(precision, compiled, where, op)] = (t_f[i], t_b[i])
 
 
-def _row(op: Op, reps: float, block: int | None, dev: Device, precision: str, memo: dict, where: str) -> _Row:
+def _row(op: Op, reps: float, block: int | None, dev: Device, precision: str, compiled: bool, memo: dict,
+         where: str) -> _Row:
     if op.kind == "gemm":  # the same shape in every graph of a search: one row
-        key = ("gemm-row", precision, where, op.name)
+        key = ("gemm-row", precision, compiled, where, op.name)
         if key not in memo:
-            t_f, t_b = memo[_gemm_key(precision, where, op)]
+            t_f, t_b = memo[_gemm_key(precision, compiled, where, op)]
             fl = reps * op.fwd_flops()
             memo[key] = _Row(reps * t_f, reps * op.kernels_fwd, reps * t_b, reps * op.kernels_bwd, fl, 2.0 * fl,
                              block, op.recompute, op.graph_break)

@@ -194,6 +194,23 @@ def test_grouped_gemm_calibration_times_the_experts_as_one_gemm() -> None:
         type(base).model_validate({**base.model_dump(), "grouped_gemm_m_half": {"bf16": 1e5}})
 
 
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b"])
+@pytest.mark.parametrize("stack", ["megatron-lm", "torchtitan"])
+def test_moe_plan_names_its_best_expert_parallel_layout(model, stack) -> None:
+    """A mixture of experts on 8 x H100 under a stack with expert parallelism: the plan is expert-parallel,
+    or its layout note names the best expert-parallel plan and how much longer it takes (the search
+    evaluates the most promising expert-parallel layout even when another kind wins)."""
+    plan = simulate(model, "8xh100", stack=stack, tokens="1B")
+    note = next(n for n in plan.notes if n.startswith("considered"))
+    if "EP " in plan.strategy_line():
+        return
+    import re
+
+    found = re.search(r"the best expert-parallel plan \((.*?EP \d+.*?)\) takes (\d+\.\d+)× as long", note) \
+        or re.search(r"the best tensor/pipeline/context/expert plan \((.*?EP \d+.*?)\) takes (\d+\.\d+)× as long", note)
+    assert found and float(found.group(2)) >= 1.0, note
+
+
 def test_hugging_face_loop_note() -> None:
     """hf-trainer + MoE says the eager loop is slow and names the grouped stacks; megatron-lm does not."""
     hf = simulate("olmoe-1b-7b", "8xh100", tokens="1B")

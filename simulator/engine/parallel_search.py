@@ -565,7 +565,14 @@ def evaluate_layouts(pb: Problem, space: Space, layouts: list[Parallelism],
         rest = [k for k in keep if _plain(k) == plain]
         if rest and not any(k in done for k in rest):
             k = min(rest, key=cheap.get)
+            done.add(k)
             parts.extend(layout_grids(pb, space, k, groups[k], async_tp))
+    # and of a mixture of experts, the most promising expert-parallel layout, so the winner can be
+    # explained against the layout such models are usually trained with
+    experts = [k for k in keep if k.ep > 1]
+    if experts and not any(k in done for k in experts):
+        k = min(experts, key=cheap.get)
+        parts.extend(layout_grids(pb, space, k, groups[k], async_tp))
     if not parts:
         raise ValueError("no layout to evaluate: pipelining needs a sharding the stack pipelines "
                          "(layout.pipelines)")
@@ -611,4 +618,14 @@ def explain_layout(tab: Table, order: np.ndarray, n_layouts: int, n_evaluated: i
                  f"({_layout_text(tab, j)}) takes {tab.step_time[j] / tab.step_time[i]:.2f}× as long")
     elif not win_plain:
         text += "; no pure data-parallel plan fits"
+    expert = np.nonzero(tab.ep > 1)[0]
+    if expert.size and tab.ep[i] == 1:
+        fits = expert[np.isfinite(tab.rank_key[expert])]
+        if fits.size:
+            j = fits[np.argmin(tab.rank_key[fits])]
+            if j != (other[np.argmin(tab.rank_key[other])] if other.size else -1):
+                text += (f"; the best expert-parallel plan ({_layout_text(tab, j)}) takes "
+                         f"{tab.step_time[j] / tab.step_time[i]:.2f}× as long")
+        else:
+            text += "; no expert-parallel plan evaluated fits"
     return text

@@ -186,8 +186,10 @@ def test_catalog_hopper_cudnn_attention_is_the_measured_kernel_and_no_fit_moves_
 
 
 @pytest.mark.parametrize("profile, mape_max, worst_max", [
-    ("hardware_catalog/profiles/h200.json", 10.0, 25.0),  # was 26.1% and 122% (tf32), 2026-12-05: 7.7 / 15.4
-    ("calibration/profiles/nvidia-h200.json", 10.0, 25.0),  # was 11.2% and 37.1%, 2026-12-05: 9.0 / 19.6
+    # was 26.1% and 122% (tf32), 2026-12-05: 7.7 / 15.4; 2026-12-07 (Hugging Face's rotary at the broadcast
+    # class, which the suite's own torch model, casting its tables to half, does not quite run): 8.2 / 21.0
+    ("hardware_catalog/profiles/h200.json", 10.0, 25.0),
+    ("calibration/profiles/nvidia-h200.json", 10.0, 25.0),  # was 11.2% and 37.1%, 2026-12-05: 9.0 / 19.6; now 8.3 / 20.0
 ])
 def test_h200_profiles_predict_the_measured_gpu_default_steps(profile, mape_max, worst_max):
     """validate --measured on the 14 steps of gpu_default.yaml measured on the H200 (bf16/tf32/fp32, SDPA and
@@ -219,6 +221,38 @@ def test_bf16_end_to_end_fit_leaves_tf32_and_fp32_rates_alone():
         assert cat.gemm["fp32"].e_max == pytest.approx(52.05 / 67.0, abs=1e-3)  # H200, 2026-12-04
         assert cat.gemm["tf32"].e_max >= 0.78  # measured (H200 386.7 of 494.5) or published (H100 396)
         assert "2026-12-04" in cat.gemm["fp32"].source
+
+
+def test_hugging_face_rotary_and_transposes_run_at_the_broadcast_rate():
+    """Hugging Face's eager rotary (half Q/K times fp32 [1, 1, s, d] tables) and the copies of permuted views
+    are their own op at the profile's broadcast class (an H200 ran the rotary multiplies at 1.3-1.4 TB/s:
+    Pythia-160M's [8, 12, 2048, 16] x [1, 1, 2048, 16] in 14.7 us, the 8x1024 Llama's [8, 16, 2048, 64] in
+    71 us, 6 bytes an element; a contiguous copy 3.6); the bytes are the ones the lump counted before, so
+    memory and the other stacks are unchanged. On the profiled steps (2026-12-07) the catalog read -6.7%,
+    -3.9%, -3.6% before and +2.4%, -0.7%, +6.0% after; the calibrated profile -7.2%, -11.5%, -5.2% before and
+    +1.4%, -8.5%, +3.8% after."""
+    import numpy as np
+
+    from simulator.model import hf_eager, workload
+    from simulator.model.graphs import graph
+    from simulator.model.presets import get_model
+
+    m, mb = get_model("pythia-160m"), np.array([8.0])
+    hf = graph(m, 2048, mb, "bf16", "sdpa", False, "hf-trainer")
+    fused = graph(m, 2048, mb, "bf16", "sdpa", False, "megatron-lm")
+    ops = {op.name: op for op in hf.blocks[0].ops}
+    assert ops["rotary_layout"].bandwidth == "broadcast" and "rotary_layout" not in {op.name for op in fused.blocks[0].ops}
+    compiled = graph(m, 2048, mb, "bf16", "sdpa", True, "hf-trainer")
+    assert "rotary_layout" not in {op.name for op in compiled.blocks[0].ops}
+    before = workload.layer_elementwise(m, mb, 2048, 2, False, True)
+    xf, xb, _, _ = hf_eager.autocast_elementwise(m, 2)
+    rf, rb, _, _ = hf_eager.rotary_autocast_extra(m, 2)
+    elem = [op for op in hf.blocks[0].ops if op.kind == "elementwise" and op.name in ("rotary_layout",
+                                                                                     "norms_residual_activation")]
+    act = workload.activation_bytes(m, mb, 2048, 2)
+    total_f = sum(float(np.ravel(op.bytes_fwd)[0]) for op in elem) * m.n_layers + float(act.nbytes[0])
+    assert total_f == pytest.approx(float(before[0].nbytes[0]) + 2048 * 8 * (xf + rf) * m.n_layers, rel=1e-9)
+    assert rb == rf and xb > 0
 
 
 def test_eager_softmax_under_autocast_counts_its_fp32_round_trip():
@@ -258,9 +292,10 @@ HF_STEPS = [("prof_p160m_sdpa_s2048_mb8.txt", "pythia-160m", "sdpa", 61.189),
 def test_h200_profiles_predict_hugging_face_steps(name, model, attention, cuda_ms, profile, tolerance):
     """The H200 profiles against the device time of real Hugging Face steps (the kernel tables' totals
     under the profiler, no host gaps; the stack's fused AdamW, as they ran). Catalog within 10%
-    (2026-12-05: -6.7%, -3.9%, -3.6%; before the H200's own attention, optimizer, mask-add and
-    softmax-backward figures, with foreach AdamW: +5.0%, -23.0%, +6.3%); the calibrated profile within
-    15% (-7.2%, -11.5%, -5.2%: its attention fit is the quick run's)."""
+    (2026-12-07: +2.4%, -0.7%, +6.0%; 2026-12-05, before the rotary's broadcast class: -6.7%, -3.9%, -3.6%;
+    before the H200's own attention, optimizer, mask-add and softmax-backward figures, with foreach AdamW:
+    +5.0%, -23.0%, +6.3%); the calibrated profile within 15% (+1.4%, -8.5%, +3.8%; -7.2%, -11.5%, -5.2% before:
+    its attention fit is the quick run's)."""
     from calibration.validate.suite import load_suite
     from simulator.answer.api import simulate
 

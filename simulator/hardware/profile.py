@@ -149,7 +149,8 @@ class FreshMemory(StrictModel):
 #: residual adds, eager softmax, cross-entropy over the logits, embedding gather and its gradient,
 #: autocast weight casts; the operand and output traffic of GEMMs (the memory side of their roofline); and
 #: ``broadcast``, elementwise kernels that broadcast one operand and promote another's dtype (Hugging Face's
-#: eager attention mask add under torch.autocast: half scores + an fp32 [b, 1, s, s] mask -> fp32), which
+#: eager attention mask add under torch.autocast: half scores + an fp32 [b, 1, s, s] mask -> fp32; its eager
+#: rotary, half Q/K times fp32 [1, 1, s, d] cos/sin tables, and the copies of permuted Q/K/V views), which
 #: PyTorch's CUDA TensorIterator runs in its generic, non-vectorized ``elementwise_kernel`` with casts on load.
 BW_OP_CLASSES = ("elementwise", "softmax", "loss", "embedding", "cast", "gemm", "broadcast")
 #: ``broadcast`` kernels' bandwidth over a plain copy's on a CUDA GPU whose profile has no figure of its own:

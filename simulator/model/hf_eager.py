@@ -285,17 +285,9 @@ def autocast_elementwise(model, e: int) -> tuple[float, float, float, float]:
       bytes per element (counted as 3e); GPT-NeoX's parallel residual adds the two half branches
       first (3e) and that sum to the stream. Backward, the branch's gradient is cast to half (4 + e,
       where the count has its 2 x 3e).
-    * Rotary (``apply_rotary_pos_emb``) over the rotated dims R of Q and K with :data:`ROTARY_TABLE`
-      tables t: ``x * cos`` and ``rotate_half(x) * sin`` read e and write t, ``neg`` and ``cat``
-      of ``rotate_half`` move e (R/2 + R/2, R + R), the add reads 2t and writes t: (5e + 5t) R; a
-      partial rotation's ``cat`` with the passed-through dims reads t R + e (d - R) and writes t d;
-      then the attention casts the fp32 Q and K to half (read t, write e per element, one kernel
-      each). The count has (10 R + 2 d partial) x e. Backward moves about as much again beyond
-      twice the count (the multiplies' fp32 gradients cast to half, ``slice_backward``'s zeroed
-      copies): once the forward's excess.
+    * Rotary: :func:`rotary_autocast_extra`, counted with the rotary op (broadcast operands).
 
     Units: bytes per token of one layer (the GPU's shard of heads under tensor parallelism)."""
-    t = ROTARY_TABLE
     h = model.hidden / getattr(model, "seq_shards", 1)
     norms = min(getattr(model, "norms_per_layer", 2), 2)
     reads = (1 if model.family in FUSED_QKV else 3) + (1 if (not model.gated_mlp or model.family in FUSED_GATE_UP) else 2)
@@ -310,15 +302,29 @@ def autocast_elementwise(model, e: int) -> tuple[float, float, float, float]:
     stream_adds = 1 if model.parallel_residual else 2
     fwd += stream_adds * (e + 2 * STREAM - 3 * e) * h
     bwd += stream_adds * (STREAM + e - 2 * 3 * e) * h
-    if model.pos_embedding == "rotary":
-        rot = getattr(model, "rotary_pct", 1.0)
-        partial = rot < 1.0
-        per = rot * (5 * e + 5 * t) + ((t * rot + e * (1 - rot) + t) if partial else 0.0) + (t + e)
-        counted = (10.0 * rot + (2.0 if partial else 0.0)) * e
-        extra = (model.q_dim + model.kv_dim) * (per - counted)
-        fwd, bwd = fwd + extra, bwd + extra
-        k_fwd, k_bwd = k_fwd + 2.0, k_bwd + 2.0
     return fwd, bwd, k_fwd, k_bwd
+
+
+def rotary_autocast_extra(model, e: int) -> tuple[float, float, float, float]:
+    """(forward bytes, backward bytes, forward kernels, backward kernels) per token that one layer's
+    rotary embedding (``apply_rotary_pos_emb``) moves under torch.autocast beyond
+    :func:`simulator.model.workload.rotary_elements`' eager count, over the rotated dims R of Q and K
+    with :data:`ROTARY_TABLE` tables t: ``x * cos`` and ``rotate_half(x) * sin`` read e and write t,
+    ``neg`` and ``cat`` of ``rotate_half`` move e (R/2 + R/2, R + R), the add reads 2t and writes t:
+    (5e + 5t) R; a partial rotation's ``cat`` with the passed-through dims reads t R + e (d - R) and
+    writes t d; then the attention casts the fp32 Q and K to half (read t, write e per element, one
+    kernel each). The count has (10 R + 2 d partial) x e. Backward moves about as much again beyond
+    twice the count (the multiplies' fp32 gradients cast to half, ``slice_backward``'s zeroed copies):
+    once the forward's excess. Zero without rotary. Units: bytes per token of one layer."""
+    if model.pos_embedding != "rotary":
+        return 0.0, 0.0, 0.0, 0.0
+    t = ROTARY_TABLE
+    rot = getattr(model, "rotary_pct", 1.0)
+    partial = rot < 1.0
+    per = rot * (5 * e + 5 * t) + ((t * rot + e * (1 - rot) + t) if partial else 0.0) + (t + e)
+    counted = (10.0 * rot + (2.0 if partial else 0.0)) * e
+    extra = (model.q_dim + model.kv_dim) * (per - counted)
+    return extra, extra, 2.0, 2.0
 
 
 def gelu_new_ops(precision: str, e: int) -> tuple[float, float, float, float]:

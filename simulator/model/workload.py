@@ -335,6 +335,24 @@ def layer_elementwise(model, mb: np.ndarray, seq_len: int, e: int, compiled: boo
     return fwd, bwd
 
 
+def rotary_layout_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> tuple[MemOps, MemOps]:
+    """The eager rotary embedding and attention-output transpose copy of all layers, the share of
+    :func:`layer_elementwise`'s eager count (forward, backward) whose kernels read broadcast or strided
+    operands: rotary's ``x * cos`` and ``rotate_half(x) * sin`` broadcast a [seq, dims] table over the
+    batch and heads and ``cat`` writes strided halves (:func:`rotary_elements`), and the output
+    transpose copies a permuted view (2q elements a token). PyTorch's TensorIterator runs such operands
+    in its non-vectorized ``elementwise_kernel`` / ``unrolled_elementwise_kernel`` rather than the
+    vectorized one (an H200 ran them at under half a contiguous copy's bandwidth; the profile's
+    ``broadcast`` class). Backward :data:`ELEMENTWISE_BWD_FACTOR` times, as counted."""
+    q, kv = model.q_dim, model.kv_dim
+    rope_el, rope_k = rotary_elements(getattr(model, "rotary_pct", 1.0), False) \
+        if model.pos_embedding == "rotary" else (0.0, 0)
+    tokens, L = mb * float(seq_len), model.n_layers
+    nbytes = tokens * ((q + kv) * rope_el + 2 * q) * e * L
+    kernels = float((2 * rope_k + 1) * L)
+    return MemOps(nbytes, kernels), MemOps(ELEMENTWISE_BWD_FACTOR * nbytes, ELEMENTWISE_BWD_FACTOR * kernels)
+
+
 def activation_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> MemOps:
     """The eager MLP activation's share of :func:`layer_elementwise`'s forward, all layers: it
     reads and writes ``ffn_hidden`` elements per token (of the gate, in a gated MLP), one kernel

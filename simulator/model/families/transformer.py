@@ -76,10 +76,20 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
             ops.append(Op("mask_add", "elementwise", bytes_fwd=ma.nbytes / L1, kernels_fwd=float(ma.kernels) / L1,
                           recompute=frozenset({"selective", "op"}), bandwidth="broadcast"))
     lf, lb = workload.layer_elementwise(model, mb, seq_len, e, knobs.compiled, stack.fp32_norm(e, knobs.compiled))
-    if hf and stack.fp32_norm(e, knobs.compiled):  # Hugging Face's eager modules under torch.autocast
+    autocast = hf and stack.fp32_norm(e, knobs.compiled)  # Hugging Face's eager modules under torch.autocast
+    if autocast:
         xf, xb, kf, kb = hf_eager.autocast_elementwise(model, e)
         lf = workload.MemOps(lf.nbytes + tokens * xf * L, float(lf.kernels) + kf * L)
         lb = workload.MemOps(lb.nbytes + tokens * xb * L, float(lb.kernels) + kb * L)
+    if hf:  # Hugging Face's eager rotary and transposes: broadcast and strided operands, a class of their own
+        rf, rb = workload.rotary_layout_bytes(model, mb, seq_len, e)
+        lf = workload.MemOps(lf.nbytes - rf.nbytes, float(lf.kernels) - float(rf.kernels))
+        lb = workload.MemOps(lb.nbytes - rb.nbytes, float(lb.kernels) - float(rb.kernels))
+        xf, xb, kf, kb = hf_eager.rotary_autocast_extra(model, e) if autocast else (0.0, 0.0, 0.0, 0.0)
+        ops.append(Op("rotary_layout", "elementwise", bytes_fwd=(rf.nbytes + tokens * xf * L) / L1,
+                      bytes_bwd=(rb.nbytes + tokens * xb * L) / L1, kernels_fwd=(float(rf.kernels) + kf * L) / L1,
+                      kernels_bwd=(float(rb.kernels) + kb * L) / L1, recompute=frozenset({"op"}),
+                      bandwidth="broadcast"))
     projections = [op for op in ops if op.kind == "gemm" and not op.recompute]
     rest_saved = per_layer - core - sum(e * op.k for op in projections)
     rest_kept = op_kept - sum(e * op.n for op in projections)

@@ -502,7 +502,8 @@ def op_class_section(results: dict[str, dict], tag: str, bw: Bandwidth, launch_s
                      fresh: FreshMemory | None) -> Part:
     """``bw_eff_ops``, the bandwidth efficiency of the op classes around the layers, each fitted with
     its fresh output pages as known seconds: elementwise and softmax (``bandwidth/`` benches),
-    activations (``activation[_bwd]/``), loss, embedding, casts and the broadcast mask add (``mask_add/``);
+    activations (``activation[_bwd]/``), loss, embedding, casts and the broadcast class (the mask add, the
+    rotary multiply and the permuted copy: ``mask_add/``, ``rotary_mul/``, ``permute_copy/``);
     GEMM operands take the copy's."""
     fits: dict[str, Any] = {}
     fresh_s = _fresh_seconds(fresh)
@@ -539,7 +540,7 @@ def op_class_section(results: dict[str, dict], tag: str, bw: Bandwidth, launch_s
                                                                4.0 * r["tokens"] * r["hidden"]) for r in em], 3)
     ca = [r for _, r in _ok(results, "cast/")]
     _ops("cast", ca, [r["bytes"] for r in ca], [fresh_s(r["out_bytes"], r["out_bytes"]) for r in ca], 1)
-    ma = [r for _, r in _ok(results, "mask_add/")]
+    ma = [r for prefix in ("mask_add/", "rotary_mul/", "permute_copy/") for _, r in _ok(results, prefix)]
     _ops("broadcast", ma, [r["bytes"] for r in ma], [fresh_s(r["out_bytes"], r["out_bytes"]) for r in ma], 1)
     return Part({"bw_eff_ops": ops_eff,
                  "bw_eff_ops_source": (f"{tag}: " + "; ".join(ops_notes)) if ops_notes else None}, fits)

@@ -281,3 +281,36 @@ def test_optimizer_big_mix_spans_twice_the_cache():
     grown = big_mix(base, 960 << 20)
     per = state * base[0][0] * base[0][1]
     assert set(grown) == {base[0]} and len(grown) == 10 and (len(grown) - 1) * per < (960 << 20) <= len(grown) * per
+
+
+def test_rotary_and_permute_benches_feed_the_broadcast_class():
+    """calibrate times Hugging Face's rotary multiply (half Q times an fp32 [1, 1, s, d] table, promoted to
+    fp32: e + 4 bytes an element) and the copy of a transposed view (2e), the kernels hf-trainer's eager
+    rotary and transposes are priced at, and the build fits them with the mask add into the ``broadcast``
+    class: a bench that ran twice as slow as the mask add pulls the class down."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from calibration.benches import stepops
+    from calibration.timing import Timing
+
+    def timed(fn, **_):
+        fn()
+        return Timing.of_calls([1e-3])
+
+    ctx = SimpleNamespace(device=torch.device("cpu"), dev=SimpleNamespace(kind="cuda"), time=timed)
+    rot = stepops._rotary_mul(1, 2, 8, 4, "bf16")(ctx)
+    perm = stepops._permute_copy(1, 2, 8, 4, "bf16")(ctx)
+    assert rot["bytes"] == 64 * 6 and rot["out_bytes"] == 64 * 4 and perm["bytes"] == 64 * 4
+    from calibration.build import Bandwidth, op_class_section
+
+    def rec(nbytes, t):
+        return {"status": "ok", "bytes": nbytes, "out_bytes": nbytes / 2, "time_s": t}
+
+    bw = Bandwidth(gbs=100.0, gbs_source="t", copy_eff=None)
+    alone = op_class_section({"mask_add/a": rec(1e8, 2e-3)}, "t", bw, 0.0, None)
+    both = op_class_section({"mask_add/a": rec(1e8, 2e-3), "rotary_mul/a": rec(1e8, 4e-3),
+                             "permute_copy/a": rec(1e8, 4e-3)}, "t", bw, 0.0, None)
+    assert both.fits["bw_eff_ops/broadcast"]["n"] == 3
+    assert both.fields["bw_eff_ops"]["broadcast"] < alone.fields["bw_eff_ops"]["broadcast"]

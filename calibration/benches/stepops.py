@@ -11,6 +11,12 @@
 * ``mask_add/<precision>/b<b>h<h>s<s>``: eager attention's mask add under torch.autocast, half scores
   [b, h, s, s] plus an fp32 mask [b, 1, s, s] broadcast over the heads, promoted to fp32 (read e + 4,
   write 4 bytes a score: ``simulator.model.workload.eager_mask_add_bytes``): the ``broadcast`` op class.
+* ``rotary_mul/<precision>/b<b>h<h>s<s>d<d>``: Hugging Face's eager rotary multiply under torch.autocast,
+  half Q [b, h, s, d] times an fp32 cos table [1, 1, s, d] broadcast over the batch and heads, promoted to
+  fp32 (read e, write 4 bytes an element; the table is s x d, cached), and ``permute_copy/...``: the copy
+  of a transposed [b, s, h, d] view into [b, h, s, d] (read and write e strided): the kernels the
+  ``broadcast`` class prices for hf-trainer's eager rotary and transposes
+  (:func:`simulator.model.workload.rotary_layout_bytes`), fitted with the mask add.
 * ``optmix/<impl>/<mix>``: gradient-norm clipping and AdamW over a model's tensor-size mix: one
   huge embedding-like tensor, or many layer tensors (``foreach`` on a CPU loops over tensors;
   fresh temporaries per tensor); 28 + 12 bytes per parameter, as ``simulator.engine.estimate`` counts.
@@ -59,6 +65,11 @@ MASK_ADD = {"tiny": [(1, 2, 256)], "quick": [(2, 4, 256), (2, 8, 512)],
             "thorough": [(2, 4, 256), (2, 8, 512), (4, 8, 1024)]}
 CUDA_MASK_ADD = {"tiny": [(2, 4, 1024)], "quick": [(4, 8, 1024), (2, 16, 2048)],
                  "thorough": [(4, 8, 1024), (2, 16, 2048), (8, 12, 2048)]}
+# (batch, heads, sequence, head dim) of the rotary_mul and permute_copy benches: Q of 0.5M-64M elements
+ROTARY = {"tiny": [(1, 4, 256, 64)], "quick": [(2, 8, 256, 64), (2, 8, 512, 64)],
+          "thorough": [(2, 8, 256, 64), (2, 8, 512, 64), (4, 8, 1024, 64)]}
+CUDA_ROTARY = {"tiny": [(2, 8, 1024, 64)], "quick": [(8, 12, 2048, 64), (8, 16, 2048, 64)],
+               "thorough": [(8, 12, 2048, 64), (8, 16, 2048, 64), (8, 32, 4096, 128)]}
 # name -> list of tensor shapes. 'big': 24 MiB tensors (the per-byte cost of the large tensors that
 # dominate a real model's step), each below glibc's mmap threshold, so their foreach temporaries are
 # reused, not faulted in (those are counted anyway); at least 2, and on a CPU as many as make
@@ -173,6 +184,27 @@ def _mask_add(b: int, h: int, seq: int, precision: str):
     return run
 
 
+def _rotary_mul(b: int, h: int, seq: int, d: int, precision: str):
+    def run(ctx: RunContext) -> dict:
+        q = torch.randn(b, h, seq, d, device=ctx.device, dtype=DTYPES[precision])
+        cos = torch.randn(1, 1, seq, d, device=ctx.device, dtype=torch.float32)
+        n = q.numel()
+        t = ctx.time(fresh_outputs(lambda: q * cos, 4.0 * n, cold_bytes(ctx.dev.kind)))
+        return ok(t, bytes=float(n * (q.element_size() + 4)), out_bytes=4.0 * n, elements=n)
+
+    return run
+
+
+def _permute_copy(b: int, h: int, seq: int, d: int, precision: str):
+    def run(ctx: RunContext) -> dict:
+        x = torch.randn(b, seq, h, d, device=ctx.device, dtype=DTYPES[precision]).transpose(1, 2)
+        n, e = x.numel(), x.element_size()
+        t = ctx.time(fresh_outputs(lambda: x.contiguous(), float(e * n), cold_bytes(ctx.dev.kind)))
+        return ok(t, bytes=float(2 * e * n), out_bytes=float(e * n), elements=n)
+
+    return run
+
+
 def _optmix(impl: str, shapes: list[tuple[int, ...]]):
     def run(ctx: RunContext) -> dict:
         state = 16.0 * sum(_numel(s) for s in shapes)  # fp32 weight, gradient and two moments
@@ -249,6 +281,12 @@ def plan(ctx: RunContext) -> list[Bench]:
             n = b * h * seq * seq
             benches.append(Bench(f"mask_add/{prec}/b{b}h{h}s{seq}", "cast", {"precision": prec, "elements": n},
                                  _mask_add(b, h, seq, prec), ctx.est(10.0 * n, "bytes", 6.0 * n)))
+        for b, h, seq, d in (CUDA_ROTARY if ctx.dev.kind == "cuda" else ROTARY)[mode]:
+            n, key = b * h * seq * d, f"{prec}/b{b}h{h}s{seq}d{d}"
+            benches.append(Bench(f"rotary_mul/{key}", "cast", {"precision": prec, "elements": n},
+                                 _rotary_mul(b, h, seq, d, prec), ctx.est(6.0 * n, "bytes", 4.0 * n)))
+            benches.append(Bench(f"permute_copy/{key}", "cast", {"precision": prec, "elements": n},
+                                 _permute_copy(b, h, seq, d, prec), ctx.est(4.0 * n, "bytes", 2.0 * n)))
     mixes = {**(CUDA_OPT_MIX if ctx.dev.kind == "cuda" else OPT_MIX)[mode], **extra.get("optmix", {})}
     if "big" in mixes:
         mixes["big"] = big_mix(mixes["big"], cold_bytes(ctx.dev.kind))

@@ -194,6 +194,24 @@ def test_grouped_gemm_calibration_times_the_experts_as_one_gemm() -> None:
         type(base).model_validate({**base.model_dump(), "grouped_gemm_m_half": {"bf16": 1e5}})
 
 
+def test_grouped_gemm_moves_every_experts_weight() -> None:
+    """A grouped GEMM timed as one GEMM of all its rows still reads each expert's weight (and writes
+    each weight gradient) once: with few rows per expert (Qwen3-30B-A3B's 128 experts on one GPU, 32
+    rows each) no pass takes less than the experts' operand and output traffic at the profile's
+    GEMM bandwidth, however small the profile's ``grouped_gemm_m_half``."""
+    base = default_profile("h100-sxm")
+    dev = device_from_spec(get_gpu("h100-sxm"), base.model_copy(update={"grouped_gemm_m_half": {"bf16": 0.0}}))
+    up = _ops(get_model("qwen3-30b-a3b"))["expert_up"]
+    thin = dataclasses.replace(up, m=np.asarray(32.0), batch=128.0)
+    floor = 128 * 2 * (32 * thin.k + thin.k * thin.n + 32 * thin.n) / (dev.mem_bw * base.bw_eff("gemm"))
+    for t in compute.gemm_pass_times([thin], dev, "bf16"):
+        assert _first(t) >= floor * (1 - 1e-9)
+    wide = dataclasses.replace(up, m=np.asarray(4096.0), batch=128.0)  # compute-bound: unchanged
+    whole = dataclasses.replace(wide, m=np.asarray(4096.0 * 128), batch=1.0, grouped=False)
+    assert _first(compute.gemm_pass_times([wide], dev, "bf16")[0]) == \
+        pytest.approx(_first(compute.gemm_pass_times([whole], dev, "bf16")[0]))
+
+
 @pytest.mark.parametrize("model", ["qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b"])
 @pytest.mark.parametrize("stack", ["megatron-lm", "torchtitan"])
 def test_moe_plan_names_its_best_expert_parallel_layout(model, stack) -> None:

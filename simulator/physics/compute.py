@@ -352,8 +352,8 @@ def gemm_pass_times(ops: Sequence[Op | workload.Gemm], dev: Device, precision: s
 
     batch = w  # copies per op, before a grouped op's become one GEMM
     h = prof.grouped_gemm_m_half.get(precision)
-    if h is not None and any(getattr(op, "grouped", False) for op in ops):
-        grouped = np.array([getattr(op, "grouped", False) for op in ops]).reshape(n.shape)
+    grouped = np.array([h is not None and getattr(op, "grouped", False) for op in ops]).reshape(n.shape)
+    if grouped.any():
         factor = np.where(grouped, 1.0 + h / np.maximum(m, 1.0), 1.0)
         m_f = np.where(grouped, w * m, m)  # a grouped op as one GEMM of all its rows and weights
         weight = np.where(grouped, w * weight, weight)
@@ -362,6 +362,9 @@ def gemm_pass_times(ops: Sequence[Op | workload.Gemm], dev: Device, precision: s
         factor, m_f = 1.0, m
 
     t_f, t_d, t_w = factor * t(m_f, n, k, g), factor * t(m_f, k, n, gb, walks=True), factor * t(n, k, m_f, gw)
+    if grouped.any():  # still at least each group's operands, weight (or its gradient) and output moved once
+        t_f, t_d, t_w = (np.where(grouped, np.maximum(tt, batch * kernels.gemm_traffic_time(*mnk, e, bw, bw_eff)), tt)
+                         for tt, mnk in ((t_f, (m, n, k)), (t_d, (m, k, n)), (t_w, (n, k, m))))
     mis_f, mis_b = prof.gemm_misaligned.get(precision, 1.0), prof.gemm_misaligned_bwd.get(precision, 1.0)
     if mis_f != 1.0 or mis_b != 1.0:  # GPT-2's 50257-token head
         off = misaligned_gemms(n, k, batch, e, prof.device.kind, compiled)

@@ -103,8 +103,14 @@ def gemm_time(m, n, k, peak_flops: float, e_max: float, x_half: float, bytes_per
     eff = (gemm_efficiency(m, n, k, e_max, x_half, halves, k_power) * operand_factor(ob, operand_half_bytes, operand_floor)
            * np.asarray(walk_factor, dtype=float))
     t_compute = flops / (peak_flops * eff)
-    t_memory = bytes_per_el * (m * k + k * n + m * n) / (bw * bw_eff)
-    return launch_s + np.maximum(t_compute, t_memory)
+    return launch_s + np.maximum(t_compute, gemm_traffic_time(m, n, k, bytes_per_el, bw, bw_eff))
+
+
+def gemm_traffic_time(m, n, k, bytes_per_el: float, bw: float, bw_eff: float):
+    """Seconds to move one GEMM's operands and output once, (m x k) + (k x n) + (m x n) elements of
+    ``bytes_per_el`` at ``bw`` x ``bw_eff`` bytes/s: the memory side of its roofline."""
+    m, n, k = (np.asarray(a, dtype=float) for a in (m, n, k))
+    return bytes_per_el * (m * k + k * n + m * n) / (bw * bw_eff)
 
 
 def attention_efficiency(e_max, head_dim, seq_len, d_half: float = 0.0, s_half: float = 0.0):

@@ -188,3 +188,22 @@ def test_compare_shows_the_interval(opts, tmp_path, capsys, monkeypatch):
     assert main(["compare", "--model", "pythia-160m", "--gpu", "3090,h100", "--counts", "1", "--safe"]) == 0
     out = capsys.readouterr().out
     assert "80% range" in out and "slow end" in out
+
+
+def test_study_cells_in_the_readme_and_docs_are_current():
+    """The README's 'Against the study's published cells' table and docs/study_grid.md's published-cell
+    lines read what study-grid computes now (a physics change that moves them must regenerate both:
+    `simulate study-grid --out docs`)."""
+    from pathlib import Path
+
+    from simulator.frontends import study
+
+    cells = study.grid(["pythia-1b"], ["rtx3090", "a100-80gb-sxm", "h100-sxm"], (2, 4))
+    lines = study.comparison_lines(cells)
+    root = Path(__file__).resolve().parents[1]
+    docs = (root / "docs" / "study_grid.md").read_text()
+    readme = (root / "README.md").read_text()
+    assert len(lines) == 3 and all(f"- {line}" in docs for line in lines)
+    for c in (c for c in cells if c.published_days is not None):
+        naive = "does not fit (plain DDP)" if c.naive_days is None else f"{study._d(c.naive_days)} days"
+        assert f"| {study._d(c.days)} days | {naive} | {study._d(c.days_at_peak)} days |" in readme, c

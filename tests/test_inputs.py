@@ -308,3 +308,17 @@ def test_validate_update_profile_checks_writability_first(tmp_path, monkeypatch,
 def test_no_result_is_non_finite():
     p = simulator.simulate("pythia-1b", "8x3090", tokens="1e17")
     assert all(math.isfinite(v) for v in (p.days, p.step_time_s, *p.interval_days))
+
+
+def test_a_budget_below_one_step_says_it_was_rounded_up():
+    """Whole optimizer steps: a token budget smaller than a step, or a global batch larger than the
+    budget, trains one step of it, and the plan says how many more tokens that is; a budget that
+    whole steps meet within 1% (Pythia's 300 B) says nothing."""
+    from simulator.answer.api import simulate
+
+    tiny = simulate("pythia-1b", "8x3090", tokens="1")
+    assert tiny.recipe["steps"] == 1 and any("round up to whole steps" in n for n in tiny.notes)
+    huge = simulate("pythia-1b", "8x3090", global_batch=10**12)
+    assert any("round up to whole steps" in n and "300 B" in n for n in huge.notes)
+    assert not any("round up" in n for n in simulate("pythia-1b", "8x3090").notes)
+    assert not any("round up" in n for n in simulate("pythia-1b", "8x3090", steps=1).notes)

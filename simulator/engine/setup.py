@@ -20,7 +20,7 @@ from ..hardware.device import GIB, device_from_profile, device_from_spec
 from ..hardware.profile import Profile, comm_params, load_profile
 from ..model.families import family_of
 from ..model.presets import model_from_dict
-from ..model.recipes import Recipe, make_recipe
+from ..model.recipes import Recipe, make_recipe, rounding_note
 from ..model.resolve import resolve_model
 from ..model.spec import ModelSpec
 from ..physics import communication as comm
@@ -170,7 +170,7 @@ def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=No
         if not (isinstance(host_memory, (int, float)) and math.isfinite(host_memory) and host_memory > 0):
             raise UsageError(f"--host-memory must be a positive number of GiB, got {host_memory!r}")
         host = float(host_memory) * GIB
-    notes = []
+    notes = [n for n in (rounding_note(spec, recipe, tokens, steps),) if n]
     if recipe.global_batch >= fab.n and recipe.global_batch % fab.n:
         notes.append(f"global batch {recipe.global_batch} is not divisible by {fab.n} GPUs; "
                      f"the busiest GPU processes {math.ceil(recipe.global_batch / fab.n)} samples")

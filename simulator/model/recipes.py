@@ -220,6 +220,20 @@ def _seq_len(value: Any) -> int:
     return _positive(value, "--seq-len")
 
 
+def rounding_note(model, recipe: Recipe, tokens: Any = None, steps: Any = None) -> str | None:
+    """A note when whole optimizer steps train more than 1% beyond the token budget asked
+    (``tokens``, or the model's default budget when neither ``tokens`` nor ``steps`` is given):
+    a global batch larger than the budget makes one step of it. None otherwise."""
+    if steps is not None:
+        return None
+    asked = _positive(tokens, "--tokens") if tokens is not None else default_recipe(model).tokens
+    if recipe.tokens <= 1.01 * asked:
+        return None
+    return (f"{format_count(asked)} tokens round up to whole steps of {recipe.global_batch:,} x {recipe.seq_len:,} "
+            f"tokens: {format_count(recipe.tokens)} simulated, {recipe.tokens / asked:,.3g}x as many; a smaller "
+            "--global-batch comes closer")
+
+
 def make_recipe(
     model: ModelSpec,
     tokens: int | float | str | None = None,

@@ -187,8 +187,8 @@ def test_soft_capping_costs_eager_passes_not_compiled() -> None:
     plain = ModelSpec(**dict(g.model_dump(), attn_softcap=None, logit_softcap=None))
     mb = np.array([1.0])
     for compiled in (False, True):
-        capped = workload.loss_bytes(g, mb, 2048, 2, fused=compiled)[0].nbytes[0]
-        uncapped = workload.loss_bytes(plain, mb, 2048, 2, fused=compiled)[0].nbytes[0]
+        capped = workload.loss_bytes(g, mb, 2048, 2, "fused" if compiled else "upcast")[0].nbytes[0]
+        uncapped = workload.loss_bytes(plain, mb, 2048, 2, "fused" if compiled else "upcast")[0].nbytes[0]
         assert (capped > uncapped) == (not compiled)
     sf = workload.eager_softmax_bytes(g, mb, 2048, 2)[0].nbytes[0]
     assert sf > workload.eager_softmax_bytes(plain, mb, 2048, 2)[0].nbytes[0]

@@ -363,23 +363,19 @@ def activation_bytes(model, mb: np.ndarray, seq_len: int, e: int) -> MemOps:
     return MemOps(tokens * 2.0 * model.ffn_hidden * e * model.n_layers, float(model.n_layers))
 
 
-def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, fused: bool,
+def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, kind: str,
                tangent: bool = False) -> tuple[MemOps, MemOps]:
-    """Cross-entropy over the logits (fwd, bwd; bytes moved and kernels): :func:`cross_entropy_bytes`,
-    one fused kernel each way when ``fused`` (the stack's
-    :meth:`simulator.strategy.stacks.Stack.loss_fused`: a fused loss kernel, e.g. flash-attn's
-    cross-entropy, or Inductor fusing a compiled step's loss), else the eager fp32 upcast. Eager
-    final-logit soft-capping (Gemma 2: divide, tanh, multiply) adds 6e bytes per logit and 3
+    """Cross-entropy over the logits (fwd, bwd; bytes moved and kernels): :func:`cross_entropy_bytes`
+    of the stack's ``kind`` (:meth:`simulator.strategy.stacks.Stack.loss_kind`: one fused kernel each
+    way, e.g. flash-attn's cross-entropy or Inductor fusing a compiled step's loss, or an eager loss).
+    Eager final-logit soft-capping (Gemma 2: divide, tanh, multiply) adds 6e bytes per logit and 3
     kernels each way; fused, it fuses into the loss. ``tangent``: a compiled model that returns its
     logits (:attr:`simulator.strategy.stacks.Stack.returns_outputs`) gets a zero-filled gradient for
     them in backward, a memset of e bytes per logit that the loss's backward kernel reads (2e, one
     kernel more)."""
     n = logits_elements(model, mb, seq_len)
-    if fused:
-        fwd, bwd = cross_entropy_bytes(n, e, True)
-    else:
-        cap = 6.0 * e if getattr(model, "logit_softcap", None) else 0.0
-        fwd, bwd = cross_entropy_bytes(n, e, False, cap, 3.0 if cap else 0.0)
+    cap = 6.0 * e if getattr(model, "logit_softcap", None) and kind not in FUSED_LOSSES else 0.0
+    fwd, bwd = cross_entropy_bytes(n, e, kind, cap, 3.0 if cap else 0.0)
     if tangent:
         bwd = MemOps(bwd.nbytes + 2.0 * e * n, float(bwd.kernels) + 1.0)
     return fwd, bwd
@@ -394,22 +390,43 @@ def loss_bytes(model, mb: np.ndarray, seq_len: int, e: int, fused: bool,
 #: An H200 ran the forward at 16 bytes per logit in 3.09 ms and the backward in 3.35 ms over
 #: 16384 x 50304 logits (calibration/results/h200/prof_p160m_sdpa_s2048_mb8.txt).
 LOG_SOFTMAX_PASSES = (4.0, 4.0)  # (fp32 passes forward, backward: 3 reads + 1 write each)
+#: Loss kinds that run as one kernel each way (:meth:`simulator.strategy.stacks.Stack.loss_kind`).
+FUSED_LOSSES = ("fused", "fused-inplace")
+#: Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py
+#: _VocabParallelCrossEntropy) on fp32 rows, bytes per logit beyond the upcast: forward the maximum
+#: (read 4), subtract it in place (8), exponentiate in place (8), sum (4) and normalise in place (8),
+#: 5 kernels; backward the gradient in place (``grad_input = softmax``, one-hot subtract, scale:
+#: 8), 1 kernel.
+INPLACE_UPCAST_BYTES = ((32.0, 5.0), (8.0, 1.0))
 
 
-def cross_entropy_bytes(n_logits, e: int, fused: bool, extra: float = 0.0,
+def cross_entropy_bytes(n_logits, e: int, kind: str, extra: float = 0.0,
                         extra_kernels: float = 0.0) -> tuple[MemOps, MemOps]:
-    """Cross-entropy over ``n_logits`` logit elements (fwd, bwd), any family: one fused (or
-    compiled) kernel reads and writes the logits about twice each way (2e, 1 kernel). Eager
-    (``F.cross_entropy(logits.float())``): the log-softmax's :data:`LOG_SOFTMAX_PASSES` over fp32
-    rows (16 bytes per logit each way) and, backward, ``nll_loss``'s fp32 gradient (4); with half
-    logits (e < 4) ``.float()`` copies them up (read e, write 4) and backward casts the gradient
-    back (read 4, write e): 16 + (e + 4) forward and 20 + (e + 4) backward under mixed precision,
-    16 and 20 in fp32, in 3 and 4 kernels; plus ``extra`` bytes per logit and ``extra_kernels``
-    each way (soft-capping)."""
-    if fused:
+    """Cross-entropy over ``n_logits`` logit elements (fwd, bwd), any family, by the stack's loss
+    ``kind`` (:meth:`simulator.strategy.stacks.Stack.loss_kind`). Fused (or compiled): one kernel
+    reads and writes the logits about twice each way (2e). Eager upcast
+    (``F.cross_entropy(logits.float())``): the log-softmax's :data:`LOG_SOFTMAX_PASSES` over fp32 rows
+    (16 bytes per logit each way) and, backward, ``nll_loss``'s fp32 gradient (4); with half logits
+    (e < 4) ``.float()`` copies them up (read e, write 4) and backward casts the gradient back (read 4,
+    write e): 16 + (e + 4) forward and 20 + (e + 4) backward under mixed precision, 16 and 20 in
+    fp32, in 3 and 4 kernels. Megatron's in-place upcast: the same casts around
+    :data:`INPLACE_UPCAST_BYTES`. Eager on half logits (``half``): the log-softmax's passes over half
+    rows (4e forward, 4e + e for ``nll_loss``'s half gradient backward), 2 and 3 kernels. Plus
+    ``extra`` bytes per logit and ``extra_kernels`` each way (soft-capping)."""
+    if kind in FUSED_LOSSES:
         return MemOps(n_logits * 2 * e, 1.0), MemOps(n_logits * 2 * e, 1.0)
+    if kind == "half":
+        fwd, bwd = (e * p for p in LOG_SOFTMAX_PASSES)
+        return (MemOps(n_logits * (fwd + extra), 2.0 + extra_kernels),
+                MemOps(n_logits * (bwd + e + extra), 3.0 + extra_kernels))
+    cast, cast_k = (e + 4.0, 1.0) if e < 4 else (0.0, 0.0)
+    if kind == "upcast-inplace":
+        (f, kf), (b, kb) = INPLACE_UPCAST_BYTES
+        return (MemOps(n_logits * (f + cast + extra), kf + cast_k + extra_kernels),
+                MemOps(n_logits * (b + cast + extra), kb + cast_k + extra_kernels))
+    if kind != "upcast":
+        raise ValueError(f"unknown loss kind {kind!r}")
     fwd, bwd = (4.0 * p for p in LOG_SOFTMAX_PASSES)
-    cast = e + 4.0 if e < 4 else 0.0
     return (MemOps(n_logits * (fwd + cast + extra), 3.0 + extra_kernels),
             MemOps(n_logits * (bwd + 4.0 + cast + extra), 4.0 + extra_kernels))
 

@@ -43,7 +43,7 @@ class Stack(BaseModel):
     name: str
     display: str
     description: str
-    loss: Literal["upcast", "fused", "fused-inplace"]
+    loss: Literal["upcast", "upcast-inplace", "half", "fused", "fused-inplace"]
     loss_source: str
     compile_fuses_loss: bool = True
     compile_fuses_loss_source: str = _COMPILE_FUSES_LOSS_SOURCE
@@ -136,27 +136,34 @@ class Stack(BaseModel):
 
     def loss_bytes_per_logit(self, e: int, compiled: bool) -> float:
         """Bytes per logit element held at the loss's peak (logits, loss buffers, their gradient),
-        with ``e`` bytes per activation element. A fused kernel writing the gradient over the
-        logits: e. A fused loss (:meth:`loss_fused`: a fused loss kernel, or Inductor fusing the upcast
-        and log-softmax of a compiled step): the half logits and their half gradient (2e). Eager upcast (``F.cross_entropy(logits.float())``):
-        forward holds the logits, their fp32 copy and the saved fp32 log-probabilities (e + 4 + 4
-        under mixed precision; the fp32 logits are the copy in fp32); in backward ``nll_loss``'s
-        fp32 gradient and ``log_softmax``'s fp32 input gradient live beside the saved
-        log-probabilities (12): max(e + 8, 12). A compiled step whose model also returns its logits
-        (``returns_outputs``): e more, the zero-filled gradient autograd hands the compiled backward
-        for that output (calibration/hf_compiled_peak.py)."""
+        with ``e`` bytes per activation element, by :meth:`loss_kind`. A fused kernel writing the
+        gradient over the logits (``fused-inplace``): e. A fused loss (a fused loss kernel, or Inductor
+        fusing the upcast and log-softmax of a compiled step): the half logits and their half gradient
+        (2e). Eager upcast (``F.cross_entropy(logits.float())``): forward holds the logits, their fp32 copy
+        and the saved fp32 log-probabilities (e + 4 + 4 under mixed precision; the fp32 logits are the
+        copy in fp32); in backward ``nll_loss``'s fp32 gradient and ``log_softmax``'s fp32 input gradient
+        live beside the saved log-probabilities (12): max(e + 8, 12). Megatron's in-place upcast
+        (``upcast-inplace``): the half logits and their fp32 copy, which becomes the saved softmax in
+        place, then the gradient in place and its half cast: e + 4 (4 in fp32, where ``.float()`` is the
+        logits themselves). Eager loss on half logits (``half``): the logits and saved half
+        log-probabilities, then ``nll_loss``'s half gradient and ``log_softmax``'s beside them: 3e.
+        A compiled step whose model also returns its logits (``returns_outputs``): e more, the
+        zero-filled gradient autograd hands the compiled backward for that output
+        (calibration/hf_compiled_peak.py)."""
         tangent = float(e) if compiled and self.returns_outputs else 0.0
-        if self.loss == "fused-inplace":
-            return float(e) + tangent
-        return (2.0 * e if self.loss_fused(compiled) else max(e + 8.0, 12.0)) + tangent
+        held = {"fused-inplace": float(e), "fused": 2.0 * e, "upcast": max(e + 8.0, 12.0),
+                "upcast-inplace": e + 4.0 if e < 4 else 4.0, "half": 3.0 * e}
+        return held[self.loss_kind(compiled)] + tangent
 
-    def loss_fused(self, compiled: bool) -> bool:
-        """Whether the loss runs as one fused kernel each way, reading and writing the logits about
-        twice (2e bytes per logit element each way, e bytes per element): the stack's own fused loss
-        (``loss`` fused or fused-inplace), or a compiled step whose compiler fuses the eager loss
-        (``compile_fuses_loss``: torch.compile's Inductor does; Megatron-LM's hand-fused kernels,
-        which "compiled" stands for on that stack, leave its fp32 cross-entropy eager)."""
-        return self.loss != "upcast" or (compiled and self.compile_fuses_loss)
+    def loss_kind(self, compiled: bool) -> str:
+        """How the loss runs: the stack's ``loss``, or ``fused`` (one kernel each way, reading and
+        writing the logits about twice: 2e bytes per logit element each way) where a compiled step's
+        compiler fuses an eager loss (``compile_fuses_loss``: torch.compile's Inductor does;
+        Megatron-LM's hand-fused kernels, which "compiled" stands for on that stack, leave its fp32
+        cross-entropy eager)."""
+        if compiled and self.compile_fuses_loss and self.loss != "fused-inplace":
+            return "fused"
+        return self.loss
 
     @property
     def torch_zero(self) -> bool:

@@ -181,7 +181,7 @@ def graph(spec: ConvNextSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Gra
     pix = imgs * spec.image_size**2 * spec.num_channels
     cl, ncls = spec.widths[-1], spec.num_classes
     Pl = imgs * spec.grids()[-1] ** 2
-    loss_f, loss_b = workload.cross_entropy_bytes(imgs * ncls, e, knobs.stack.loss_fused(knobs.compiled))
+    loss_f, loss_b = workload.cross_entropy_bytes(imgs * ncls, e, knobs.stack.loss_kind(knobs.compiled))
     outside = (
         Op("stem_conv", "gemm", m=P0, n=c0, k=spec.num_channels * spec.patch_size**2, kernels_fwd=1, kernels_bwd=2,
            saved=pix * e, params=spec.num_channels * spec.patch_size**2 * c0 + c0),

@@ -231,7 +231,7 @@ def graph(spec: MambaSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph:
 
     V = spec.vocab_size
     logits = T * float(V)
-    loss_f, loss_b = workload.cross_entropy_bytes(logits, e, knobs.stack.loss_fused(knobs.compiled))
+    loss_f, loss_b = workload.cross_entropy_bytes(logits, e, knobs.stack.loss_kind(knobs.compiled))
     outside = (
         Op("embedding", "elementwise", bytes_fwd=T * d * 2 * e, bytes_bwd=T * d * 2 * e + V * d * 4.0,
            kernels_fwd=1, kernels_bwd=2, saved=T * 4 * d * 2, params=V * d),

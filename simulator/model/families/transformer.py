@@ -122,7 +122,7 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
 
     outside = [Op(g.name, "gemm", count=g.count, m=g.m, n=g.n, k=g.k, batch=g.batch, kernels_fwd=1, kernels_bwd=2)
                for g in workload.head_gemms(model, mb, seq_len)]
-    lsf, lsb = workload.loss_bytes(model, mb, seq_len, e, stack.loss_fused(knobs.compiled),
+    lsf, lsb = workload.loss_bytes(model, mb, seq_len, e, stack.loss_kind(knobs.compiled),
                                    tangent=knobs.compiled and stack.returns_outputs)
     emf, emb = workload.embedding_bytes(model, mb, seq_len, e)
     outside.append(Op("loss", "elementwise", bytes_fwd=lsf.nbytes, bytes_bwd=lsb.nbytes,
@@ -135,7 +135,7 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
                       kernels_fwd=float(emf.kernels), kernels_bwd=float(emb.kernels), saved=tokens * around,
                       bandwidth="embedding"))
     # logits and loss buffers: the stack's bytes per logit (e + 8 for an eager fp32-upcast loss,
-    # 2e for a fused one: Stack.loss_fused), plus eager final-logit soft-capping's tanh output (Gemma 2)
+    # 2e for a fused one: Stack.loss_bytes_per_logit), plus eager final-logit soft-capping's tanh output (Gemma 2)
     cap = e if (getattr(model, "logit_softcap", None) and not knobs.compiled) else 0
     logits = workload.logits_elements(model, mb, seq_len) * (stack.loss_bytes_per_logit(e, knobs.compiled) + cap)
     return Graph((layer,), tuple(outside), logits)

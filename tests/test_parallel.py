@@ -632,3 +632,25 @@ def test_searches_differing_in_one_input_give_in_one_process_what_each_gives_alo
         memo.clear()
         assert _bounds(model, gpus, **knobs(case)) == bounds, case
     assert not any(_same_tables(a[0], b[0]) for i, a in enumerate(warm) for b in warm[i + 1:])
+
+
+def test_interleaving_cannot_fill_rounds_with_fewer_micro_batches_than_stages():
+    """With m < pp micro-batches the interleaved schedule's rounds last pp chunk times each: the
+    bubble is (pp - m) + (m - 1)/vp micro-batch times, so one micro-batch runs the stages one after
+    another (pp micro-batch times, whatever vp) and interleaving only shortens the bubble to
+    (pp - 1)/vp once m >= pp; plain 1F1B keeps pp - 1. By hand for pp 8: m = 1: 7 for every vp;
+    m = 4, vp 2: 4 + 3/2; m >= 8: 7/vp. A searched plan with one micro-batch per step on 8 stages
+    is never faster than 8 of its micro-batch times (the sweep found interleaved plans at half)."""
+    from simulator.physics.parallel import bubble_time
+
+    for vp in (1, 2, 4):
+        assert float(bubble_time(8, 1.0, vp, 1)) == pytest.approx(7.0)
+        assert float(bubble_time(8, 1.0, vp, 8)) == pytest.approx(7.0 / vp) == float(bubble_time(8, 1.0, vp))
+        assert float(bubble_time(8, 1.0, vp, 64)) == pytest.approx(7.0 / vp)
+    assert float(bubble_time(8, 1.0, 2, 4)) == pytest.approx(4 + 1.5)
+    assert float(bubble_time(8, 1.0, 1, 4)) == pytest.approx(7.0)
+    m = np.arange(1, 20, dtype=float)  # more micro-batches never lengthen the step (m + bubble)
+    assert np.all(np.diff(m + bubble_time(8, 1.0, 2, m)) >= 0)
+    for vp in (1, 2, 4):
+        p = simulate("qwen3-30b-a3b", "8xh200", seq_len=512, pp=8, vp=vp, micro_batch=64, tokens="1B")
+        assert p.step_time_s >= 8 * p.breakdown_s["compute"] * (1 - 1e-9)

@@ -273,7 +273,7 @@ def layout_grids(pb: Problem, space: Space, par: Parallelism, vps: list[int],
     for vp in vps:
         p = par.with_vp(vp)
         p2p_mb = parallel.p2p_time(tokens, h, e, p, pb.fabric)
-        bubble = spread(parallel.bubble_time(p.pp, t_mb + tp_mb + p2p_mb, vp), grid.shape[3])
+        bubble = spread(parallel.bubble_time(p.pp, t_mb + tp_mb + p2p_mb, vp, ga), grid.shape[3])
         b = dict(a)
         b["bubble"], b["tp_comm"], b["pp_comm"] = bubble, tp_comm, ga * p2p_mb
         b["tp_comm_hidden"] = tp_hidden

@@ -42,12 +42,21 @@ from ..strategy.layout import Parallelism, stage_layers
 from . import communication as comm
 
 
-def bubble_time(pp: int, micro_batch_seconds, vp: int = 1) -> np.ndarray:
-    """Seconds of the 1F1B pipeline bubble: (pp-1)/vp micro-batch times, i.e. a fraction
-    (pp-1)/(vp*m) of the ideal (bubble-free) time of m micro-batches (Narayanan et al. 2021, eq. 1
-    and sec. 2.2.2). ``micro_batch_seconds``: one micro-batch's forward and backward on a stage,
-    with what it waits for. 0 without pipelining."""
-    return (pp - 1) / vp * np.asarray(micro_batch_seconds, dtype=float)
+def bubble_time(pp: int, micro_batch_seconds, vp: int = 1, micro_batches=None) -> np.ndarray:
+    """Seconds of the 1F1B pipeline bubble of m = ``micro_batches`` micro-batches (None: as many as
+    the schedule needs, m >= pp): (pp-1)/vp micro-batch times, a fraction (pp-1)/(vp*m) of the ideal
+    (bubble-free) time (Narayanan et al. 2021, eq. 1 and sec. 2.2.2). With fewer micro-batches than
+    stages the interleaved schedule cannot fill its rounds: a micro-batch's next chunk reaches the
+    first stage after a whole round of pp chunk times, so each of the vp rounds lasts max(m, pp) chunk
+    times and the step (pp + (m-1)/vp) micro-batch times; the bubble (pp-m) + (m-1)/vp of them
+    (plain 1F1B, vp 1: pp-1 for any m; one micro-batch: the stages one after another, pp times).
+    ``micro_batch_seconds``: one micro-batch's forward and backward on a stage, with what it waits
+    for. 0 without pipelining."""
+    t = np.asarray(micro_batch_seconds, dtype=float)
+    if micro_batches is None:
+        return (pp - 1) / vp * t
+    m = np.asarray(micro_batches, dtype=float)
+    return (np.maximum(0.0, pp - m) + (np.minimum(m, pp) - 1.0) / vp) * t
 
 
 def in_flight(pp: int, micro_batches, vp: int = 1) -> np.ndarray:

@@ -124,9 +124,10 @@ def layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, *, tp=
     """Every ``dp x tp x pp x cp = n_gpus`` layout: tp divides the node's GPUs and the heads (or,
     pinned, a multiple of the node's GPUs dividing the heads: TP across nodes, :func:`tp_link`); pp at
     most the layers (uneven stages allowed); vp in {1, 2} where every stage has 2+ layers per
-    virtual stage (or as pinned); sequence parallelism with every tp > 1 that divides the rank's
-    ``seq_len / cp`` tokens (Megatron-LM asserts it), unless pinned off (pinned on: only such
-    layouts); cp in
+    virtual stage (or as pinned); with every tp > 1 that divides the rank's ``seq_len / cp`` tokens
+    (Megatron-LM asserts it) sequence parallelism on and off (less activation memory against two
+    collectives where one all-reduce was: either can be faster), else off; pinned on: only such
+    layouts; cp in
     :data:`CP_SEARCHED` dividing the sequence into 2 cp chunks, searched from :data:`CP_MIN_SEQ`
     tokens on (else 1); with ``n_experts`` (a mixture of experts) every ep of
     :func:`expert_degrees`. ``tp``, ``pp``, ``vp``, ``sp``, ``cp``, ``ep``, ``etp`` pin a knob (None =
@@ -163,7 +164,7 @@ def _layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, tp, p
                 min_layers = stage_layers(n_layers, p)[-1]
                 vps = [1] + ([2] if p > 1 and min_layers >= 4 else []) if vp is None else [vp]
                 splits = t > 1 and (seq_len // c) % t == 0  # SP splits each rank's tokens over tp
-                sps = [splits] if sp is None else [bool(sp)] if splits or not sp else []
+                sps = ([True, False] if splits else [False]) if sp is None else [bool(sp)] if splits or not sp else []
                 folded = etp is not None and etp < t
                 for v in vps:
                     for s in sps:

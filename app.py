@@ -477,7 +477,7 @@ def show_infeasible(plan) -> None:
     RAM its offloaded states need), charted — no days, interval or dollars: it does not run."""
     st.error(f"Nothing fits among {plan.n_strategies:,} strategies. Why: "
              + "; ".join(app_words(x) for x in plan.reasons or ["no strategy is feasible"]))
-    if plan.suggestions:
+    if plan.fixes:
         st.warning("What would fit (each checked by re-running the search with it):\n\n"
                    + "\n".join(f"- {app_words(s)}" for s in plan.suggestions))
     else:

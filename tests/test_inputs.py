@@ -322,3 +322,12 @@ def test_a_budget_below_one_step_says_it_was_rounded_up():
     assert any("round up to whole steps" in n and "300 B" in n for n in huge.notes)
     assert not any("round up" in n for n in simulate("pythia-1b", "8x3090").notes)
     assert not any("round up" in n for n in simulate("pythia-1b", "8x3090", steps=1).notes)
+
+
+def test_nothing_found_that_fits_is_said_in_the_api_and_json_too():
+    """An infeasible plan always says what would fit; where no change tried fits (DeepSeek-V3 on one
+    RTX 3090) its suggestions hold that finding, so the JSON and the app say it as the terminal does."""
+    from simulator.answer.plan import NO_FIX
+
+    plan = simulator.simulate("deepseek-v3", "1x3090")
+    assert not plan.feasible and plan.reasons and not plan.fixes and plan.suggestions == [NO_FIX]

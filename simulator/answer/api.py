@@ -32,7 +32,7 @@ from ..strategy.knobs import OFFLOADS, SHARDINGS
 from . import uncertainty
 from .costs import Prices, plan_cost
 from .family_runs import interval
-from .plan import SECONDS_PER_DAY, Plan
+from .plan import NO_FIX, SECONDS_PER_DAY, Plan
 
 #: Step times within this relative difference are a tie when listing distinct plans (far below the
 #: model's accuracy; the simpler plan is listed first).
@@ -283,7 +283,7 @@ def answer(model, gpus, prices=None, top: int = 0, **knobs) -> Answer:
         plan.cost = plan_cost(plan, prices)
     else:
         plan.fixes = suggest_fixes(model, gpus, knobs, res)
-        plan.suggestions = [f["text"] for f in plan.fixes]
+        plan.suggestions = [f["text"] for f in plan.fixes] or [NO_FIX]
     plans = res.plans(top, distinct=True) if top else []
     for p in plans:
         p.cost = plan_cost(p, prices)

@@ -52,7 +52,7 @@ class Plan:
     mfu_6nd: float = float("nan")  # 6 N + 12 L h s convention (llm-foundry / PaLM)
     interval_days: tuple[float, float] | None = None
     interval_source: str | None = None
-    suggestions: list[str] = field(default_factory=list)  # the ``text`` of each of ``fixes``
+    suggestions: list[str] = field(default_factory=list)  # the ``text`` of each of ``fixes``, or NO_FIX
     fixes: list[dict] = field(default_factory=list)  # verified changes that fit (api.suggest_fixes)
     notes: list[str] = field(default_factory=list)
     n_strategies: int = 1

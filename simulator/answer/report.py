@@ -5,7 +5,7 @@ from __future__ import annotations
 import rich.console
 from rich.table import Table
 
-from .plan import NO_FIX, Plan, format_days
+from .plan import Plan, format_days
 
 
 class Console(rich.console.Console):
@@ -63,8 +63,6 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
         console.print(f"  [red]why:[/] {reason}")
     for s in plan.suggestions:
         console.print(f"  [yellow]would fit:[/] {s}")
-    if not plan.feasible and not plan.suggestions:
-        console.print(f"  [yellow]would fit:[/] {NO_FIX}")
     for n in plan.notes:
         console.print(f"  [dim]note: {n}[/]")
     if plan.feasible and plan.interval_source:

@@ -199,3 +199,15 @@ def test_unreachable_hub_fails_fast(monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls == []
     monkeypatch.setenv("HF_ENDPOINT", "https://no-such-host.invalid")  # .invalid never resolves
     assert reachable() is False
+
+
+def test_a_revision_of_a_preset_is_that_revision_not_the_preset(offline_cache: Path) -> None:
+    """``org/name@rev`` of a model that has a preset reads that revision's config (the preset is
+    the model as published, not a checkpoint's); a revision not in the cache is one line that says so
+    and offers the preset, where it had been silently the preset."""
+    with pytest.raises(UsageError) as exc:
+        resolve_model("Qwen/Qwen2.5-0.5B@badrev")
+    assert "badrev" in str(exc.value) and "'qwen2.5-0.5b'" in str(exc.value) and "\n" not in str(exc.value)
+    put(offline_cache, "Qwen/Qwen2.5-0.5B", SMALL["small-qwen3"], revision="v1", commit="c" * 40)
+    assert resolve_model("Qwen/Qwen2.5-0.5B@v1").family == "qwen3"
+    assert resolve_model("Qwen/Qwen2.5-0.5B").name == "qwen2.5-0.5b"

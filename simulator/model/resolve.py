@@ -18,7 +18,7 @@ from .spec import ModelSpec
 def resolve_model(arg: str | os.PathLike[str]) -> ModelSpec:
     """A preset name; a Hugging Face ``config.json`` (an existing file, any ``*.json`` path, or a
     folder holding ``config.json``); or a Hub id ``org/name[@revision]``: the preset with that
-    ``hf_id``, else the config in the local Hugging Face cache, else the config alone downloaded
+    ``hf_id`` (without a revision), else the config (of that revision) in the local Hugging Face cache, else the config alone downloaded
     with ``huggingface_hub`` when installed and online (:mod:`simulator.model.hub`)."""
     text = os.fspath(arg)
     path = Path(text)
@@ -29,11 +29,13 @@ def resolve_model(arg: str | os.PathLike[str]) -> ModelSpec:
         return get_model(text)
     repo_id, revision = parsed
     preset = find_preset(repo_id)
-    if preset is not None:
+    if preset is not None and revision is None:
         return preset
     try:
         config, where = hub.find_config(repo_id, revision)
     except UsageError as exc:
+        if preset is not None:  # a revision asked for: that revision's config, not the preset's
+            raise UsageError(f"{exc}; or drop @{revision} for the built-in preset {preset.name!r}") from None
         near = find_preset(repo_id.rsplit("/", 1)[1])
         hint = f"; or use the preset {near.name!r}" if near is not None else ""
         raise UsageError(f"{exc}{hint}") from None

@@ -27,6 +27,10 @@ def _cpu_profile(**update):
     data["device"] = {"kind": "cpu", "name": "test cpu", "peak_tflops": {"fp32": 0.05, "bf16": 0.02},
                       "mem_bw_gbs": 10.0, "memory_gib": 16.0, "usable_memory_gib": 15.0}
     data["name"] = "test-cpu"
+    # no training-pass host time of its own (the catalog GPU's carries the H200 node's): what a profile
+    # calibrated without the dispatch benches holds
+    data.update({k: None for k in ("train_fwd_kernel_us", "train_bwd_kernel_us", "train_fwd_kernel_us_amp",
+                                   "train_bwd_kernel_us_amp")})
     data.update(update)
     return parse_profile(data)
 

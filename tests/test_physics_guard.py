@@ -32,8 +32,11 @@ def assert_physical(plan) -> None:
     assert plan.days >= plan.days_at_peak * (1.0 - 1e-9), (plan.days, plan.days_at_peak)
     fwd, bwd = plan.breakdown_s["forward"], plan.breakdown_s["backward"]
     # the backward does at least the forward's GEMM work again; not so where the forward waits on
-    # the host at each expert of Hugging Face's eager loop (Op.graph_break) and the backward does not
-    if not any("eager expert loop" in n for n in plan.notes):
+    # the host at each expert of Hugging Face's eager loop (Op.graph_break) and the backward does not,
+    # nor where every pass waits on the host (Hugging Face's per-step Mamba scan, the "slow path": eager
+    # PyTorch's host time per kernel is 30 us forward and 20 us backward as measured on the H200 node)
+    host_bound = "slow path" in plan.model["name"]
+    if not host_bound and not any("eager expert loop" in n for n in plan.notes):
         assert bwd >= fwd, (fwd, bwd)
 
 

@@ -145,7 +145,7 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
     key = ("ops", precision, attention, compiled, stack)
     if key not in memo:
         memo[key] = _timed(graph(model, seq_len, mb, precision, attention, compiled, stack), dev, precision,
-                           compiled, memo)
+                           compiled, memo, eager_host=not compiled or stack.fused_dispatch == "eager")
     tm: _Timed = memo[key]
     g = tm.graph
     share = {i: checkpointed_layers(checkpointing, b.repeat) / max(b.repeat, 1) for i, b in enumerate(g.blocks)}
@@ -193,14 +193,17 @@ def attention_core(model, seq_len: int, mb: np.ndarray, precision: str, attentio
     return CoreTime(*(sum((getattr(r, f) for r in core), z) for f in ("t_fwd", "t_bwd", "fl_fwd", "fl_bwd")))
 
 
-def _timed(g: Graph, dev: Device, precision: str, compiled: bool, memo: dict) -> _Timed:
+def _timed(g: Graph, dev: Device, precision: str, compiled: bool, memo: dict, eager_host: bool | None = None) -> _Timed:
     """The graph's ops timed on ``dev``; the last few are kept (with their graph and device), so
-    a search repeated with other pins, or the same layout's view asked again, times them once."""
-    key = (id(g), precision, compiled)
+    a search repeated with other pins, or the same layout's view asked again, times them once.
+    ``eager_host`` (default: not ``compiled``): whether eager PyTorch issues the kernels (the profile's
+    eager launch and training-pass host time per kernel) rather than torch.compile's generated code."""
+    eager_host = not compiled if eager_host is None else eager_host
+    key = (id(g), precision, compiled, eager_host)
     hit = _TIMED.get(key)
     if hit is not None and hit[0] is g and (hit[1] is dev or hit[1] == dev):
         return hit[2]
-    tm = _Timed(g, dev, precision, compiled, memo)
+    tm = _Timed(g, dev, precision, compiled, memo, eager_host)
     if len(_TIMED) >= 256:
         _TIMED.pop(next(iter(_TIMED)))
     _TIMED[key] = (g, dev, tm)
@@ -231,16 +234,16 @@ class _Timed:
     and backward passes with the host time per block repetition, the FLOPs of both, and the
     re-runs of ops marked ``always``."""
 
-    def __init__(self, g: Graph, dev: Device, precision: str, compiled: bool, memo: dict):
+    def __init__(self, g: Graph, dev: Device, precision: str, compiled: bool, memo: dict, eager_host: bool):
         prof = dev.profile
         self.graph = g
-        self.launch = 1e-6 * (prof.compiled_launch_overhead_us if compiled else prof.launch_overhead_us)
+        self.launch = 1e-6 * (prof.launch_overhead_us if eager_host else prof.compiled_launch_overhead_us)
         # eager training passes: host work around each kernel (module calls, views, autograd), where calibrated
         fwd_us, bwd_us = prof.train_fwd_kernel_us, prof.train_bwd_kernel_us
         if precision in MIXED_PRECISIONS and prof.train_fwd_kernel_us_amp is not None:  # autocast's own
             fwd_us, bwd_us = prof.train_fwd_kernel_us_amp, prof.train_bwd_kernel_us_amp
-        self.extra = {"fwd": 0.0 if compiled else 1e-6 * (fwd_us or 0.0),
-                      "bwd": 0.0 if compiled else 1e-6 * (bwd_us or 0.0)}
+        self.extra = {"fwd": 1e-6 * (fwd_us or 0.0) if eager_host else 0.0,
+                      "bwd": 1e-6 * (bwd_us or 0.0) if eager_host else 0.0}
         # ops at a graph break run eagerly under torch.compile too (Op.graph_break), at the eager
         # training host time per kernel: the profile's, else EAGER_TRAIN_KERNEL_US
         e_f, e_b = (fwd_us, bwd_us or 0.0) if fwd_us is not None else EAGER_TRAIN_KERNEL_US

@@ -47,6 +47,9 @@ class Stack(BaseModel):
     loss_source: str
     compile_fuses_loss: bool = True
     compile_fuses_loss_source: str = _COMPILE_FUSES_LOSS_SOURCE
+    fused_dispatch: Literal["inductor", "eager"] = "inductor"
+    fused_dispatch_source: str = ("a compiled step is torch.compile's generated code (or a C program's launches, llm.c): "
+                                  "the profile's compiled launch time per fused kernel")
     returns_outputs: bool = False
     returns_outputs_source: str = ("the model returns the loss, or the logits the loss is computed from outside it: "
                                    "no output of a compiled step goes without a gradient")

@@ -307,8 +307,9 @@ def predict(cfg, profile) -> dict[str, Any]:
     dev = device_from_profile(profile)
     mb = np.array([float(cfg.micro_batch)])
     ga = cfg.grad_accum
-    g = graph(cfg.spec, cfg.seq_len, mb, cfg.precision, cfg.attention, cfg.compile, get_stack(None))
-    tm = compute._timed(g, dev, cfg.precision, cfg.compile, {})
+    stack = get_stack(None)
+    g = graph(cfg.spec, cfg.seq_len, mb, cfg.precision, cfg.attention, cfg.compile, stack)
+    tm = compute._timed(g, dev, cfg.precision, cfg.compile, {}, stack.eager_dispatch(cfg.compile))
     out: dict[str, dict[str, float]] = {p: defaultdict(float) for p in PHASES}
     placed = [(op, float(b.repeat) * op.count, i) for i, b in enumerate(g.blocks) for op in b.ops]
     placed += [(op, float(op.count), None) for op in g.outside]

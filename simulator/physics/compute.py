@@ -145,7 +145,7 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
     key = ("ops", precision, attention, compiled, stack)
     if key not in memo:
         memo[key] = _timed(graph(model, seq_len, mb, precision, attention, compiled, stack), dev, precision,
-                           compiled, memo, eager_host=not compiled or stack.fused_dispatch == "eager")
+                           compiled, memo, stack.eager_dispatch(compiled))
     tm: _Timed = memo[key]
     g = tm.graph
     share = {i: checkpointed_layers(checkpointing, b.repeat) / max(b.repeat, 1) for i, b in enumerate(g.blocks)}
@@ -187,18 +187,16 @@ def attention_core(model, seq_len: int, mb: np.ndarray, precision: str, attentio
     attention's scores, softmax and values). Context parallelism runs it once more per further
     key/value block of the ring. ``stack``: the training stack (None: the default), which picks the kernel."""
     mb = np.asarray(mb, dtype=float)
-    tm = _timed(graph(model, seq_len, mb, precision, attention, False, stack), dev, precision, False, {})
+    tm = _timed(graph(model, seq_len, mb, precision, attention, False, stack), dev, precision, False, {}, True)
     core = [r for r in tm.rows if r.block is not None and "selective" in r.recompute]
     z = np.zeros_like(mb)
     return CoreTime(*(sum((getattr(r, f) for r in core), z) for f in ("t_fwd", "t_bwd", "fl_fwd", "fl_bwd")))
 
 
-def _timed(g: Graph, dev: Device, precision: str, compiled: bool, memo: dict, eager_host: bool | None = None) -> _Timed:
+def _timed(g: Graph, dev: Device, precision: str, compiled: bool, memo: dict, eager_host: bool) -> _Timed:
     """The graph's ops timed on ``dev``; the last few are kept (with their graph and device), so
     a search repeated with other pins, or the same layout's view asked again, times them once.
-    ``eager_host`` (default: not ``compiled``): whether eager PyTorch issues the kernels (the profile's
-    eager launch and training-pass host time per kernel) rather than torch.compile's generated code."""
-    eager_host = not compiled if eager_host is None else eager_host
+    ``eager_host``: whether eager PyTorch issues the kernels (:meth:`simulator.strategy.stacks.Stack.eager_dispatch`)."""
     key = (id(g), precision, compiled, eager_host)
     hit = _TIMED.get(key)
     if hit is not None and hit[0] is g and (hit[1] is dev or hit[1] == dev):

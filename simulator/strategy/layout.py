@@ -164,7 +164,10 @@ def _layouts(n_gpus: int, gpus_per_node: int, n_heads: int, n_layers: int, tp, p
                 min_layers = stage_layers(n_layers, p)[-1]
                 vps = [1] + ([2] if p > 1 and min_layers >= 4 else []) if vp is None else [vp]
                 splits = t > 1 and (seq_len // c) % t == 0  # SP splits each rank's tokens over tp
-                sps = ([True, False] if splits else [False]) if sp is None else [bool(sp)] if splits or not sp else []
+                if sp is None:  # searched: on and off where it splits the tokens, else off
+                    sps = [True, False] if splits else [False]
+                else:  # pinned on needs the split
+                    sps = [bool(sp)] if splits or not sp else []
                 folded = etp is not None and etp < t
                 for v in vps:
                     for s in sps:

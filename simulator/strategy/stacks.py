@@ -168,6 +168,13 @@ class Stack(BaseModel):
             return "fused"
         return self.loss
 
+    def eager_dispatch(self, compiled: bool) -> bool:
+        """Whether eager PyTorch issues a step's kernels, each paying the profile's eager launch and
+        training-pass host time: an eager step, or a "compiled" one whose fused kernels eager modules
+        call (``fused_dispatch: eager``, Megatron-LM); else torch.compile's generated code (or a C
+        program, llm.c) at the compiled launch time per kernel."""
+        return not compiled or self.fused_dispatch == "eager"
+
     @property
     def torch_zero(self) -> bool:
         """Whether the stack's ZeRO keeps fp32 module weights that torch.autocast casts

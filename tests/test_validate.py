@@ -427,3 +427,35 @@ def test_peak_memory_is_recorded_predicted_and_summarized(tmp_path, capsys):
     cpu = V.make_row(cfg, V.Measured("ok", "", 0.5, 0.2, 0.25, 0.0, 0.05, None, 0.45, 1.2), pred, 1, meta)
     assert cpu["measured_mem_gib"] is None and cpu["mem_error_pct"] is None
     assert V.summarize([cpu])["memory"] is None
+
+
+def test_validate_predicts_the_modules_its_torch_model_runs():
+    """The loop's model (calibration/torch_model.py) is not transformers': nn.RMSNorm, one QKV and one
+    gate/up projection, rotary tables cast to half. Its prediction counts those modules (a Llama block
+    moves less than transformers' LlamaRMSNorm, q/k/v casts and fp32 rotary), and the default stack's
+    count, which the Hugging Face steps are predicted with, is left as it was."""
+    import torch.nn as nn
+
+    from calibration.validate.predicting import VALIDATE_STACK
+    from simulator.model.graphs import graph
+    from simulator.strategy.stacks import get_stack
+
+    spec = get_model("tinyllama-1.1b").model_copy(update={"n_layers": 2})
+    model = build_model(spec, "sdpa", device="meta")
+    block = model.blocks[0]
+    assert isinstance(block.ln1, nn.RMSNorm)
+    assert block.attn.qkv.out_features == spec.hidden + 2 * spec.kv_dim
+    assert block.mlp.up.out_features == 2 * spec.ffn_hidden
+    assert (VALIDATE_STACK["rmsnorm"], VALIDATE_STACK["projections"], VALIDATE_STACK["rotary_tables"]) == (
+        "fused", "fused", "half")
+
+    def moved(stack) -> float:
+        g = graph(spec, 2048, np.array([8.0]), "bf16", "sdpa", False, stack)
+        return sum(float(np.sum(op.bytes_fwd)) + float(np.sum(op.bytes_bwd))
+                   for op in g.blocks[0].ops if op.kind == "elementwise")
+
+    hf = get_stack(None)
+    loop = hf.model_copy(update=VALIDATE_STACK)
+    assert moved(loop) < 0.8 * moved(hf)
+    assert moved(hf.model_copy(update={"rmsnorm": "eager", "projections": "per-family",
+                                       "rotary_tables": "fp32"})) == moved(hf)

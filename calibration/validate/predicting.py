@@ -12,9 +12,17 @@ from .measuring import GIB, VALIDATE_OPTIMIZER
 from .suite import Config
 
 #: How the default stack (hf-trainer) is changed to this loop's: its AdamW implementation
-#: (:data:`VALIDATE_OPTIMIZER`), and its model (calibration/torch_model.py) returns only the loss,
-#: no logits or KV cache whose zero-filled gradients a compiled backward would take.
-VALIDATE_STACK = {"optimizer": VALIDATE_OPTIMIZER, "returns_outputs": False}
+#: (:data:`VALIDATE_OPTIMIZER`); its model (calibration/torch_model.py) returns only the loss, no
+#: logits or KV cache whose zero-filled gradients a compiled backward would take; and its modules are
+#: written as that file writes them, not as transformers does: ``nn.RMSNorm`` (one fused kernel each
+#: way), one QKV and one gate/up projection in every family, rotary tables cast to the activations'
+#: half type (``cos.to(x.dtype)`` in ``_apply_rotary``).
+VALIDATE_STACK = {
+    "optimizer": VALIDATE_OPTIMIZER, "returns_outputs": False,
+    "rmsnorm": "fused", "rmsnorm_source": "calibration/torch_model.py _norm: nn.RMSNorm",
+    "projections": "fused", "projections_source": "calibration/torch_model.py Attention.qkv, MLP.up (gate and up)",
+    "rotary_tables": "half", "rotary_tables_source": "calibration/torch_model.py _apply_rotary: cos.to(x.dtype)",
+}
 
 
 def check_fits_memory(configs: list[Config], memory_gib: float, where: str) -> None:

@@ -268,7 +268,8 @@ ROTARY_TABLE = 4.0
 RMSNORM_EAGER = (7.0, 6.0)
 
 
-def autocast_elementwise(model, e: int) -> tuple[float, float, float, float]:
+def autocast_elementwise(model, e: int, fused_projections: bool = False,
+                         fused_rmsnorm: bool = False) -> tuple[float, float, float, float]:
     """(forward bytes, backward bytes, forward kernels, backward kernels) per token that one layer
     of Hugging Face's eager modules moves under torch.autocast (``e`` = 2) beyond
     :func:`simulator.model.workload.layer_elementwise`'s eager count with fp32 norms (two norms,
@@ -287,15 +288,21 @@ def autocast_elementwise(model, e: int) -> tuple[float, float, float, float]:
       where the count has its 2 x 3e).
     * Rotary: :func:`rotary_autocast_extra`, counted with the rotary op (broadcast operands).
 
+    ``fused_projections``: modules with one QKV and one gate/up projection whatever the family
+    (no casts beyond the two counted); ``fused_rmsnorm``: an RMSNorm of one fused kernel each way
+    (``nn.RMSNorm``), moving what LayerNorm moves (:class:`simulator.strategy.stacks.Stack`
+    ``projections`` and ``rmsnorm``).
+
     Units: bytes per token of one layer (the GPU's shard of heads under tensor parallelism)."""
     h = model.hidden / getattr(model, "seq_shards", 1)
     norms = min(getattr(model, "norms_per_layer", 2), 2)
-    reads = (1 if model.family in FUSED_QKV else 3) + (1 if (not model.gated_mlp or model.family in FUSED_GATE_UP) else 2)
+    reads = (1 if model.family in FUSED_QKV or fused_projections else 3) + \
+        (1 if (not model.gated_mlp or model.family in FUSED_GATE_UP or fused_projections) else 2)
     casts = max(reads - 2, 0)
     fwd, bwd = casts * (STREAM + e) * h, casts * (STREAM + e + 3 * STREAM) * h
     k_fwd, k_bwd = float(casts), 2.0 * casts
     counted_norm = 2 * e + 2.0  # layer_elementwise: 2h elements x e and the fp32 output's 2 bytes
-    passes, k = RMSNORM_EAGER if model.norm == "rmsnorm" else (2.0, 1.0)
+    passes, k = RMSNORM_EAGER if model.norm == "rmsnorm" and not fused_rmsnorm else (2.0, 1.0)
     fwd += norms * (passes * STREAM - counted_norm) * h
     bwd += 2 * norms * (passes * STREAM - counted_norm) * h
     k_fwd, k_bwd = k_fwd + norms * (k - 1), k_bwd + 2 * norms * (k - 1)
@@ -305,7 +312,7 @@ def autocast_elementwise(model, e: int) -> tuple[float, float, float, float]:
     return fwd, bwd, k_fwd, k_bwd
 
 
-def rotary_autocast_extra(model, e: int) -> tuple[float, float, float, float]:
+def rotary_autocast_extra(model, e: int, table: float = ROTARY_TABLE) -> tuple[float, float, float, float]:
     """(forward bytes, backward bytes, forward kernels, backward kernels) per token that one layer's
     rotary embedding (``apply_rotary_pos_emb``) moves under torch.autocast beyond
     :func:`simulator.model.workload.rotary_elements`' eager count, over the rotated dims R of Q and K
@@ -315,10 +322,15 @@ def rotary_autocast_extra(model, e: int) -> tuple[float, float, float, float]:
     writes t d; then the attention casts the fp32 Q and K to half (read t, write e per element, one
     kernel each). The count has (10 R + 2 d partial) x e. Backward moves about as much again beyond
     twice the count (the multiplies' fp32 gradients cast to half, ``slice_backward``'s zeroed copies):
-    once the forward's excess. Zero without rotary. Units: bytes per token of one layer."""
+    once the forward's excess. Zero without rotary. ``table``: bytes per element of the tables; e where
+    the stack casts them to the half type first (:class:`simulator.strategy.stacks.Stack` ``rotary_tables``:
+    every op writes half, Q and K need no cast back, and the excess is the four casts of the
+    sequence-long tables, nothing per token). Units: bytes per token of one layer."""
     if model.pos_embedding != "rotary":
         return 0.0, 0.0, 0.0, 0.0
-    t = ROTARY_TABLE
+    if table <= e:
+        return 0.0, 0.0, 4.0, 0.0
+    t = table
     rot = getattr(model, "rotary_pct", 1.0)
     partial = rot < 1.0
     per = rot * (5 * e + 5 * t) + ((t * rot + e * (1 - rot) + t) if partial else 0.0) + (t + e)

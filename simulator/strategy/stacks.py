@@ -58,6 +58,18 @@ class Stack(BaseModel):
     saves: Literal["hf-eager", "textbook"] = "textbook"
     saves_source: str = ("the stack's own fused modules: what Korthikanti et al. 2022 count per layer "
                          "(simulator.model.workload.layer_activation_bytes_per_token)")
+    # how the eager modules of a ``saves: hf-eager`` stack are written (what their elementwise traffic is)
+    rmsnorm: Literal["eager", "fused"] = "eager"
+    rmsnorm_source: str = ("transformers' LlamaRMSNorm (and its copies in Qwen2/3, Mistral, Gemma): pow, mean, "
+                           "rsqrt and two multiplies as eager ops on the fp32 stream (hf_eager.RMSNORM_EAGER)")
+    projections: Literal["per-family", "fused"] = "per-family"
+    projections_source: str = ("transformers' modules: one QKV projection where the family fuses it "
+                               "(hf_eager.FUSED_QKV, FUSED_GATE_UP), else q/k/v and gate/up each read the norm "
+                               "output, which autocast casts once per reader")
+    rotary_tables: Literal["fp32", "half"] = "fp32"
+    rotary_tables_source: str = ("transformers' rotary embeddings: cos/sin in the embeddings' dtype, fp32 under "
+                                 "autocast over fp32 weights (LlamaRotaryEmbedding.forward), so Q and K's rotary "
+                                 "ops past the first multiply write fp32 (hf_eager.ROTARY_TABLE)")
     fragmentation: float = Field(ge=0.0, le=1.0)
     fragmentation_source: str
     loss_fragmentation: float = Field(0.0, ge=0.0, le=1.0)

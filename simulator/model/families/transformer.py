@@ -78,14 +78,16 @@ def graph(model: ModelSpec, mb: np.ndarray, seq_len: int, knobs: Knobs) -> Graph
     lf, lb = workload.layer_elementwise(model, mb, seq_len, e, knobs.compiled, stack.fp32_norm(e, knobs.compiled))
     autocast = hf and stack.fp32_norm(e, knobs.compiled)  # Hugging Face's eager modules under torch.autocast
     if autocast:
-        xf, xb, kf, kb = hf_eager.autocast_elementwise(model, e)
+        xf, xb, kf, kb = hf_eager.autocast_elementwise(model, e, fused_projections=stack.projections == "fused",
+                                                       fused_rmsnorm=stack.rmsnorm == "fused")
         lf = workload.MemOps(lf.nbytes + tokens * xf * L, float(lf.kernels) + kf * L)
         lb = workload.MemOps(lb.nbytes + tokens * xb * L, float(lb.kernels) + kb * L)
     if hf:  # Hugging Face's eager rotary and transposes: broadcast and strided operands, a class of their own
         rf, rb = workload.rotary_layout_bytes(model, mb, seq_len, e)
         lf = workload.MemOps(lf.nbytes - rf.nbytes, float(lf.kernels) - float(rf.kernels))
         lb = workload.MemOps(lb.nbytes - rb.nbytes, float(lb.kernels) - float(rb.kernels))
-        xf, xb, kf, kb = hf_eager.rotary_autocast_extra(model, e) if autocast else (0.0, 0.0, 0.0, 0.0)
+        table = float(e) if stack.rotary_tables == "half" else hf_eager.ROTARY_TABLE
+        xf, xb, kf, kb = hf_eager.rotary_autocast_extra(model, e, table) if autocast else (0.0, 0.0, 0.0, 0.0)
         ops.append(Op("rotary_layout", "elementwise", bytes_fwd=(rf.nbytes + tokens * xf * L) / L1,
                       bytes_bwd=(rb.nbytes + tokens * xb * L) / L1, kernels_fwd=(float(rf.kernels) + kf * L) / L1,
                       kernels_bwd=(float(rb.kernels) + kb * L) / L1, recompute=frozenset({"op"}),

@@ -10,10 +10,16 @@ in an NVSwitch node, fp16 (vTrain's model replica calls ``.half()``), full recom
 ``use_checkpoint``), vocabulary 50257, no FlashAttention and no sequence parallelism. Megatron-LM stack,
 DDP. Nothing here is fitted: it checks physics that comes from elsewhere (2026-12-08: 14.6% mean
 absolute error, 7.9% fast on average; 22.3% and 16.5% before eager PyTorch's measured host time per
-kernel was carried to the A100).
+kernel was carried to the A100). ``--csv`` runs every row of a local copy of the file (the repository
+keeps only these 28): docs/small_model_runs.md has what it shows.
 """
 
 from __future__ import annotations
+
+import argparse
+import csv
+from collections import defaultdict
+from pathlib import Path
 
 from simulator.answer.api import simulate
 from simulator.answer.runs import megatron_gpt
@@ -38,21 +44,48 @@ ROWS = [
 ]
 
 
-def main() -> None:
-    errors = []
-    print(f"source: {SOURCE}")
-    print("| GPUs | model | TP | PP | DP | micro-batch | measured ms | predicted ms | error |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
-    for n, layers, hidden, tp, pp, dp, mb, gb, ms in ROWS:
-        model = megatron_gpt(f"gpt-{layers}x{hidden}", layers, hidden, 16, 50257, 1024)
-        plan = simulate(model, f"{n}xa100-80gb-sxm", stack="megatron-lm", precision="fp16", global_batch=gb,
-                        seq_len=1024, steps=1, tp=tp, pp=pp, vp=1, micro_batch=mb, checkpointing="full",
-                        sharding="ddp", offload="none", attention="eager", compile=True,
-                        sequence_parallel=False if tp > 1 else None)
-        err = plan.step_time_s * 1e3 / ms - 1.0
-        errors.append(err)
-        print(f"| {n} | {layers} x {hidden} | {tp} | {pp} | {dp} | {mb} | {ms:.1f} | {plan.step_time_s * 1e3:.1f} | "
-              f"{err:+.1%} |")
+def predicted_ms(n: int, layers: int, hidden: int, tp: int, pp: int, mb: int, gb: int) -> float:
+    """The simulator's iteration time (ms) of one vTrain row under its recorded layout."""
+    model = megatron_gpt(f"gpt-{layers}x{hidden}", layers, hidden, 16, 50257, 1024)
+    plan = simulate(model, f"{n}xa100-80gb-sxm", stack="megatron-lm", precision="fp16", global_batch=gb,
+                    seq_len=1024, steps=1, tp=tp, pp=pp, vp=1, micro_batch=mb, checkpointing="full",
+                    sharding="ddp", offload="none", attention="eager", compile=True,
+                    sequence_parallel=False if tp > 1 else None)
+    return plan.step_time_s * 1e3
+
+
+def read_rows(path: Path) -> list[tuple]:
+    """Every row of a local copy of vTrain's ground_truth_single.csv (columns: GPUs, global batch, micro batch,
+    hidden, heads, layers, sequence length, TP, DP, PP, iteration ms), as :data:`ROWS` tuples."""
+    out = []
+    with path.open(newline="") as f:
+        for r in list(csv.reader(f))[1:]:
+            n, gb, mb, h, _, layers, _, tp, dp, pp = (int(x) for x in r[:10])
+            out.append((n, layers, h, tp, pp, dp, mb, gb, float(r[10])))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--csv", type=Path, help="a local copy of vTrain's data/ground_truth_single.csv (all 1,440 "
+                    "rows, 12-24 layers): print the error by TP, micro-batch and hidden size instead of the table")
+    args = ap.parse_args(argv)
+    rows = read_rows(args.csv) if args.csv else ROWS
+    errors = [predicted_ms(n, layers, h, tp, pp, mb, gb) / ms - 1.0 for n, layers, h, tp, pp, dp, mb, gb, ms in rows]
+    print(f"source: {args.csv or SOURCE}")
+    if args.csv:
+        for name, at in (("TP", 3), ("micro-batch", 6), ("hidden", 2), ("PP", 4)):
+            groups: dict[int, list[float]] = defaultdict(list)
+            for row, err in zip(rows, errors, strict=True):
+                groups[row[at]].append(err)
+            print(f"{name}: " + ", ".join(f"{k} {sum(map(abs, v)) / len(v):.1%} ({sum(v) / len(v):+.1%}, n={len(v)})"
+                                          for k, v in sorted(groups.items())))
+    else:
+        print("| GPUs | model | TP | PP | DP | micro-batch | measured ms | predicted ms | error |")
+        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+        for (n, layers, hidden, tp, pp, dp, mb, _, ms), err in zip(rows, errors, strict=True):
+            print(f"| {n} | {layers} x {hidden} | {tp} | {pp} | {dp} | {mb} | {ms:.1f} | {ms * (1 + err):.1f} | "
+                  f"{err:+.1%} |")
     print(f"mean absolute error {sum(abs(e) for e in errors) / len(errors):.1%}, "
           f"mean signed {sum(errors) / len(errors):+.1%} over {len(errors)} runs (negative: predicted fast)")
 

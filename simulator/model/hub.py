@@ -100,6 +100,12 @@ def hub_reachable() -> bool:
     return True
 
 
+def _missing(revision: str | None) -> str:
+    """What is missing, for a one-line error: a pinned revision's config.json (the id may be a preset's,
+    at another revision), else the model itself."""
+    return f"no config.json of revision {revision!r}" if revision else "not a preset and no config.json"
+
+
 def _download(repo_id: str, revision: str | None) -> Path:
     """Download ``config.json`` only, through huggingface_hub; one-line UsageError on failure
     (huggingface_hub's own retry warnings are silenced: the error is the one line)."""
@@ -108,13 +114,13 @@ def _download(repo_id: str, revision: str | None) -> Path:
         from huggingface_hub import hf_hub_download
     except ImportError:
         raise UsageError(
-            f"model {label!r}: not a preset and no config.json in the local Hugging Face cache "
+            f"model {label!r}: {_missing(revision)} in the local Hugging Face cache "
             f"({cache_dir()}); install the hub extra (pip install 'pretrain-simulator[hub]') to "
             f"download it, or {_how_to_get(repo_id, revision)}"
         ) from None
     if not hub_reachable():
         raise UsageError(
-            f"model {label!r}: not a preset, no config.json in the local Hugging Face cache "
+            f"model {label!r}: {_missing(revision)} in the local Hugging Face cache "
             f"({cache_dir()}) and the Hugging Face Hub is unreachable; {_how_to_get(repo_id, revision)}"
         )
     hub_log = logging.getLogger("huggingface_hub")
@@ -151,7 +157,7 @@ def find_config(repo_id: str, revision: str | None = None) -> tuple[Path, str]:
     if offline():
         label = repo_id + (f"@{revision}" if revision else "")
         raise UsageError(
-            f"model {label!r}: not a preset and no config.json in the local Hugging Face cache "
+            f"model {label!r}: {_missing(revision)} in the local Hugging Face cache "
             f"({cache_dir()}) while offline (HF_HUB_OFFLINE); {_how_to_get(repo_id, revision)}"
         )
     return _download(repo_id, revision), "downloaded from the Hugging Face Hub"

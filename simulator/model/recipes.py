@@ -229,7 +229,7 @@ def rounding_note(model, recipe: Recipe, tokens: Any = None, steps: Any = None) 
     asked = _positive(tokens, "--tokens") if tokens is not None else default_recipe(model).tokens
     if recipe.tokens <= 1.01 * asked:
         return None
-    return (f"{format_count(asked)} tokens round up to whole steps of {recipe.global_batch:,} x {recipe.seq_len:,} "
+    return (f"{format_count(asked)} token{'' if asked == 1 else 's'} round{'s' if asked == 1 else ''} up to whole steps of {recipe.global_batch:,} x {recipe.seq_len:,} "
             f"tokens: {format_count(recipe.tokens)} simulated, {recipe.tokens / asked:,.3g}x as many; a smaller "
             "--global-batch comes closer")
 

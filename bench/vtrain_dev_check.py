@@ -8,9 +8,9 @@ rows of hidden 2048 (GPT-3 XL shape, 1.3B) and 1024 (GPT-3 Medium shape, 350M): 
 global batch, iteration ms, 16 heads, 1024 tokens, one node. Inferred, not stated in the CSV: A100 80 GB SXM
 in an NVSwitch node, fp16 (vTrain's model replica calls ``.half()``), full recomputation (its configs'
 ``use_checkpoint``), vocabulary 50257, no FlashAttention and no sequence parallelism. Megatron-LM stack,
-DDP. Nothing here is fitted: it checks physics that comes from elsewhere (2026-12-08: 14.6% mean
-absolute error, 7.9% fast on average; 22.3% and 16.5% before eager PyTorch's measured host time per
-kernel was carried to the A100). ``--csv`` runs every row of a local copy of the file (the repository
+DDP. Nothing here is fitted: it checks physics that comes from elsewhere (2026-12-08: 14.4% mean
+absolute error, 5.9% fast on average; 14.6% and 7.9% before the stack's gradient reduce ran after
+backward, 22.3% and 16.5% before eager PyTorch's measured host time per kernel was carried to the A100). ``--csv`` runs every row of a local copy of the file (the repository
 keeps only these 28): docs/small_model_runs.md has what it shows.
 """
 

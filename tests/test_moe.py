@@ -377,6 +377,8 @@ def test_published_moe_runs(row: dict) -> None:
         pins["moe_dispatcher"] = row["dispatcher"]
     if row["a2a_overlap"]:
         pins["moe_a2a_overlap"] = True
+    if row["grad_overlap"]:
+        pins["overlap_grad_reduce"] = True
     if row["routing"]:
         pins["moe_routing"] = row["routing"]
     plan = simulate(row["model"], row["gpus"], stack=row["stack"], precision=row["precision"], sharding=row["sharding"],

@@ -271,3 +271,23 @@ def test_megatron_fused_kernels_pay_eager_host_time():
     assert float(meg.fwd[0]) >= kernels * 1e-6 * (p.launch_overhead_us + p.train_fwd_kernel_us_amp) * (1 - 1e-9)
     titan = compute.micro_batch_time(m, 128, mb, "bf16", "sdpa", True, "none", dev, stack="torchtitan")
     assert float(titan.fwd[0]) < float(meg.fwd[0])
+
+
+def test_megatron_reduces_gradients_after_backward_unless_asked_to_overlap():
+    """Megatron-LM's DistributedDataParallelConfig.overlap_grad_reduce defaults to False: its
+    data-parallel all-reduce runs after the last backward, whole. --overlap-grad-reduce hides it as
+    every other stack's DDP hooks do; FSDP's reduce-scatters run in backward either way."""
+    from simulator.core.errors import UsageError
+
+    kw = dict(stack="megatron-lm", precision="bf16", seq_len=2048, global_batch=64, steps=1, micro_batch=4,
+              checkpointing="none", attention="sdpa", compile=True, offload="none", tp=1, pp=1)
+    after = simulate("pythia-1b", "2x8xa100-80gb-sxm", sharding="ddp", **kw)
+    during = simulate("pythia-1b", "2x8xa100-80gb-sxm", sharding="ddp", overlap_grad_reduce=True, **kw)
+    assert after.breakdown_s["exposed_comm"] > 1.3 * during.breakdown_s["exposed_comm"] > 0
+    assert after.step_time_s > during.step_time_s
+    assert after.breakdown_s["compute"] == pytest.approx(during.breakdown_s["compute"])
+    hf = dict(kw, stack="hf-trainer")
+    assert simulate("pythia-1b", "2x8xa100-80gb-sxm", sharding="ddp", **hf).step_time_s == pytest.approx(
+        simulate("pythia-1b", "2x8xa100-80gb-sxm", sharding="ddp", overlap_grad_reduce=True, **hf).step_time_s)
+    with pytest.raises(UsageError, match="overlap_grad_reduce"):
+        simulate("pythia-1b", "2x8xa100-80gb-sxm", overlap_grad_reduce="yes", **kw)

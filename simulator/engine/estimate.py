@@ -568,6 +568,10 @@ def _schedule(pb: Problem, shardings: list[str], st: States, P: float, PL: float
                     cat(after), _columns(after_cols))
 
 
+#: Shardings whose gradient reduction a stack may run after backward (Stack.grad_reduce_overlap false).
+_AFTER_BACKWARD = frozenset({"ddp", "zero1", "zero2"})
+
+
 def sharding_schedule(pb: Problem, shardings: list[str], gc: GroupCosts, ps: PerSize, mb: MicroBatches) -> np.ndarray:
     """Seconds per optimizer step of data-parallel communication not hidden behind compute, (K, M, Z).
 
@@ -588,11 +592,15 @@ def sharding_schedule(pb: Problem, shardings: list[str], gc: GroupCosts, ps: Per
         return np.zeros((K, M, Z))
     overlap = pb.fabric.overlap
     more = mb.grad_accum[None, :, None] - 1
-    out = comm.exposed(sc.bwd, ps.last["bwd_rec"][:, :, None], sc.bwd_floor, overlap)  # behind the last
+    # DDP's all-reduce and ZeRO's reduce-scatters after backward where the stack does not overlap them
+    # (Stack.grad_reduce_overlap: Megatron-LM's default); FSDP's reduce-scatters always run in backward
+    after = np.array([not pb.stack.grad_reduce_overlap and s in _AFTER_BACKWARD for s in shardings])
+    bwd_overlap = np.where(after, 0.0, overlap)[None, None, :]
+    out = comm.exposed(sc.bwd, ps.last["bwd_rec"][:, :, None], sc.bwd_floor, bwd_overlap)  # behind the last
     ev = sc.every
     if ev is not None:  # and behind each earlier micro-batch
         out[:, :, ev] = more * comm.exposed(sc.bwd[:, :, ev], ps.at["bwd_rec"][:, :, None], sc.bwd_floor[:, :, ev],
-                                            overlap) + out[:, :, ev]
+                                            bwd_overlap[:, :, ev]) + out[:, :, ev]
     if sc.fwd_cols is not None:  # gathers in every forward
         f_mb, f_last = ps.at["fwd"][:, :, None], ps.last["fwd"][:, :, None]
         fwd = more * comm.exposed(sc.fwd, f_mb, sc.fwd_floor, overlap) + comm.exposed(sc.fwd, f_last, sc.fwd_floor, overlap)

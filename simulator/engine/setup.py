@@ -144,19 +144,20 @@ def _catalog_setup(text, profile, intra_node, inter_node, any_gpu=False):
 def setup(model, gpus, *, profile=None, tokens=None, steps=None, global_batch=None, seq_len=None,
           optimizer=None, intra_node=None, inter_node=None, host_memory=None, overhead=None,
           stack=None, profile_any_gpu=False, capacity_factor=None, moe_dispatcher=None,
-          moe_a2a_overlap=None, moe_routing=None) -> Setup:
+          moe_a2a_overlap=None, moe_routing=None, overlap_grad_reduce=None) -> Setup:
     """Resolve user-level inputs into a Problem (no strategy yet).
 
     ``stack``: the training software (simulator.strategy.stacks preset name; default hf-trainer).
     ``capacity_factor``: a mixture of experts' routing (``MoESpec.capacity_factor``; None: dropless).
     ``moe_routing``: where its tokens' experts lie (``MoESpec.routing``; None: uniform).
     ``moe_dispatcher``, ``moe_a2a_overlap``: how the stack's expert parallelism sends tokens
-    (:func:`with_dispatcher`).
+    (:func:`with_dispatcher`). ``overlap_grad_reduce``: whether the data-parallel gradient reduction
+    runs during backward (None: the stack's ``grad_reduce_overlap``; :func:`with_grad_overlap`).
 
     ``overhead``: wall-clock time beyond the training steps, as a fraction of it (data loading,
     evaluation, checkpointing, restarts after failures); excluded (0) by default, docs/architecture.md, physics 7.
     """
-    stk = with_dispatcher(get_stack(stack), moe_dispatcher, moe_a2a_overlap)
+    stk = with_grad_overlap(with_dispatcher(get_stack(stack), moe_dispatcher, moe_a2a_overlap), overlap_grad_reduce)
     spec = with_routing(with_capacity_factor(resolve_model_input(model), capacity_factor, stk), moe_routing)
     recipe = make_recipe(spec, tokens=tokens, steps=steps, global_batch=global_batch,
                          seq_len=seq_len, optimizer=optimizer)
@@ -245,6 +246,16 @@ def with_dispatcher(stack, dispatcher, overlap=None):
         flag = "--moe-dispatcher" if dispatcher is not None else "--moe-a2a-overlap"
         raise UsageError(f"{flag}: the {stack.display} stack has no expert parallelism")
     return stack.model_copy(update=update) if update else stack
+
+
+def with_grad_overlap(stack, overlap=None):
+    """``stack`` with its data-parallel gradient reduction overlapped with backward or not (None:
+    the stack's own ``grad_reduce_overlap``)."""
+    if overlap is None or overlap == stack.grad_reduce_overlap:
+        return stack
+    return stack.model_copy(update={"grad_reduce_overlap": overlap, "grad_reduce_overlap_source": (
+        "overlapped with backward (as asked: --overlap-grad-reduce)" if overlap
+        else "after the last backward (as asked: --no-overlap-grad-reduce)")})
 
 
 def knob_space(s: Setup, pins: dict) -> tuple[Space, list[str]]:
@@ -340,7 +351,7 @@ _PIN_KEYS = ("precision", "attention", "compile", "checkpointing", "sharding", "
 LAYOUT_KEYS = ("tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep", "etp")
 
 #: knobs that take True, False or None (searched; profile_any_gpu: None is False)
-_BOOL_KEYS = ("compile", "sequence_parallel", "async_tp", "profile_any_gpu", "moe_a2a_overlap")
+_BOOL_KEYS = ("compile", "sequence_parallel", "async_tp", "profile_any_gpu", "moe_a2a_overlap", "overlap_grad_reduce")
 
 
 def _plain(value):
@@ -358,7 +369,7 @@ def split_knobs(knobs: dict) -> tuple[dict, dict]:
             raise UsageError(f"{k} must be True, False or None (searched), got {knobs[k]!r}")
     setup_keys = ("profile", "tokens", "steps", "global_batch", "seq_len", "optimizer", "intra_node",
                   "inter_node", "host_memory", "overhead", "stack", "profile_any_gpu", "capacity_factor",
-                  "moe_dispatcher", "moe_a2a_overlap", "moe_routing")
+                  "moe_dispatcher", "moe_a2a_overlap", "moe_routing", "overlap_grad_reduce")
     bad = set(knobs) - set(setup_keys) - set(_PIN_KEYS) - set(LAYOUT_KEYS)
     if bad:
         raise UsageError(f"unknown option(s) {', '.join(sorted(bad))}; valid: "

@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--moe-routing", dest="moe_routing", choices=ROUTINGS,
                    help="where a token's experts lie: uniform (any top-k alike, a learned router; default) or "
                         "contiguous (consecutive experts: NeMo Automodel's fake_balanced_gate benchmarks)")
+    k.add_argument("--overlap-grad-reduce", dest="overlap_grad_reduce", action=argparse.BooleanOptionalAction,
+                   default=None, help="the data-parallel gradient reduction runs during backward (Megatron-LM "
+                   "--overlap-grad-reduce; on for every stack but megatron-lm, whose default is off)")
     k.add_argument("--moe-a2a-overlap", dest="moe_a2a_overlap", action="store_true", default=None,
                    help="the expert all-to-all runs beside another micro-batch's compute (Megatron-LM "
                         "--overlap-moe-expert-parallel-comm); default not overlapped")
@@ -107,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _knobs(a: argparse.Namespace) -> dict:
     keys = ("profile", "profile_any_gpu", "intra_node", "inter_node", "host_memory", "overhead", "capacity_factor",
-            "moe_dispatcher", "moe_a2a_overlap", "moe_routing",
+            "moe_dispatcher", "moe_a2a_overlap", "moe_routing", "overlap_grad_reduce",
             "tokens", "steps", "global_batch",
             "seq_len", "optimizer", "precision", "attention", "compile", "checkpointing", "sharding",
             "offload", "micro_batch", "stack", "tp", "pp", "vp", "sequence_parallel", "async_tp", "cp", "ep", "etp")

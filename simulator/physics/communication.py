@@ -77,7 +77,7 @@ def gather_or_scatter(f: Fabric, nbytes, pieces=1) -> np.ndarray:
     return np.where(s > 0, t, 0.0)
 
 
-def exposed(comm, window, floor, overlap: float = 1.0) -> np.ndarray:
+def exposed(comm, window, floor, overlap: float | np.ndarray = 1.0) -> np.ndarray:
     """Part of ``comm`` seconds not hidden behind ``overlap`` x ``window`` seconds of compute; at
     least ``floor`` seconds, the piece that cannot overlap (the last bucket, the first unit gathered)."""
     comm = np.asarray(comm, dtype=float)

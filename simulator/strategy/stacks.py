@@ -103,6 +103,9 @@ class Stack(BaseModel):
     moe_dispatcher: Literal["alltoall", "deepep"] = "alltoall"
     moe_dispatcher_source: str = ("NCCL all-to-all of every routed copy (Megatron-LM's default "
                                   "--moe-token-dispatcher-type alltoall; torchtitan's default expert parallelism)")
+    grad_reduce_overlap: bool = True
+    grad_reduce_overlap_source: str = ("PyTorch DDP's bucketed all-reduce hooks (and DeepSpeed ZeRO's, FSDP's reduce-scatters) "
+                                       "run during backward, beside the layers still to differentiate")
     moe_a2a_overlap: bool = False
     moe_a2a_overlap_source: str = ("not overlapped (Megatron-LM's default; its --overlap-moe-expert-parallel-comm "
                                    "is opt-in; torchtitan has none)")

@@ -317,7 +317,7 @@ def test_a_budget_below_one_step_says_it_was_rounded_up():
     from simulator.answer.api import simulate
 
     tiny = simulate("pythia-1b", "8x3090", tokens="1")
-    assert tiny.recipe["steps"] == 1 and any("round up to whole steps" in n for n in tiny.notes)
+    assert tiny.recipe["steps"] == 1 and any(n.startswith("1 token rounds up to whole steps") for n in tiny.notes)
     huge = simulate("pythia-1b", "8x3090", global_batch=10**12)
     assert any("round up to whole steps" in n and "300 B" in n for n in huge.notes)
     assert not any("round up" in n for n in simulate("pythia-1b", "8x3090").notes)

@@ -361,7 +361,7 @@ def _row_id(row: dict) -> str:
     pytest.param(r, id=_row_id(r), marks=[pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[_row_id(r)])]
                  if _row_id(r) in KNOWN_GAPS else []) for r in _published_moe_runs()])
 def test_published_moe_runs(row: dict) -> None:
-    """Each published bf16 MoE run (simulator/data/moe_runs.csv) under its recorded layout is
+    """Each published bf16 or FP8 MoE run (simulator/data/moe_runs.csv) under its recorded layout is
     feasible, never refused, and its tokens/s predicted within the row's ``tolerance`` (the issue's
     20%, wider where moe_runs.md names what is not modelled; the errors: see the report printed with
     -s). :data:`KNOWN_GAPS` are expected to fail, strictly."""

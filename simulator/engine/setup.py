@@ -366,7 +366,7 @@ def split_knobs(knobs: dict) -> tuple[dict, dict]:
     knobs = {k: _plain(v) for k, v in knobs.items()}
     for k in _BOOL_KEYS:
         if knobs.get(k) is not None and not isinstance(knobs[k], bool):
-            raise UsageError(f"{k} must be True, False or None (searched), got {knobs[k]!r}")
+            raise UsageError(f"{k} must be True, False or None (searched, or the stack's default), got {knobs[k]!r}")
     setup_keys = ("profile", "tokens", "steps", "global_batch", "seq_len", "optimizer", "intra_node",
                   "inter_node", "host_memory", "overhead", "stack", "profile_any_gpu", "capacity_factor",
                   "moe_dispatcher", "moe_a2a_overlap", "moe_routing", "overlap_grad_reduce")

@@ -99,3 +99,25 @@ def test_interval_words_are_plain(gpus):
     for bad in ("rebuild-defaults", "python -m", "spread x", "( (", "of do not", "--"):
         assert bad not in text, (bad, text)
     assert "published" in text and "predicted" in text
+
+
+def test_host_bound_plans_say_so_and_their_interval_reaches_what_such_runs_measured():
+    """A step in which the GPUs mostly wait for the host's kernel dispatch (a tiny eager model at
+    micro-batch 1) carries a note and an interval whose high end reaches the 90th percentile of
+    measured over predicted time of host-bound runs; a device-bound plan carries neither. The wait
+    is part of compute, never above it, and the GPU is idle in it (the busy fraction behind energy)."""
+    from simulator.answer.api import simulate
+    from simulator.answer.costs import plan_utilization
+    from simulator.answer.uncertainty import HOST_BOUND_SHARE, HOST_BOUND_SLOW_P90
+
+    tiny = simulate("pythia-14m", "1xh100", compile=False, micro_batch=1)
+    b = tiny.breakdown_s
+    assert HOST_BOUND_SHARE * tiny.step_time_s < b["host_wait"] <= b["compute"]
+    assert any(n.startswith("host-bound:") for n in tiny.notes)
+    assert tiny.interval_days[1] >= HOST_BOUND_SLOW_P90 * tiny.days * (1 - 1e-9)
+    assert "90th percentile" in tiny.interval_source
+    assert plan_utilization(tiny) < 1 - HOST_BOUND_SHARE
+    big = simulate("pythia-1b", "8xh100")
+    assert big.breakdown_s["host_wait"] < HOST_BOUND_SHARE * big.step_time_s
+    assert not any(n.startswith("host-bound:") for n in big.notes)
+    assert big.interval_days[1] < HOST_BOUND_SLOW_P90 * big.days

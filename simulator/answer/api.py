@@ -86,6 +86,9 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
         lo = max(iv[0], uncertainty.plausible_low(days, min_days))
         iv = (lo, max(iv[1], lo))
     warning = uncertainty.mfu_warning(float(mfu), days, min_days)
+    host_note = uncertainty.host_bound_note(float(tab.host_idle[i]), step, days) if tab.feasible[i] else None
+    if iv is not None and host_note:  # the regime our own validation finds slower than predicted
+        iv = (iv[0], max(iv[1], days * uncertainty.HOST_BOUND_SLOW_P90))
     plan = Plan(
         model={"name": model.display_name, "params": int(model.n_params()), "family": model.family,
                **({"active_params": int(model.n_active_params())} if hasattr(model, "n_active_params") else {})},
@@ -104,21 +107,24 @@ def _plan(s: Setup, tab: Table, i: int, notes: list[str], n_evaluated: int) -> P
                      "offload": float(tab.offload_time[i]), "bubble": float(tab.bubble[i]),
                      "tp_comm": float(tab.tp_comm[i]), "tp_comm_hidden": float(tab.tp_comm_hidden[i]),
                      "pp_comm": float(tab.pp_comm[i]), "cp_comm": float(tab.cp_comm[i]),
+                     "host_wait": float(tab.host_idle[i]),
                      **({"ep_comm": float(tab.ep_comm[i])} if hasattr(model, "n_experts") else {})},
         tokens_per_s=tps, mfu=float(mfu), mfu_6nd=float(mfu_6nd), hfu=float(hfu), memory_gib=mem, days=float(days),
         days_at_peak=float(days_at_peak), interval_days=iv,
-        interval_source=_interval_source(residuals, family_text, iv, days, min_days) if iv else None,
-        notes=s.notes + notes + ([warning] if warning else []), n_strategies=n_evaluated, stack=pb.stack.name,
+        interval_source=_interval_source(residuals, family_text, iv, days, min_days, bool(host_note)) if iv else None,
+        notes=s.notes + notes + [w for w in (warning, host_note) if w], n_strategies=n_evaluated, stack=pb.stack.name,
     )
     plan.check_physics()
     return plan
 
 
-def _interval_source(residuals, family_text: str | None, iv, days: float, min_days: float) -> str:
+def _interval_source(residuals, family_text: str | None, iv, days: float, min_days: float,
+                     host_bound: bool = False) -> str:
     """Where the 80% interval came from, in plain words: the residuals that match the user's
     situation (:func:`simulator.answer.uncertainty.for_profile`), widened to include the family's own
     published runs where it has any (:mod:`simulator.validation.family_validation`), and its low end held at
-    the best MFU published runs reached where the residuals alone would go lower."""
+    the best MFU published runs reached where the residuals alone would go lower; for a host-bound plan
+    (``host_bound``) its high end at least :data:`simulator.answer.uncertainty.HOST_BOUND_SLOW_P90` x the estimate."""
     prof = (f"{residuals.n} validation residuals (real runs {_bias(residuals)} than predicted on "
             f"average): {residuals.words}") if residuals is not None and residuals.n else None
     text = (f"80% interval from {prof}" if family_text is None else
@@ -126,6 +132,9 @@ def _interval_source(residuals, family_text: str | None, iv, days: float, min_da
     if iv is not None and iv[0] <= uncertainty.plausible_low(days, min_days) * (1 + 1e-9):
         text += (f"; its low end is held at the best MFU any published run reached "
                  f"({uncertainty.MFU_CEILING:.0%}), or at the estimate where that is lower")
+    if host_bound:
+        text += (f"; its high end at least {uncertainty.HOST_BOUND_SLOW_P90:.2f}x the estimate, the 90th percentile of "
+                 "measured over predicted time of host-bound small-model runs (docs/small_model_runs.md)")
     return text
 
 

@@ -240,12 +240,12 @@ def energy_kwh(board_power_w: float, n_gpus: int, hours: float, utilization: flo
 
 
 def plan_utilization(plan) -> float:
-    """Busy fraction of a step: (step - exposed communication - offload waits) / step, in [0, 1]."""
+    """Busy fraction of a step: (step - exposed communication - offload waits - waits for the host's dispatch) / step, in [0, 1]."""
     step = float(plan.step_time_s)
     if not (step > 0 and math.isfinite(step)):
         return 1.0
     b = plan.breakdown_s
-    idle = float(b.get("exposed_comm", 0.0)) + float(b.get("offload", 0.0))
+    idle = float(b.get("exposed_comm", 0.0)) + float(b.get("offload", 0.0)) + float(b.get("host_wait", 0.0))
     return min(1.0, max(0.0, (step - idle) / step))
 
 

@@ -34,7 +34,9 @@ def render_plan(plan: Plan, console: Console, top: list[Plan] | None = None) -> 
     console.print(f"  {plan.strategy_line()}")
     b = plan.breakdown_s
     console.print(f"  step        {plan.step_time_s:.2f} s   compute {b['compute']:.2f} (fwd {b['forward']:.2f} · "
-                  f"bwd {b['backward']:.2f} · recompute {b['recompute']:.2f}) · exposed comm {b['exposed_comm']:.2f} · "
+                  f"bwd {b['backward']:.2f} · recompute {b['recompute']:.2f}"
+                  + (f"; {b['host_wait']:.2f} of it waiting for the host" if b.get("host_wait", 0.0) >= 0.005 else "")
+                  + f") · exposed comm {b['exposed_comm']:.2f} · "
                   f"optimizer {b['optimizer']:.3f} · offload {b['offload']:.2f}"
                   + "".join(f" · {label} {b[k]:.2f}" for k, label in (("bubble", "pipeline bubble"),
                             ("tp_comm", "TP comm"), ("tp_comm_hidden", "TP comm hidden by async TP"),

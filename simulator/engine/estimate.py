@@ -113,6 +113,7 @@ class Table:
     optimizer: np.ndarray
     offload_time: np.ndarray
     hw_flops: np.ndarray
+    host_idle: np.ndarray  # s per step the GPU waits for the host's kernel dispatch inside the passes
     # memory per GPU (bytes) and offloaded states per node (bytes)
     mem_weights: np.ndarray
     mem_gradients: np.ndarray  # live at the peak (memory.gradients_at_peak)
@@ -299,7 +300,8 @@ class PackCompute:
     again in recomputation (``rec_cast``: whole checkpointed layers re-cast their weights), and
     the parameters of those checkpointed layers (``rebuilt_params``, K,). Unsupported precisions: inf. ``sized`` stacks the (K, E) quantities the evaluation gathers at
     its micro-batch sizes, in the order of :data:`_SIZED`: forward, backward, recompute, FLOPs,
-    their sum (a micro-batch's compute), backward + recompute, activations, logits, the
+    their sum (a micro-batch's compute), the device's wait for the host in them
+    (:attr:`simulator.physics.compute.MicroBatchTime.host_idle`), backward + recompute, activations, logits, the
     activations outside the blocks and the rebuilt block's working set."""
 
     fwd: np.ndarray
@@ -317,7 +319,7 @@ class PackCompute:
 
 
 #: The rows of :attr:`PackCompute.sized`.
-_SIZED = ("fwd", "bwd", "rec", "hw", "total", "bwd_rec", "act", "logit", "act_outside", "rebuilt")
+_SIZED = ("fwd", "bwd", "rec", "hw", "total", "idle", "bwd_rec", "act", "logit", "act_outside", "rebuilt")
 
 
 def compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, sizes: np.ndarray) -> PackCompute:
@@ -336,6 +338,7 @@ def _compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, si
     P = float(model.n_params())
     K, E = len(packs), sizes.size
     fwd, bwd, rec, hw, act, logit, act_out, rebuilt = (np.full((K, E), np.inf) for _ in range(8))
+    idle = np.zeros((K, E))
     cast, rec_cast = np.zeros(K), np.zeros(K)
     # parameters of the checkpointed layers, whose forward (weight casts included) runs again
     rerun = np.array([checkpointed_layers(ck, model.n_layers) for *_, ck in packs]) * _layer_params(model)
@@ -345,14 +348,14 @@ def _compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, si
         if not supported[i]:
             continue
         t = micro_batch_time(model, seq, sizes, p, att, c, ck, dev, memo, pb.stack)
-        fwd[i], bwd[i], rec[i], hw[i] = t.fwd, t.bwd, t.recompute, t.hw_flops
+        fwd[i], bwd[i], rec[i], hw[i], idle[i] = t.fwd, t.bwd, t.recompute, t.hw_flops, t.host_idle
         act[i], rebuilt[i], logit[i] = memory.peak_activations(model, seq, sizes, p, att, ck, c, pb.stack)
         act_out[i] = memory.outside_activations(model, seq, sizes, p, att, c, pb.stack)
         # autocast weight casts (and their gradients' casts back) once per micro-batch, only where
         # the weights stay fp32 (DDP)
         cast[i] = float(workload.autocast_cast_bytes(P, p, half_params=False).nbytes) / rate
         rec_cast[i] = 0.5 * float(workload.autocast_cast_bytes(rerun[i], p, half_params=False).nbytes) / rate
-    sized = np.stack([fwd, bwd, rec, hw, fwd + bwd + rec, bwd + rec, act, logit, act_out, rebuilt])
+    sized = np.stack([fwd, bwd, rec, hw, fwd + bwd + rec, idle, bwd + rec, act, logit, act_out, rebuilt])
     frozen(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out, rebuilt, rerun, sized)
     return PackCompute(fwd, bwd, rec, hw, act, logit, cast, rec_cast, act_out, rebuilt, rerun, sized)
 
@@ -361,7 +364,7 @@ def _compute_per_pack(pb: Problem, packs: list[tuple], supported: np.ndarray, si
 class PerSize:
     """:attr:`PackCompute.sized` at a search's micro-batch candidates (``at``, (K, M) each: one
     micro-batch of the candidate's size) and at each candidate's last micro-batch (``last``);
-    ``per_step``: the first five (forward, backward, recompute, FLOPs, compute) summed over an
+    ``per_step``: the first six (forward, backward, recompute, FLOPs, compute, host idle) summed over an
     optimizer step, (ga - 1) x at + last. Units as in :class:`PackCompute`."""
 
     at: dict[str, np.ndarray]
@@ -372,9 +375,9 @@ class PerSize:
 def per_size(pc: PackCompute, mb: MicroBatches) -> PerSize:
     """:class:`PerSize` of ``pc`` at the candidates of ``mb``."""
     at, last = pc.sized[:, :, mb.mi], pc.sized[:, :, mb.li]
-    step = (mb.grad_accum - 1) * at[:5] + last[:5]
+    step = (mb.grad_accum - 1) * at[:6] + last[:6]
     return PerSize(dict(zip(_SIZED, at, strict=True)), dict(zip(_SIZED, last, strict=True)),
-                   dict(zip(_SIZED[:5], step, strict=True)))
+                   dict(zip(_SIZED[:6], step, strict=True)))
 
 
 @dataclass(frozen=True)
@@ -811,6 +814,7 @@ def assemble(pb: Problem, space: Space, packs: list[tuple], supported: np.ndarra
         backward=(step_of["bwd"] + grad_fresh)[:, :, None, None] + half_cast,
         recompute=step_of["rec"][:, :, None, None] + rec_cast[..., None], exposed_comm=exposed_comm[..., None],
         optimizer=optimizer_t[:, None], offload_time=offload_t, hw_flops=step_of["hw"][:, :, None, None],
+        host_idle=step_of["idle"][:, :, None, None],
         mem_weights=mem_w, mem_gradients=mem_g, mem_optimizer=mem_o, mem_activations=act4,
         mem_logits=log4, mem_other=other, mem_total=total, host_need=host_need,
         valid=valid4, host_ok=host_ok, rank=rank,

@@ -59,6 +59,10 @@ class MicroBatchTime:
     bwd: np.ndarray
     recompute: np.ndarray
     hw_flops: np.ndarray
+    #: seconds per micro-batch the device waits for the host inside those passes (each pass's host
+    #: dispatch time beyond its kernel time; 0 where the device is the bottleneck, and on CPUs): kernels
+    #: queued on the device's stream, as the tensor-parallel collectives are, run in that time
+    host_idle: np.ndarray | float = 0.0
 
     @property
     def total(self) -> np.ndarray:
@@ -157,6 +161,7 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
         rerun = [r for r in tm.rows if r.block is not None and checkpointing in r.recompute]
         scale = [1.0] * len(rerun)
         rec = tm.pass_time(rerun, "fwd", scale) if rerun else 0.0 * mb
+    idle = tm.idle + (tm.idle_time(rerun, "fwd", scale) if rerun else 0.0)
     rec = rec + tm.always_time
     hw = tm.hw + sum((s * r.fl_fwd for s, r in zip(scale, rerun, strict=True)), 0.0 * mb)
     fwd, bwd = tm.fwd, tm.bwd
@@ -167,7 +172,7 @@ def micro_batch_time(model, seq_len: int, mb: np.ndarray, precision: str, attent
             memo[key] = fresh_memory.micro_batch_fresh(model, seq_len, mb, precision, attention, checkpointing, prof)
         fwd, bwd, rec = fwd + memo[key][0], bwd + memo[key][1], rec + memo[key][2]
     z = np.zeros_like(mb)
-    return MicroBatchTime(fwd + z, bwd + z, rec + z, hw + z)
+    return MicroBatchTime(fwd + z, bwd + z, rec + z, hw + z, idle + z)
 
 
 @dataclass(frozen=True)
@@ -256,9 +261,23 @@ class _Timed:
         reps = sum(b.repeat for b in g.blocks)
         self.fwd = self.pass_time(self.rows, "fwd") + self.host * reps
         self.bwd = self.pass_time(self.rows, "bwd") + self.host * reps
+        self.idle = self.idle_time(self.rows, "fwd") + self.idle_time(self.rows, "bwd")
         always = [r for r in self.rows if "always" in r.recompute]
         self.always_time = self.pass_time(always, "fwd") if always else 0.0
         self.hw = sum(r.fl_fwd + r.fl_bwd for r in self.rows) + sum(r.fl_fwd for r in always)
+
+    def idle_time(self, rows: list[_Row], which: str, scale: list[float] | None = None) -> np.ndarray | float:
+        """Seconds of one pass over ``rows`` in which the device waits for the host's dispatch:
+        the host time of the rows not at a graph break beyond their kernel time (those at a graph
+        break sync the host in the forward and leave nothing queued). 0 on a CPU, whose cores do
+        both in turn."""
+        if self.serial:
+            return 0.0
+        w = [1.0] * len(rows) if scale is None else scale
+        rest = [(s, r) for s, r in zip(w, rows, strict=True) if not r.graph_break]
+        t = sum(s * (r.t_fwd if which == "fwd" else r.t_bwd) for s, r in rest)
+        k = sum(s * (r.k_fwd if which == "fwd" else r.k_bwd) for s, r in rest)
+        return np.maximum(k * (self.launch + self.extra[which]) - t, 0.0)
 
     def pass_time(self, rows: list[_Row], which: str, scale: list[float] | None = None) -> np.ndarray:
         """Seconds of one pass over ``rows`` (each x its ``scale``): the longer of the device's

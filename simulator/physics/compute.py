@@ -60,8 +60,9 @@ class MicroBatchTime:
     recompute: np.ndarray
     hw_flops: np.ndarray
     #: seconds per micro-batch the device waits for the host inside those passes (each pass's host
-    #: dispatch time beyond its kernel time; 0 where the device is the bottleneck, and on CPUs): kernels
-    #: queued on the device's stream, as the tensor-parallel collectives are, run in that time
+    #: dispatch time beyond its kernel time; 0 where the device is the bottleneck, and on CPUs). Plans
+    #: report it (breakdown_s host_wait) and call a step host-bound by it; collectives queued on the
+    #: stream would run in it, which the search does not count yet (docs/small_model_runs.md)
     host_idle: np.ndarray | float = 0.0
 
     @property

@@ -274,11 +274,17 @@ class _Timed:
         both in turn."""
         if self.serial:
             return 0.0
+        t, host = self._device_and_host(rows, which, scale)
+        return np.maximum(host - t, 0.0)
+
+    def _device_and_host(self, rows: list[_Row], which: str, scale: list[float] | None):
+        """(kernel seconds, host dispatch seconds) of one pass over the ``rows`` not at a graph break."""
         w = [1.0] * len(rows) if scale is None else scale
         rest = [(s, r) for s, r in zip(w, rows, strict=True) if not r.graph_break]
-        t = sum(s * (r.t_fwd if which == "fwd" else r.t_bwd) for s, r in rest)
-        k = sum(s * (r.k_fwd if which == "fwd" else r.k_bwd) for s, r in rest)
-        return np.maximum(k * (self.launch + self.extra[which]) - t, 0.0)
+        fwd = which == "fwd"
+        t = sum(s * (r.t_fwd if fwd else r.t_bwd) for s, r in rest)
+        k = sum(s * (r.k_fwd if fwd else r.k_bwd) for s, r in rest)
+        return t, k * (self.launch + self.extra[which])
 
     def pass_time(self, rows: list[_Row], which: str, scale: list[float] | None = None) -> np.ndarray:
         """Seconds of one pass over ``rows`` (each x its ``scale``): the longer of the device's
@@ -291,10 +297,7 @@ class _Timed:
         Their backward has no sync: its device and host times join the rest's."""
         w = [1.0] * len(rows) if scale is None else scale
         fwd = which == "fwd"
-        rest = [(s, r) for s, r in zip(w, rows, strict=True) if not r.graph_break]
-        t = sum(s * (r.t_fwd if fwd else r.t_bwd) for s, r in rest)
-        k = sum(s * (r.k_fwd if fwd else r.k_bwd) for s, r in rest)
-        host = k * (self.launch + self.extra[which])
+        t, host = self._device_and_host(rows, which, scale)
         loop = [(s, r) for s, r in zip(w, rows, strict=True) if r.graph_break]
         if not loop:
             return t + host if self.serial else np.maximum(t, host)

@@ -4,6 +4,8 @@
 #   2. validate real training steps with that profile     -> $OUT/validation.csv, intervals in the profile
 #   3. re-predict the same measured steps with the catalog's DEFAULT (published) profile of this GPU
 #      (validate --measured: no second run on the device)  -> $OUT/validation_default.log
+#   4. where megatron-core imports (its wheel in .whl/), Megatron's host time per kernel
+#      (python -m calibration.stack_dispatch)            -> $OUT/stack_dispatch.csv
 # Bring the files back and commit them under calibration/profiles/ and calibration/results/ with
 # the date and the hardware. Needs torch with CUDA and this package's dependencies; where pydantic
 # is missing (the H200 image), carry wheels in .whl/ (see the device tool's README).
@@ -28,5 +30,8 @@ gpu_id=$(python3 -c "import json; print(json.load(open('$OUT/profile.json'))['de
 if [ -n "$gpu_id" ] && [ -f "hardware_catalog/profiles/$gpu_id.json" ]; then
   timeout 60 python3 -m calibration.validate --measured "$OUT/validation.csv" --suite calibration/suites/gpu_default.yaml \
     --profile "hardware_catalog/profiles/$gpu_id.json" 2>&1 | tee "$OUT/validation_default.log"
+fi
+if python3 -c "import megatron.core" >/dev/null 2>&1; then  # its wheel in .whl/: Megatron's host time per kernel
+  timeout 120 python3 -m calibration.stack_dispatch --out "$OUT/stack_dispatch.csv" 2>&1 | grep -v -i warn | tee "$OUT/stack_dispatch.log"
 fi
 ls -la "$OUT"

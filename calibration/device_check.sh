@@ -32,6 +32,6 @@ if [ -n "$gpu_id" ] && [ -f "hardware_catalog/profiles/$gpu_id.json" ]; then
     --profile "hardware_catalog/profiles/$gpu_id.json" 2>&1 | tee "$OUT/validation_default.log"
 fi
 if python3 -c "import megatron.core" >/dev/null 2>&1; then  # its wheel in .whl/: Megatron's host time per kernel
-  timeout 120 python3 -m calibration.stack_dispatch --out "$OUT/stack_dispatch.csv" 2>&1 | grep -v -i warn | tee "$OUT/stack_dispatch.log"
+  timeout 45 python3 -m calibration.stack_dispatch --steps 100 --out "$OUT/stack_dispatch.csv" 2>&1 | grep -v -i warn | tee "$OUT/stack_dispatch.log"
 fi
 ls -la "$OUT"

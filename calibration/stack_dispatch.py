@@ -30,17 +30,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from simulator.core.errors import UsageError, UsageParser, run_cli
 
 HIDDEN, HEADS, TOKENS, VOCAB = 32, 2, 8, 64
 LAYERS = (1, 5)
-
-
-def _torch():
-    import torch
-
-    return torch
 
 
 def counted_kernels() -> dict[str, tuple[float, float]]:
@@ -66,7 +61,6 @@ def _megatron_step(layers: int, device) -> Callable[[], tuple[float, float]]:
     """One timed training pass pair of a megatron-core local-spec GPT decoder (dropout 0.1, Megatron-LM's
     default; the bias-GELU and bias-dropout-add fusions off: megatron-core compiles them with
     torch.compile, whose first call takes longer than the whole measurement, and the same ops run eagerly)."""
-    torch = _torch()
     from megatron.core import parallel_state
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
@@ -92,7 +86,6 @@ def _megatron_step(layers: int, device) -> Callable[[], tuple[float, float]]:
 
 def _torch_model_step(layers: int, device) -> Callable[[], tuple[float, float]]:
     """The same for the project's own decoder (calibration/torch_model.py), GPT-2 block, eager attention."""
-    torch = _torch()
     from calibration.benches.dispatch import tiny_spec
     from calibration.torch_model import build_model
 
@@ -102,7 +95,6 @@ def _torch_model_step(layers: int, device) -> Callable[[], tuple[float, float]]:
 
 
 def _timer(forward: Callable, model, device) -> Callable[[], tuple[float, float]]:
-    torch = _torch()
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def step() -> tuple[float, float]:
@@ -122,7 +114,6 @@ def _timer(forward: Callable, model, device) -> Callable[[], tuple[float, float]
 
 def _stub_cuda_rng() -> None:
     """On a CPU: megatron-core's RNG tracker and global buffers call CUDA; give them CPU stand-ins."""
-    torch = _torch()
     from megatron.core.tensor_parallel import random as mrandom
 
     torch.cuda.current_device = lambda: "cpu"
@@ -135,7 +126,6 @@ def _stub_cuda_rng() -> None:
 def measure(steps: int = 300, warmup: int = 20) -> dict[str, tuple[float, float]]:
     """Host seconds one layer adds to a forward and a backward pass, per model: the 10th percentile
     of ``steps`` timed passes at 5 layers less that at 1, over 4, the models interleaved step by step."""
-    torch = _torch()
     import logging
 
     import torch.distributed as dist
@@ -176,7 +166,6 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         raise UsageError("megatron-core is not installed: pip install -e \".[megatron]\" in a scratch environment, "
                          "or put its wheel in .whl/ on a device machine") from None
-    torch = _torch()
     per_layer = measure(a.steps)
     kernels = counted_kernels()
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"

@@ -12,8 +12,8 @@ Definitions (all defaults in ``simulator/data/prices.yaml``, each with its sourc
 - **Rental** (``rent_usd``): GPU-hours x per-GPU-hour cloud price (catalog, with its source).
 - **Energy** (``energy_kwh``, ``energy_usd``): board power x GPUs x hours x utilization x PUE,
   priced per kWh. Utilization is the average fraction of board power drawn; by default the
-  plan's busy fraction (step time minus exposed communication and offload waits, over step
-  time), assuming a busy GPU draws its board power. Host CPUs, RAM and fans are not counted.
+  plan's busy fraction (step time minus exposed communication, offload waits and the GPUs' waits
+  for the host's kernel dispatch, over step time), assuming a busy GPU draws its board power. Host CPUs, RAM and fans are not counted.
   Rental prices already include power, so energy is a cost of owning.
 """
 
@@ -335,7 +335,7 @@ def cost(prices: Prices, *, gpu_id: str, nodes: int, gpus_per_node: int, days: f
     util = prices.utilization.value if prices.utilization is not None else utilization
     out["utilization"] = util
     out["utilization_source"] = (prices.utilization.source if prices.utilization is not None else
-                                 "plan busy fraction (step minus exposed communication and offload, over step)")
+                                 "plan busy fraction (step minus exposed communication, offload and waits for the host's dispatch, over step)")
     out["board_power_w"] = board_power_w
     out["pue"] = prices.pue.value
     out["electricity_usd_per_kwh"] = prices.electricity_usd_per_kwh.value
